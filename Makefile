@@ -1,0 +1,66 @@
+# WorkloadSpread: build, test and demo entry points.
+#
+#   make demo   - local control plane + webhook + controller, a workload spread across zones
+#   make test   - everything CI runs: fmt, clippy, unit tests, Wasm build, integration tests
+#
+# CARGO_TARGET_DIR is honoured (CI keeps it outside the repo as a cache).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+CARGO ?= cargo
+CLUSTER := e2e/cluster/cluster.sh
+POLICY_WASM := policy/policy.wasm
+
+.PHONY: all build policy fmt fmt-check lint unit integration test test-integration \
+        cluster-up cluster-down cluster-status demo bench clean
+
+all: build policy
+
+build:
+	$(CARGO) build --workspace --locked
+
+## The waPC policy module for wasm32-wasip1 (rustup target, or Debian's offline fallback).
+policy:
+	scripts/build-wasm.sh workloadspread-policy wasm32-wasip1 $(POLICY_WASM)
+
+fmt:
+	$(CARGO) fmt --all
+
+fmt-check:
+	$(CARGO) fmt --all -- --check
+
+lint:
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+unit:
+	$(CARGO) test --workspace --locked --lib --bins
+
+## Integration tests against a fresh local control plane, stopped afterwards even on failure.
+integration: policy
+	@kubeconfig="$$(bash $(CLUSTER) up | sed -n 's/^export KUBECONFIG=//p')"; \
+	trap 'bash $(CLUSTER) down' EXIT; \
+	WS_TEST_KUBECONFIG="$$kubeconfig" WS_REQUIRE_WASM=1 \
+	  $(CARGO) test --workspace --locked --test '*'
+
+test: fmt-check lint unit integration
+	@echo "make test: all checks passed"
+
+cluster-up:
+	bash $(CLUSTER) up
+
+cluster-down:
+	bash $(CLUSTER) down
+
+cluster-status:
+	bash $(CLUSTER) status
+
+demo:
+	bash scripts/demo.sh
+
+## Criterion benchmarks of every crate that has them (figures go to docs/benchmarks.md).
+bench:
+	$(CARGO) bench --workspace --locked
+
+clean:
+	$(CARGO) clean
+	rm -f $(POLICY_WASM)

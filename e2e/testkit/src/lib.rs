@@ -1,0 +1,242 @@
+//! Integration-test helper: a real local Kubernetes control plane
+//! (`e2e/cluster/cluster.sh`), started once per test run and shared by every test
+//! process, with a fresh namespace per test.
+//!
+//! `WS_TEST_KUBECONFIG` points the tests at an existing cluster instead.
+#![forbid(unsafe_code)]
+
+use anyhow::{bail, Context, Result};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Label put on every namespace a test creates.
+pub const TEST_NAMESPACE_LABEL: &str = "workloadspread.test/owned";
+
+/// A running control plane.
+#[derive(Debug)]
+pub struct Cluster {
+    kubeconfig: PathBuf,
+}
+
+static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
+
+/// The shared cluster, started on first use (by any test process) and reused after.
+pub fn cluster() -> Result<&'static Cluster> {
+    CLUSTER
+        .get_or_init(|| start_or_reuse().map_err(|e| format!("{e:#}")))
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("local control plane unavailable: {e}"))
+}
+
+/// Root of this repository.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn start_or_reuse() -> Result<Cluster> {
+    if let Some(path) = std::env::var_os("WS_TEST_KUBECONFIG") {
+        return Ok(Cluster {
+            kubeconfig: PathBuf::from(path),
+        });
+    }
+    // Test binaries run in parallel processes: one of them starts the cluster,
+    // the others wait on the lock and then find it running.
+    let lock_path = std::env::temp_dir().join("workloadspread-cluster.lock");
+    let lock = std::fs::File::create(&lock_path)
+        .with_context(|| format!("creating {}", lock_path.display()))?;
+    lock.lock().context("locking the cluster lock file")?;
+    let script = repo_root().join("e2e/cluster/cluster.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg("up")
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    drop(lock);
+    if !out.status.success() {
+        bail!(
+            "{} up failed:\n{}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let kubeconfig = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("export KUBECONFIG="))
+        .context("cluster.sh up printed no KUBECONFIG")?;
+    Ok(Cluster {
+        kubeconfig: PathBuf::from(kubeconfig.trim()),
+    })
+}
+
+impl Cluster {
+    /// Path of the admin kubeconfig.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// A client authenticated as cluster admin.
+    pub async fn client(&self) -> Result<Client> {
+        let kc = Kubeconfig::read_from(&self.kubeconfig)
+            .with_context(|| format!("reading {}", self.kubeconfig.display()))?;
+        let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+        Ok(Client::try_from(config)?)
+    }
+
+    /// A new namespace for one test, deleted when the returned guard drops.
+    pub async fn namespace(&self, hint: &str) -> Result<TestNamespace> {
+        let client = self.client().await?;
+        let name = unique_name(hint);
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {TEST_NAMESPACE_LABEL: "true"}}
+        }))?;
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
+        Ok(TestNamespace {
+            name,
+            kubeconfig: self.kubeconfig.clone(),
+            client,
+        })
+    }
+}
+
+/// A DNS-1123 name unique across test processes: `<hint>-<pid>-<n>`.
+pub fn unique_name(hint: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let mut base: String = hint
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    base.truncate(40);
+    let base = base.trim_matches('-');
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{base}-{}-{n}", std::process::id())
+}
+
+/// A namespace owned by one test.
+pub struct TestNamespace {
+    name: String,
+    kubeconfig: PathBuf,
+    client: Client,
+}
+
+impl TestNamespace {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// A namespaced API in this namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        // Best effort, on a thread of its own: Drop cannot await inside the test's runtime.
+        let name = std::mem::take(&mut self.name);
+        let cluster = Cluster {
+            kubeconfig: self.kubeconfig.clone(),
+        };
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            if let Ok(rt) = rt {
+                rt.block_on(async {
+                    if let Ok(client) = cluster.client().await {
+                        let _ = Api::<Namespace>::all(client)
+                            .delete(&name, &DeleteParams::background())
+                            .await;
+                    }
+                });
+            }
+        })
+        .join();
+    }
+}
+
+/// Polls `check` every 200 ms until it returns `Some`, failing after `timeout`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut last_err = None;
+    loop {
+        match check().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last_err = Some(e),
+        }
+        if Instant::now() >= deadline {
+            match last_err {
+                Some(e) => {
+                    bail!("timed out after {timeout:?} waiting for {what}; last error: {e:#}")
+                }
+                None => bail!("timed out after {timeout:?} waiting for {what}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unique_names_are_dns_labels_and_distinct() {
+        let a = unique_name("Smoke_Test: CRD!");
+        let b = unique_name("Smoke_Test: CRD!");
+        assert_ne!(a, b);
+        assert!(a.starts_with("smoke-test--crd-"), "{a}");
+        assert!(a.len() <= 63);
+        assert!(a
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'));
+    }
+
+    #[tokio::test]
+    async fn wait_for_returns_value_or_times_out_with_last_error() {
+        let mut calls = 0;
+        let v = wait_for("third call", Duration::from_secs(5), || {
+            calls += 1;
+            let c = calls;
+            async move { Ok((c == 3).then_some(c)) }
+        })
+        .await
+        .unwrap();
+        assert_eq!(v, 3);
+        let err = wait_for::<(), _, _>("never", Duration::from_millis(300), || async {
+            bail!("boom")
+        })
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("waiting for never") && err.contains("boom"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,172 @@
+//! Policy settings, as given in a `ClusterAdmissionPolicy` or `--settings-json`.
+
+use kubewarden_policy_sdk::settings::Validatable;
+use serde::{Deserialize, Serialize};
+
+/// How per-subset counters are kept.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Use the host's counter capability when it is offered, best effort otherwise.
+    #[default]
+    Auto,
+    /// Require the host's counter capability; fail when it is missing.
+    Exact,
+    /// Decide from the WorkloadSpread status and the workload's current pods.
+    BestEffort,
+}
+
+/// What to do when a lookup through the host (owner, workload, WorkloadSpread) fails.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LookupFailure {
+    /// Reject the request with the reason, like the reference implementation.
+    #[default]
+    Reject,
+    /// Admit the pod without any injection and say so in an audit annotation.
+    AdmitUnmodified,
+}
+
+/// A custom workload kind that WorkloadSpreads may target
+/// (replaces the reference implementation's ConfigMap whitelist).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct CustomWorkload {
+    /// API group of the workload, e.g. `game.kruise.io`.
+    pub group: String,
+    /// Kind of the workload, e.g. `GameServerSet`.
+    pub kind: String,
+    /// Dot-separated path to the replica count, e.g. `spec.replicas`; empty means 0.
+    pub replicas_path: String,
+    /// Intermediate owner kinds between the pod and the workload.
+    pub sub_resources: Vec<GroupKind>,
+}
+
+/// A group and a kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GroupKind {
+    pub group: String,
+    pub kind: String,
+}
+
+/// The policy's settings; every field has a default, so `{}` is valid.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct Settings {
+    pub mode: Mode,
+    pub on_lookup_failure: LookupFailure,
+    /// Workload kinds (lower-case) whose pods are counted per version
+    /// (`--ws-enabled-versioned-status` in the reference).
+    pub versioned_status_kinds: Vec<String>,
+    pub custom_workloads: Vec<CustomWorkload>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            mode: Mode::Auto,
+            on_lookup_failure: LookupFailure::Reject,
+            versioned_status_kinds: vec!["deployment".into(), "replicaset".into()],
+            custom_workloads: Vec::new(),
+        }
+    }
+}
+
+impl Validatable for Settings {
+    fn validate(&self) -> Result<(), String> {
+        let mut errors = Vec::new();
+        for (i, kind) in self.versioned_status_kinds.iter().enumerate() {
+            if kind.trim().is_empty() {
+                errors.push(format!("versionedStatusKinds[{i}]: must not be empty"));
+            }
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, w) in self.custom_workloads.iter().enumerate() {
+            errors.extend(validate_custom_workload(w).map(|e| format!("customWorkloads[{i}].{e}")));
+            if !seen.insert((w.group.as_str(), w.kind.as_str())) {
+                errors.push(format!(
+                    "customWorkloads[{i}]: duplicate entry for {}/{}",
+                    w.group, w.kind
+                ));
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+}
+
+fn validate_custom_workload(w: &CustomWorkload) -> impl Iterator<Item = String> {
+    let mut errors = Vec::new();
+    if w.kind.is_empty() {
+        errors.push("kind: must not be empty".to_string());
+    }
+    if !w.replicas_path.is_empty() && w.replicas_path.split('.').any(str::is_empty) {
+        errors.push(format!(
+            "replicasPath: {:?} has an empty segment (use dot-separated keys, e.g. spec.replicas)",
+            w.replicas_path
+        ));
+    }
+    for (j, sub) in w.sub_resources.iter().enumerate() {
+        if sub.kind.is_empty() {
+            errors.push(format!("subResources[{j}].kind: must not be empty"));
+        }
+    }
+    errors.into_iter()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<Settings, serde_json::Error> {
+        serde_json::from_str(json)
+    }
+
+    #[test]
+    fn empty_object_gives_defaults() {
+        let s = parse("{}").unwrap();
+        assert_eq!(s, Settings::default());
+        assert_eq!(s.versioned_status_kinds, ["deployment", "replicaset"]);
+        assert!(s.validate().is_ok());
+    }
+
+    #[test]
+    fn modes_and_lookup_failure_parse_kebab_case() {
+        let s = parse(r#"{"mode":"best-effort","onLookupFailure":"admit-unmodified"}"#).unwrap();
+        assert_eq!(s.mode, Mode::BestEffort);
+        assert_eq!(s.on_lookup_failure, LookupFailure::AdmitUnmodified);
+        assert!(parse(r#"{"mode":"fast"}"#).is_err());
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let err = parse(r#"{"mod":"exact"}"#).unwrap_err().to_string();
+        assert!(err.contains("unknown field `mod`"), "{err}");
+    }
+
+    #[test]
+    fn invalid_custom_workloads_are_reported_with_paths() {
+        let s = parse(
+            r#"{"customWorkloads":[
+                {"group":"game.kruise.io","kind":"GameServerSet","replicasPath":"spec..replicas"},
+                {"group":"game.kruise.io","kind":"GameServerSet","subResources":[{"group":"x"}]},
+                {"group":"x","kind":""}],
+              "versionedStatusKinds":[" "]}"#,
+        )
+        .unwrap();
+        let err = s.validate().unwrap_err();
+        for want in [
+            "versionedStatusKinds[0]: must not be empty",
+            "customWorkloads[0].replicasPath",
+            "customWorkloads[1]: duplicate entry for game.kruise.io/GameServerSet",
+            "customWorkloads[1].subResources[0].kind",
+            "customWorkloads[2].kind: must not be empty",
+        ] {
+            assert!(err.contains(want), "missing {want:?} in {err}");
+        }
+    }
+}
