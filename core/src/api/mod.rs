@@ -1,0 +1,44 @@
+//! `apps.kruise.io` WorkloadSpread API: v1beta1 (storage, used everywhere inside this
+//! crate) and v1alpha1 (served, converted losslessly to and from v1beta1).
+
+pub mod v1alpha1;
+pub mod v1beta1;
+
+/// API group of WorkloadSpread.
+pub const GROUP: &str = "apps.kruise.io";
+/// Kind name.
+pub const KIND: &str = "WorkloadSpread";
+/// Plural resource name.
+pub const PLURAL: &str = "workloadspreads";
+
+/// Pod annotation naming the WorkloadSpread and subset a pod was admitted into.
+pub const MATCHED_WORKLOADSPREAD_ANNOTATION: &str = "apps.kruise.io/matched-workloadspread";
+/// Scale-in priority annotation read by ReplicaSet / CloneSet controllers.
+pub const POD_DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
+/// Version key used for pods whose workload kind has no versioned status.
+pub const VERSION_IGNORED: &str = "versionIgnored";
+/// Subset name the controller uses for pods that belong to no spec subset.
+pub const FAKE_SUBSET_NAME: &str = "kruise.io/workloadspread-fake-subset-name";
+/// WorkloadSpread annotation: do not patch subset metadata into adopted existing pods.
+pub const IGNORE_PATCH_EXISTING_PODS_ANNOTATION: &str =
+    "workloadspread.kruise.io/ignore-patch-existing-pods-metadata";
+/// Deployment annotation whose change signals a new rollout.
+pub const DEPLOYMENT_REVISION_ANNOTATION: &str = "deployment.kubernetes.io/revision";
+/// Subset condition type.
+pub const CONDITION_SCHEDULABLE: &str = "Schedulable";
+/// Reason of `Schedulable=False`.
+pub const REASON_POD_UNSCHEDULABLE: &str = "PodUnschedulable";
+/// Reason of `Schedulable=True`.
+pub const REASON_SUFFICIENT: &str = "Sufficient";
+/// Schedule strategy type that enables rescheduling.
+pub const STRATEGY_ADAPTIVE: &str = "Adaptive";
+/// Schedule strategy type without rescheduling (same as empty).
+pub const STRATEGY_FIXED: &str = "Fixed";
+
+#[cfg(feature = "crd")]
+pub(crate) fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}

@@ -1,0 +1,13 @@
+//! WorkloadSpread semantics, compatible with OpenKruise's `apps.kruise.io` WorkloadSpread.
+//!
+//! This crate is pure: no I/O, no clock (callers pass `now`), no randomness (callers pass
+//! generated ids). The admission policy (Wasm guest), the bundled host and the controller
+//! only move data in and out of it. Deliberate differences from the reference are listed
+//! in `docs/semantics.md`.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod smp;
+
+/// Timestamps used throughout (`now` is always passed in by the caller).
+pub use k8s_openapi::jiff::Timestamp;
