@@ -568,9 +568,9 @@ fn normalize_slice_order(
             for v in to_sort.iter().chain(order) {
                 map_key(v, k)?;
             }
-            to_sort
-                .into_iter()
-                .partition::<Vec<_>, _>(|v| v.get(DIRECTIVE).and_then(Value::as_str) != Some("delete"))
+            to_sort.into_iter().partition::<Vec<_>, _>(|v| {
+                v.get(DIRECTIVE).and_then(Value::as_str) != Some("delete")
+            })
         }
         None => (to_sort, Vec::new()),
     };
@@ -602,7 +602,10 @@ fn merge_sorted_slice(
     key: Option<&str>,
 ) -> Vec<Value> {
     let less = |l: &Value, r: &Value| -> bool {
-        match (index_of(server_order, l, key), index_of(server_order, r, key)) {
+        match (
+            index_of(server_order, l, key),
+            index_of(server_order, r, key),
+        ) {
             (Some(li), Some(ri)) => li.cmp(&ri) == Ordering::Less,
             _ => false,
         }

@@ -141,12 +141,30 @@ fn reference_cases() {
 fn errors() {
     let pod = json!({"metadata": {"labels": {"a": "1"}}, "spec": {"containers": [{"name": "a"}]}});
     let cases = [
-        (json!({"spec": {"containers": [{"image": "x"}]}}), "does not contain declared merge key: name"),
-        (json!({"metadata": {"labels": {"$patch": "merge"}}}), "unknown patch type"),
-        (json!({"spec": {"containers": [{"name": "b", "$patch": "merge"}]}}), "merging lists cannot yet be specified"),
-        (json!({"spec": {"containers": [{"name": "a"}, "x"]}}), "list element types are not identical"),
-        (json!({"spec": {"$retainKeys": ["a"], "hostname": "x"}}), "retainKeys"),
-        (json!({"metadata": {"$deleteFromPrimitiveListfinalizers": ["a"]}}), "primitive list"),
+        (
+            json!({"spec": {"containers": [{"image": "x"}]}}),
+            "does not contain declared merge key: name",
+        ),
+        (
+            json!({"metadata": {"labels": {"$patch": "merge"}}}),
+            "unknown patch type",
+        ),
+        (
+            json!({"spec": {"containers": [{"name": "b", "$patch": "merge"}]}}),
+            "merging lists cannot yet be specified",
+        ),
+        (
+            json!({"spec": {"containers": [{"name": "a"}, "x"]}}),
+            "list element types are not identical",
+        ),
+        (
+            json!({"spec": {"$retainKeys": ["a"], "hostname": "x"}}),
+            "retainKeys",
+        ),
+        (
+            json!({"metadata": {"$deleteFromPrimitiveListfinalizers": ["a"]}}),
+            "primitive list",
+        ),
     ];
     for (patch, want) in cases {
         let err = match patch_pod(&pod, &patch) {
