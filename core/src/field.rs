@@ -11,6 +11,7 @@ pub enum ErrorType {
     Forbidden,
     NotSupported,
     Duplicate,
+    NotFound,
     Internal,
 }
 
@@ -22,6 +23,7 @@ impl ErrorType {
             ErrorType::Forbidden => "Forbidden",
             ErrorType::NotSupported => "Unsupported value",
             ErrorType::Duplicate => "Duplicate value",
+            ErrorType::NotFound => "Not found",
             ErrorType::Internal => "Internal error",
         }
     }
@@ -62,6 +64,9 @@ impl FieldError {
     }
     pub fn duplicate(path: &str, value: impl Into<Value>) -> Self {
         Self::new(ErrorType::Duplicate, path, value.into(), "")
+    }
+    pub fn not_found(path: &str, value: impl Into<Value>) -> Self {
+        Self::new(ErrorType::NotFound, path, value.into(), "")
     }
     pub fn internal(path: &str, detail: impl Into<String>) -> Self {
         Self::new(ErrorType::Internal, path, Value::Null, detail)

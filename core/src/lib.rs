@@ -17,4 +17,6 @@ pub mod names;
 pub mod percent;
 pub mod replicas;
 pub mod selector;
+pub mod validation;
 pub mod version;
+pub mod workload;
