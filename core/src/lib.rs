@@ -11,8 +11,10 @@ pub mod smp;
 
 /// Timestamps used throughout (`now` is always passed in by the caller).
 pub use k8s_openapi::jiff::Timestamp;
+pub mod admission;
 pub mod annotation;
 pub mod field;
+pub mod inject;
 pub mod names;
 pub mod percent;
 pub mod replicas;

@@ -1,0 +1,316 @@
+//! Admission decisions for pods (reference §3.3, §3.4, §3.7): which subset a new pod
+//! goes to, and the status bookkeeping (`creatingPods`, `deletingPods`,
+//! `missingReplicas`) for creations, deletions and evictions.
+//!
+//! Callers skip dry-run requests entirely (no injection, no status change), as the
+//! reference does.
+
+use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus, WorkloadSpreadSubsetStatus};
+use crate::percent::scaled_value;
+use crate::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+/// `initializedSubsetStatuses`: one entry per spec subset, `missingReplicas` = the scaled
+/// `maxReplicas` (percentages rounded up) or -1 when unlimited.
+pub fn initial_subset_statuses(
+    ws: &WorkloadSpread,
+    workload_replicas: i32,
+) -> Vec<WorkloadSpreadSubsetStatus> {
+    ws.spec
+        .subsets
+        .iter()
+        .map(|s| WorkloadSpreadSubsetStatus {
+            name: s.name.clone(),
+            missing_replicas: match &s.max_replicas {
+                None => -1,
+                Some(m) => scaled_value(m, workload_replicas).unwrap_or(0),
+            },
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// Whether the subset percentages need the workload's replica count (`hasPercentSubset`).
+pub fn needs_workload_replicas(ws: &WorkloadSpread) -> bool {
+    ws.spec.subsets.iter().any(|s| {
+        [&s.max_replicas, &s.min_replicas]
+            .into_iter()
+            .flatten()
+            .any(|v| matches!(v, IntOrString::String(p) if p.ends_with('%')))
+    })
+}
+
+/// The pod being admitted.
+#[derive(Clone, Copy, Debug)]
+pub struct PodKey<'a> {
+    /// `metadata.name`, empty when the pod uses `generateName`.
+    pub name: &'a str,
+    /// `version::pod_version` of the pod.
+    pub version: &'a str,
+}
+
+/// A subset choice for a pod being created.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Claim {
+    /// The subset to inject, `None` to admit the pod unchanged (no subset has room).
+    pub subset: Option<String>,
+    /// Generated id recorded in creatingPods (and in the pod's annotation) for unnamed pods.
+    pub generated_uid: Option<String>,
+    /// Whether the status was modified and must be written.
+    pub status_changed: bool,
+}
+
+/// How a create is decided: no status involved, or a read-modify-write of the status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CreatePath {
+    /// Single unlimited subset, or a StatefulSet (ordinal ranges): decided without status.
+    Stateless(Option<String>),
+    /// Decide with `claim_for_create` on the latest status.
+    Counted,
+}
+
+/// `acquireSuitableSubset`'s shortcut and StatefulSet path.
+pub fn create_path(ws: &WorkloadSpread, pod_name: &str) -> CreatePath {
+    let subsets = &ws.spec.subsets;
+    if subsets.len() == 1 && subsets[0].max_replicas.is_none() {
+        return CreatePath::Stateless(Some(subsets[0].name.clone()));
+    }
+    if ws
+        .spec
+        .target_ref
+        .as_ref()
+        .is_some_and(|t| t.kind == "StatefulSet")
+    {
+        return CreatePath::Stateless(statefulset_subset(ws, pod_name));
+    }
+    CreatePath::Counted
+}
+
+/// Ordinal of a StatefulSet pod name (`<parent>-<n>`), -1 when it has none.
+pub fn pod_ordinal(name: &str) -> i64 {
+    let Some((_parent, digits)) = name.rsplit_once('-') else {
+        return -1;
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return -1;
+    }
+    digits.parse::<i32>().map_or(-1, i64::from)
+}
+
+/// Subsets own consecutive ordinal ranges of size `maxReplicas` (unlimited = rest);
+/// subsets marked unschedulable in the aggregate status are skipped.
+fn statefulset_subset(ws: &WorkloadSpread, pod_name: &str) -> Option<String> {
+    let ordinal = pod_ordinal(pod_name);
+    let aggregate = ws
+        .status
+        .as_ref()
+        .map(|s| s.subset_statuses.as_slice())
+        .unwrap_or_default();
+    let mut threshold: i64 = 0;
+    for subset in &ws.spec.subsets {
+        let unschedulable = aggregate
+            .iter()
+            .any(|s| s.name == subset.name && s.is_unschedulable());
+        if unschedulable {
+            continue;
+        }
+        threshold += match &subset.max_replicas {
+            None => i64::from(i32::MAX),
+            Some(IntOrString::Int(i)) => i64::from(*i),
+            Some(IntOrString::String(s)) => s.parse::<i64>().unwrap_or(0),
+        };
+        if ordinal < threshold {
+            return Some(subset.name.clone());
+        }
+    }
+    None
+}
+
+/// The versioned subset statuses of `version`, initialised from the spec if absent.
+pub fn versioned_statuses<'s>(
+    status: &'s mut WorkloadSpreadStatus,
+    ws: &WorkloadSpread,
+    version: &str,
+    workload_replicas: i32,
+) -> &'s mut Vec<WorkloadSpreadSubsetStatus> {
+    let entry = status
+        .versioned_subset_statuses
+        .entry(version.to_string())
+        .or_default();
+    if entry.is_empty() {
+        *entry = initial_subset_statuses(ws, workload_replicas);
+    }
+    entry
+}
+
+fn tracked_subset(statuses: &[WorkloadSpreadSubsetStatus], pod_name: &str) -> Option<String> {
+    if pod_name.is_empty() {
+        return None;
+    }
+    statuses
+        .iter()
+        .find(|s| s.creating_pods.contains_key(pod_name) || s.deleting_pods.contains_key(pod_name))
+        .map(|s| s.name.clone())
+}
+
+/// `updateSubsetForPod(Create)` on `status` (the latest one the caller has): idempotent
+/// for a pod already tracked, first schedulable subset with room otherwise (subsets
+/// below their `minReplicas` first), recording the pod in creatingPods.
+pub fn claim_for_create(
+    status: &mut WorkloadSpreadStatus,
+    ws: &WorkloadSpread,
+    pod: PodKey<'_>,
+    workload_replicas: i32,
+    now: Timestamp,
+    new_uid: &str,
+) -> Claim {
+    let statuses = versioned_statuses(status, ws, pod.version, workload_replicas);
+    if let Some(subset) = tracked_subset(statuses, pod.name) {
+        return Claim {
+            subset: Some(subset),
+            generated_uid: None,
+            status_changed: false,
+        };
+    }
+    let Some(i) = choose_subset(statuses, ws, workload_replicas) else {
+        return Claim::default();
+    };
+    let chosen = &mut statuses[i];
+    if chosen.missing_replicas == -1 {
+        return Claim {
+            subset: Some(chosen.name.clone()),
+            generated_uid: None,
+            status_changed: false,
+        };
+    }
+    let (key, uid) = if pod.name.is_empty() {
+        (new_uid.to_string(), Some(new_uid.to_string()))
+    } else {
+        (pod.name.to_string(), None)
+    };
+    chosen.creating_pods.insert(key, Time(now));
+    if chosen.missing_replicas > 0 {
+        chosen.missing_replicas -= 1;
+    }
+    Claim {
+        subset: Some(chosen.name.clone()),
+        generated_uid: uid,
+        status_changed: true,
+    }
+}
+
+/// `getSuitableSubset`, preceded by the `minReplicas` extension: the first schedulable
+/// subset still below its minimum (and with room) wins; otherwise the first schedulable
+/// subset with room (`missingReplicas > 0` or unlimited).
+fn choose_subset(
+    statuses: &[WorkloadSpreadSubsetStatus],
+    ws: &WorkloadSpread,
+    replicas: i32,
+) -> Option<usize> {
+    let has_room = |s: &WorkloadSpreadSubsetStatus| {
+        !s.is_unschedulable() && (s.missing_replicas > 0 || s.missing_replicas == -1)
+    };
+    let below_min = |s: &WorkloadSpreadSubsetStatus| {
+        let Some(spec) = ws.subset(&s.name) else {
+            return false;
+        };
+        let Some(min) = spec
+            .min_replicas
+            .as_ref()
+            .and_then(|m| scaled_value(m, replicas).ok())
+        else {
+            return false;
+        };
+        subset_count(s, spec.max_replicas.as_ref(), replicas) < i64::from(min)
+    };
+    statuses
+        .iter()
+        .position(|s| has_room(s) && below_min(s))
+        .or_else(|| statuses.iter().position(has_room))
+}
+
+/// Pods currently counted in a subset from the webhook's point of view.
+fn subset_count(s: &WorkloadSpreadSubsetStatus, max: Option<&IntOrString>, replicas: i32) -> i64 {
+    match max.and_then(|m| scaled_value(m, replicas).ok()) {
+        Some(max) if s.missing_replicas >= 0 => i64::from(max) - i64::from(s.missing_replicas),
+        _ => i64::from(s.replicas) + s.creating_pods.len() as i64 - s.deleting_pods.len() as i64,
+    }
+}
+
+/// `updateSubsetForPod(Delete|Eviction)`: records the pod in deletingPods of its subset
+/// and frees its slot. Returns whether the status changed.
+pub fn release(
+    status: &mut WorkloadSpreadStatus,
+    ws: &WorkloadSpread,
+    pod: PodKey<'_>,
+    subset: &str,
+    workload_replicas: i32,
+    now: Timestamp,
+) -> bool {
+    let statuses = versioned_statuses(status, ws, pod.version, workload_replicas);
+    if tracked_subset(statuses, pod.name).is_some() {
+        return false;
+    }
+    let Some(s) = statuses.iter_mut().find(|s| s.name == subset) else {
+        return false;
+    };
+    if s.missing_replicas == -1 {
+        return false;
+    }
+    s.deleting_pods.insert(pod.name.to_string(), Time(now));
+    s.missing_replicas += 1;
+    true
+}
+
+#[cfg(test)]
+mod tests;
+
+/// The full create decision on a WorkloadSpread as read: the subset, the generated id,
+/// and the new status when it must be written (`None` = no write).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CreateDecision {
+    pub subset: Option<String>,
+    pub generated_uid: Option<String>,
+    pub new_status: Option<WorkloadSpreadStatus>,
+}
+
+/// `acquireSuitableSubset` for a create, on the given object and its status.
+pub fn decide_create(
+    ws: &WorkloadSpread,
+    pod: PodKey<'_>,
+    workload_replicas: i32,
+    now: Timestamp,
+    new_uid: &str,
+) -> CreateDecision {
+    match create_path(ws, pod.name) {
+        CreatePath::Stateless(subset) => CreateDecision {
+            subset,
+            ..Default::default()
+        },
+        CreatePath::Counted => {
+            let mut status = ws.status.clone().unwrap_or_default();
+            let claim = claim_for_create(&mut status, ws, pod, workload_replicas, now, new_uid);
+            CreateDecision {
+                subset: claim.subset,
+                generated_uid: claim.generated_uid,
+                new_status: claim.status_changed.then_some(status),
+            }
+        }
+    }
+}
+
+/// The delete/eviction decision: the new status when it must be written.
+pub fn decide_release(
+    ws: &WorkloadSpread,
+    pod: PodKey<'_>,
+    subset: &str,
+    workload_replicas: i32,
+    now: Timestamp,
+) -> Option<WorkloadSpreadStatus> {
+    if !matches!(create_path(ws, pod.name), CreatePath::Counted) {
+        return None;
+    }
+    let mut status = ws.status.clone().unwrap_or_default();
+    release(&mut status, ws, pod, subset, workload_replicas, now).then_some(status)
+}

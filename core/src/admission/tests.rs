@@ -1,0 +1,356 @@
+//! Ported from `workloadspread_test.go` (§5.1): TestWorkloadSpreadMutatingPod and friends.
+
+use super::*;
+use crate::annotation::MatchedWorkloadSpread;
+use crate::api::VERSION_IGNORED;
+use crate::inject::inject;
+use serde_json::{json, Value};
+
+pub(crate) fn now() -> Timestamp {
+    "2024-05-01T10:00:00Z".parse().unwrap()
+}
+
+pub(crate) fn subset_a() -> Value {
+    json!({
+        "name": "subset-a",
+        "requiredNodeSelector": {
+            "matchExpressions": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["ack"]},
+                {"key": "sigma.ali/resource-pool", "operator": "In", "values": ["lark"]}],
+            "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["i-8vbhlh6rte2w5d1k2sgn", "i-8vbhlh6rte2vnxlq8ztc"]}]
+        },
+        "preferredNodeSelector": [{"weight": 5, "preference": {"matchExpressions": [
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["cn-zhangjiakou-a"]}]}}],
+        "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}],
+        "patch": {"metadata": {"labels": {"subset": "subset-a"}, "annotations": {"subset": "subset-a"}}},
+        "maxReplicas": 5
+    })
+}
+
+fn subset_b() -> Value {
+    json!({"name": "subset-b", "requiredNodeSelector": {"matchExpressions": [
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["cn-zhangjiakou-b"]}]}})
+}
+
+fn ws_with(subsets: Value, statuses: Value) -> WorkloadSpread {
+    serde_json::from_value(json!({
+        "metadata": {"name": "test-ws", "namespace": "default"},
+        "spec": {"targetRef": {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": "cloneset-test"},
+            "subsets": subsets},
+        "status": {"subsetStatuses": statuses.clone(), "versionedSubsetStatuses": {VERSION_IGNORED: statuses}}
+    })).unwrap()
+}
+
+fn pod() -> Value {
+    json!({"metadata": {"name": "test-pod-1", "namespace": "default",
+        "ownerReferences": [{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": "cloneset-test", "uid": "u", "controller": true}]},
+        "spec": {"containers": [{"name": "main", "image": "nginx:1.15.1"}]}})
+}
+
+fn key(name: &str) -> PodKey<'_> {
+    PodKey {
+        name,
+        version: VERSION_IGNORED,
+    }
+}
+
+/// Runs the create path like `mutatingPod(Create)`; returns the pod and new status.
+fn create(ws: &WorkloadSpread, mut pod: Value) -> (Value, Option<WorkloadSpreadStatus>) {
+    let d = decide_create(ws, key("test-pod-1"), 0, now(), "gen-uid");
+    if let Some(subset) = &d.subset {
+        inject(&mut pod, ws, subset, d.generated_uid.as_deref()).unwrap();
+    }
+    (pod, d.new_status)
+}
+
+fn versioned(status: &WorkloadSpreadStatus) -> &Vec<WorkloadSpreadSubsetStatus> {
+    &status.versioned_subset_statuses[VERSION_IGNORED]
+}
+
+fn expect_subset_a_injected(pod: &Value) {
+    let a = subset_a();
+    assert_eq!(pod["metadata"]["labels"], json!({"subset": "subset-a"}));
+    assert_eq!(
+        pod["metadata"]["annotations"],
+        json!({"subset": "subset-a",
+        "apps.kruise.io/matched-workloadspread": r#"{"name":"test-ws","subset":"subset-a"}"#})
+    );
+    assert_eq!(pod["spec"]["tolerations"], a["tolerations"]);
+    let na = &pod["spec"]["affinity"]["nodeAffinity"];
+    assert_eq!(
+        na["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
+        json!([a["requiredNodeSelector"]])
+    );
+    assert_eq!(
+        na["preferredDuringSchedulingIgnoredDuringExecution"],
+        a["preferredNodeSelector"]
+    );
+}
+
+#[test]
+fn case01_create_takes_a_slot() {
+    let ws = ws_with(
+        json!([subset_a()]),
+        json!([{"name": "subset-a", "missingReplicas": 5, "replicas": 0}]),
+    );
+    let (pod, status) = create(&ws, pod());
+    expect_subset_a_injected(&pod);
+    let s = status.expect("status write");
+    assert_eq!(versioned(&s)[0].missing_replicas, 4);
+    assert_eq!(
+        versioned(&s)[0].creating_pods.keys().collect::<Vec<_>>(),
+        vec!["test-pod-1"]
+    );
+    assert_eq!(versioned(&s)[0].creating_pods["test-pod-1"].0, now());
+}
+
+#[test]
+fn case02_full_subset_spills_to_unlimited_without_status_write() {
+    let ws = ws_with(
+        json!([subset_a(), subset_b()]),
+        json!([{"name": "subset-a", "missingReplicas": 0, "replicas": 5}, {"name": "subset-b", "missingReplicas": -1, "replicas": 0}]),
+    );
+    let (pod, status) = create(&ws, pod());
+    assert!(status.is_none());
+    assert_eq!(
+        pod["metadata"]["annotations"],
+        json!({"apps.kruise.io/matched-workloadspread": r#"{"name":"test-ws","subset":"subset-b"}"#})
+    );
+    let na = &pod["spec"]["affinity"]["nodeAffinity"];
+    assert_eq!(
+        na["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
+        json!([subset_b()["requiredNodeSelector"]])
+    );
+    assert!(na
+        .get("preferredDuringSchedulingIgnoredDuringExecution")
+        .is_none());
+}
+
+#[test]
+fn case03_no_room_admits_unchanged() {
+    let ws = ws_with(
+        json!([subset_a()]),
+        json!([{"name": "subset-a", "missingReplicas": 0, "replicas": 5}]),
+    );
+    let (p, status) = create(&ws, pod());
+    assert_eq!(p, pod());
+    assert!(status.is_none());
+}
+
+#[test]
+fn case05_unlimited_status_injects_without_write() {
+    let ws = ws_with(
+        json!([subset_a()]),
+        json!([{"name": "subset-a", "missingReplicas": -1, "replicas": 0}]),
+    );
+    let (p, status) = create(&ws, pod());
+    expect_subset_a_injected(&p);
+    assert!(status.is_none());
+}
+
+#[test]
+fn case06_readmission_is_idempotent() {
+    let ws = ws_with(
+        json!([subset_a()]),
+        json!([{"name": "subset-a", "missingReplicas": 4, "replicas": 0,
+        "creatingPods": {"test-pod-1": "2024-05-01T09:59:59Z"}}]),
+    );
+    let (p, status) = create(&ws, pod());
+    expect_subset_a_injected(&p);
+    assert!(status.is_none());
+}
+
+fn delete(ws: &WorkloadSpread, annotation: Option<&str>) -> Option<WorkloadSpreadStatus> {
+    let matched = MatchedWorkloadSpread::parse(annotation?).ok()?;
+    decide_release(ws, key("test-pod-1"), &matched.subset, 0, now())
+}
+
+#[test]
+fn case07_08_delete_and_eviction_free_a_slot() {
+    let ws = ws_with(
+        json!([subset_a()]),
+        json!([{"name": "subset-a", "missingReplicas": 0, "replicas": 5}]),
+    );
+    let s = delete(&ws, Some(r#"{"name":"test-ws","subset":"subset-a"}"#)).expect("status write");
+    assert_eq!(versioned(&s)[0].missing_replicas, 1);
+    assert_eq!(
+        versioned(&s)[0].deleting_pods.keys().collect::<Vec<_>>(),
+        vec!["test-pod-1"]
+    );
+}
+
+#[test]
+fn case09_to_12_deletes_that_change_nothing() {
+    let ws = ws_with(
+        json!([subset_a()]),
+        json!([{"name": "subset-a", "missingReplicas": 0, "replicas": 5}]),
+    );
+    assert!(delete(&ws, None).is_none());
+    assert!(delete(&ws, Some(r#"{"Name":"test-ws","Subset":"subset-b"}"#)).is_none());
+    let ws = ws_with(
+        json!([subset_a()]),
+        json!([{"name": "subset-a", "missingReplicas": 1, "replicas": 5,
+        "deletingPods": {"test-pod-1": "2024-05-01T09:59:59Z"}}]),
+    );
+    assert!(delete(&ws, Some(r#"{"name":"test-ws","subset":"subset-a"}"#)).is_none());
+    let ws = ws_with(
+        json!([subset_a()]),
+        json!([{"name": "subset-a", "missingReplicas": -1, "replicas": 5}]),
+    );
+    assert!(delete(&ws, Some(r#"{"name":"test-ws","subset":"subset-a"}"#)).is_none());
+}
+
+#[test]
+fn case14_priority_class_patch_clears_priority() {
+    let ws = ws_with(
+        json!([{"name": "subset-a", "maxReplicas": 5, "patch": {"spec": {"priorityClassName": "low"}}}]),
+        json!([{"name": "subset-a", "missingReplicas": 5, "replicas": 0}]),
+    );
+    let mut p = pod();
+    p["spec"]["priority"] = json!(10000);
+    p["spec"]["priorityClassName"] = json!("high");
+    let (p, status) = create(&ws, p);
+    assert_eq!(p["spec"]["priorityClassName"], "low");
+    assert!(p["spec"].get("priority").is_none());
+    assert_eq!(p["spec"]["affinity"], json!({"nodeAffinity": {}}));
+    assert_eq!(
+        p["metadata"]["annotations"]["apps.kruise.io/matched-workloadspread"],
+        r#"{"name":"test-ws","subset":"subset-a"}"#
+    );
+    let s = status.unwrap();
+    assert_eq!(versioned(&s)[0].missing_replicas, 4);
+    assert!(versioned(&s)[0].creating_pods.contains_key("test-pod-1"));
+}
+
+#[test]
+fn unnamed_pod_gets_generated_uid() {
+    // TestWorkloadSpreadCreatePodWithoutFullName
+    let ws = ws_with(
+        json!([subset_a(), {"name": "subset-b", "maxReplicas": 2}]),
+        json!([{"name": "subset-a", "missingReplicas": 0, "replicas": 5}, {"name": "subset-b", "missingReplicas": 2, "replicas": 0}]),
+    );
+    let d = decide_create(&ws, key(""), 0, now(), "c0ffee");
+    assert_eq!(d.subset.as_deref(), Some("subset-b"));
+    assert_eq!(d.generated_uid.as_deref(), Some("c0ffee"));
+    let s = d.new_status.unwrap();
+    assert_eq!(
+        versioned(&s)[1].creating_pods.keys().collect::<Vec<_>>(),
+        vec!["c0ffee"]
+    );
+    let mut p = pod();
+    inject(&mut p, &ws, "subset-b", Some("c0ffee")).unwrap();
+    assert_eq!(
+        p["metadata"]["annotations"]["apps.kruise.io/matched-workloadspread"],
+        r#"{"name":"test-ws","subset":"subset-b","uid":"c0ffee"}"#
+    );
+}
+
+#[test]
+fn initialized_subset_statuses() {
+    // TestInitializedSubsetStatuses
+    let ws = |a: Value, b: Value| -> WorkloadSpread {
+        serde_json::from_value(json!({"spec": {"subsets": [{"name": "a", "maxReplicas": a}, {"name": "b", "maxReplicas": b}, {"name": "c"}]}})).unwrap()
+    };
+    let missing = |w: &WorkloadSpread, r| {
+        initial_subset_statuses(w, r)
+            .iter()
+            .map(|s| s.missing_replicas)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(missing(&ws(json!(2), json!(3)), 0), vec![2, 3, -1]);
+    assert_eq!(missing(&ws(json!(2), json!(3)), 5), vec![2, 3, -1]);
+    let pct: WorkloadSpread = serde_json::from_value(
+        json!({"spec": {"subsets": [{"name": "a", "maxReplicas": "20%"},
+        {"name": "b", "maxReplicas": "30%"}, {"name": "c", "maxReplicas": "50%"}]}}),
+    )
+    .unwrap();
+    assert_eq!(missing(&pct, 10), vec![2, 3, 5]);
+    assert!(needs_workload_replicas(&pct));
+    assert!(!needs_workload_replicas(&ws(json!(2), json!(3))));
+}
+
+#[test]
+fn ordinals() {
+    // TestGetParentNameAndOrdinal
+    for i in 0..500 {
+        assert_eq!(pod_ordinal(&format!("sample-{i}")), i);
+    }
+    assert_eq!(pod_ordinal("sample"), -1);
+    assert_eq!(pod_ordinal("sample-x"), -1);
+    assert_eq!(pod_ordinal("sample-99999999999"), -1);
+}
+
+#[test]
+fn statefulset_ordinal_ranges() {
+    // max 5,5,nil → ordinals [0,5)→a, [5,10)→b, [10,∞)→c; unschedulable subsets are skipped.
+    let mut ws: WorkloadSpread = serde_json::from_value(json!({"spec": {
+        "targetRef": {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "s"},
+        "subsets": [{"name": "a", "maxReplicas": 5}, {"name": "b", "maxReplicas": 5}, {"name": "c"}]}})).unwrap();
+    let pick = |ws: &WorkloadSpread, n: &str| decide_create(ws, key(n), 0, now(), "x");
+    for (n, want) in [
+        ("s-0", "a"),
+        ("s-4", "a"),
+        ("s-5", "b"),
+        ("s-9", "b"),
+        ("s-10", "c"),
+        ("s-1000", "c"),
+        ("noordinal", "a"),
+    ] {
+        let d = pick(&ws, n);
+        assert_eq!(d.subset.as_deref(), Some(want), "{n}");
+        assert!(d.new_status.is_none());
+    }
+    ws.status = Some(serde_json::from_value(json!({"subsetStatuses": [{"name": "a", "replicas": 0, "missingReplicas": 5,
+        "conditions": [{"type": "Schedulable", "status": "False", "reason": "PodUnschedulable"}]}]})).unwrap());
+    assert_eq!(pick(&ws, "s-0").subset.as_deref(), Some("b"));
+    assert_eq!(pick(&ws, "s-5").subset.as_deref(), Some("c"));
+}
+
+#[test]
+fn single_unlimited_subset_shortcut() {
+    let ws = ws_with(json!([{"name": "only"}]), json!([]));
+    let d = decide_create(&ws, key("p"), 0, now(), "x");
+    assert_eq!((d.subset.as_deref(), d.new_status), (Some("only"), None));
+}
+
+#[test]
+fn unschedulable_subsets_are_skipped() {
+    let ws = ws_with(
+        json!([subset_a(), subset_b()]),
+        json!([
+        {"name": "subset-a", "missingReplicas": 5, "replicas": 0, "conditions": [{"type": "Schedulable", "status": "False", "reason": "PodUnschedulable"}]},
+        {"name": "subset-b", "missingReplicas": -1, "replicas": 0}]),
+    );
+    assert_eq!(
+        decide_create(&ws, key("p"), 0, now(), "x")
+            .subset
+            .as_deref(),
+        Some("subset-b")
+    );
+}
+
+#[test]
+fn min_replicas_served_first() {
+    // a (max 10) then b (min 2, unlimited): b gets pods until it holds 2, then a fills.
+    let ws: WorkloadSpread = serde_json::from_value(json!({"metadata": {"name": "w"}, "spec": {
+        "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d"},
+        "subsets": [{"name": "a", "maxReplicas": 10}, {"name": "b", "minReplicas": 2}]}}))
+    .unwrap();
+    let mut status = WorkloadSpreadStatus::default();
+    let picks: Vec<String> = (0..5)
+        .map(|i| {
+            let name = format!("p{i}");
+            let c = claim_for_create(&mut status, &ws, key(&name), 10, now(), "x");
+            // The unlimited subset has no creatingPods entries: emulate the controller counting it.
+            if c.subset.as_deref() == Some("b") {
+                let s = status
+                    .versioned_subset_statuses
+                    .get_mut(VERSION_IGNORED)
+                    .unwrap();
+                s[1].replicas += 1;
+            }
+            c.subset.unwrap()
+        })
+        .collect();
+    assert_eq!(picks, vec!["b", "b", "a", "a", "a"]);
+}
