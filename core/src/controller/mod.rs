@@ -1,0 +1,231 @@
+//! Controller math (reference §4): one pure `reconcile` computing a WorkloadSpread's
+//! status, the pods to adopt, deletion costs, pods to reschedule, events and the
+//! requeue delay. The controller binary fetches the inputs and applies the outputs.
+
+pub mod cost;
+pub mod grouping;
+pub mod status;
+
+use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus, WorkloadSpreadSubsetStatus};
+use crate::pods::{controller_of, is_active};
+use crate::selector::NodeInfo;
+use crate::version::{pod_version, VersionedKinds};
+use crate::workload::is_pod_selected;
+use crate::Timestamp;
+use cost::{deletion_costs, CostPatch};
+use grouping::{group_pods, Adoption, SubsetPods};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::SignedDuration;
+use status::StatusCalc;
+use std::collections::BTreeMap;
+
+/// Timing knobs; the defaults are the reference's constants.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReconcileOptions {
+    /// How long an admitted-but-unseen pod holds its slot (reference: 30 s).
+    pub creating_window: SignedDuration,
+    /// How long a deleted-but-still-present pod frees its slot (reference: 15 s).
+    pub deleting_window: SignedDuration,
+    /// How long a subset stays `Schedulable=False` (reference: 300 s, not configurable).
+    pub reschedule_hold: SignedDuration,
+}
+
+impl Default for ReconcileOptions {
+    fn default() -> Self {
+        ReconcileOptions {
+            creating_window: SignedDuration::from_secs(30),
+            deleting_window: SignedDuration::from_secs(15),
+            reschedule_hold: SignedDuration::from_secs(300),
+        }
+    }
+}
+
+/// An event to record on the WorkloadSpread.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// `Normal` or `Warning`.
+    pub type_: &'static str,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Event {
+    pub fn warning(reason: &'static str, message: String) -> Self {
+        Event {
+            type_: "Warning",
+            reason,
+            message,
+        }
+    }
+    pub fn normal(reason: &'static str, message: String) -> Self {
+        Event {
+            type_: "Normal",
+            reason,
+            message,
+        }
+    }
+}
+
+/// Everything a reconcile needs.
+#[derive(Clone, Copy, Debug)]
+pub struct ReconcileInput<'a> {
+    pub ws: &'a WorkloadSpread,
+    /// Pods owned by the workload (inactive ones included). Like the reference, callers
+    /// pass none when the workload's own replica field is 0; `targetFilter` is applied here.
+    pub pods: &'a [Pod],
+    /// Replica count used for percentages (0 when the workload does not exist).
+    pub workload_replicas: i32,
+    /// `version::workload_version` of the workload ("" when unknown).
+    pub latest_version: &'a str,
+    /// Nodes by name (for adopting pods that carry no subset annotation).
+    pub nodes: &'a BTreeMap<String, NodeInfo>,
+    pub versioned_kinds: &'a VersionedKinds,
+    pub now: Timestamp,
+    pub options: &'a ReconcileOptions,
+}
+
+/// What the controller must do.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReconcileOutput {
+    pub status: WorkloadSpreadStatus,
+    /// Metadata patches adopting pods into subsets (apply before the status).
+    pub adoptions: Vec<Adoption>,
+    /// Deletion-cost annotations to write.
+    pub deletion_costs: Vec<CostPatch>,
+    /// Pods to delete (unschedulable for longer than `rescheduleCriticalSeconds`).
+    pub pods_to_delete: Vec<String>,
+    pub events: Vec<Event>,
+    /// Reconcile again after this long (`None`: only on changes).
+    pub requeue_after: Option<std::time::Duration>,
+}
+
+/// `syncWorkloadSpread`.
+pub fn reconcile(input: &ReconcileInput<'_>) -> ReconcileOutput {
+    let ws = input.ws;
+    let filter = ws.spec.target_filter.as_ref();
+    let no_labels = BTreeMap::new();
+    let pods: Vec<&Pod> = input
+        .pods
+        .iter()
+        .filter(|p| {
+            is_pod_selected(filter, p.metadata.labels.as_ref().unwrap_or(&no_labels))
+                .unwrap_or(false)
+        })
+        .collect();
+    let mut adoptions = Vec::new();
+    let (versioned, aggregate) = group_versioned(input, &pods, &mut adoptions);
+    let deletion_costs = deletion_costs(
+        ws,
+        &pods,
+        &versioned,
+        input.latest_version,
+        input.workload_replicas,
+    );
+    let mut calc = StatusCalc::new(ws, input.now, input.options);
+    let status = calculate_status(&mut calc, input, &pods, &versioned, &aggregate);
+    ReconcileOutput {
+        status,
+        adoptions,
+        deletion_costs,
+        pods_to_delete: calc.unschedulable_pods,
+        events: calc.events,
+        requeue_after: calc
+            .requeue
+            .and_then(|d| std::time::Duration::try_from(d).ok()),
+    }
+}
+
+fn group_versioned(
+    input: &ReconcileInput<'_>,
+    pods: &[&Pod],
+    adoptions: &mut Vec<Adoption>,
+) -> (BTreeMap<String, SubsetPods>, SubsetPods) {
+    let mut by_version: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, pod) in pods.iter().enumerate() {
+        let owner = controller_of(pod).map(|o| o.kind);
+        let v = pod_version(
+            pod.metadata.labels.as_ref(),
+            owner.as_deref(),
+            input.versioned_kinds,
+        );
+        by_version.entry(v).or_default().push(i);
+    }
+    let mut versioned = BTreeMap::new();
+    let mut aggregate: SubsetPods = BTreeMap::new();
+    for (version, indices) in by_version {
+        let groups = group_pods(
+            input.ws,
+            pods,
+            &indices,
+            input.nodes,
+            input.workload_replicas,
+            adoptions,
+        );
+        for (subset, members) in &groups {
+            aggregate.entry(subset.clone()).or_default().extend(members);
+        }
+        versioned.insert(version, groups);
+    }
+    (versioned, aggregate)
+}
+
+fn calculate_status(
+    calc: &mut StatusCalc<'_>,
+    input: &ReconcileInput<'_>,
+    pods: &[&Pod],
+    versioned: &BTreeMap<String, SubsetPods>,
+    aggregate: &SubsetPods,
+) -> WorkloadSpreadStatus {
+    let ws = input.ws;
+    let old = ws.status.clone().unwrap_or_default();
+    let replicas = input.workload_replicas;
+    let mut status = WorkloadSpreadStatus {
+        observed_generation: ws.metadata.generation.unwrap_or(0),
+        subset_statuses: calc.subset_statuses(
+            aggregate,
+            pods,
+            &old.subset_statuses,
+            replicas,
+            true,
+        ),
+        versioned_subset_statuses: BTreeMap::new(),
+    };
+    for (version, groups) in versioned {
+        let old_v = old
+            .versioned_subset_statuses
+            .get(version)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let computed = calc.subset_statuses(groups, pods, old_v, replicas, false);
+        status
+            .versioned_subset_statuses
+            .insert(version.clone(), computed);
+    }
+    let empty = SubsetPods::new();
+    for (version, old_v) in &old.versioned_subset_statuses {
+        if versioned.contains_key(version) {
+            continue;
+        }
+        let computed = calc.subset_statuses(&empty, pods, old_v, replicas, false);
+        if has_anything(&computed) {
+            status
+                .versioned_subset_statuses
+                .insert(version.clone(), computed);
+        }
+    }
+    status
+}
+
+fn has_anything(statuses: &[WorkloadSpreadSubsetStatus]) -> bool {
+    statuses
+        .iter()
+        .any(|s| s.replicas > 0 || !s.creating_pods.is_empty() || !s.deleting_pods.is_empty())
+}
+
+/// Active pods per subset of a computed grouping (for metrics and the planner).
+pub fn active_count(pods: &[&Pod], members: &[usize]) -> usize {
+    members.iter().filter(|&&i| is_active(pods[i])).count()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,302 @@
+//! Subset status calculation with the creating/deleting windows, the Schedulable
+//! condition and rescheduling decisions (reference §4.6, §4.7).
+
+use super::{Event, ReconcileOptions};
+use crate::api::v1beta1::{
+    SubsetCondition, WorkloadSpread, WorkloadSpreadSubset, WorkloadSpreadSubsetStatus,
+};
+use crate::api::{
+    CONDITION_SCHEDULABLE, REASON_POD_UNSCHEDULABLE, REASON_SUFFICIENT, STRATEGY_ADAPTIVE,
+};
+use crate::percent::scaled_value;
+use crate::pods::{is_active, matched, name};
+use crate::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::SignedDuration;
+
+/// Accumulates events, the requeue delay and pods to reschedule during one reconcile.
+pub struct StatusCalc<'a> {
+    pub ws: &'a WorkloadSpread,
+    pub now: Timestamp,
+    pub options: &'a ReconcileOptions,
+    pub events: Vec<Event>,
+    pub requeue: Option<SignedDuration>,
+    /// Pods to delete because they stayed unschedulable too long.
+    pub unschedulable_pods: Vec<String>,
+}
+
+impl<'a> StatusCalc<'a> {
+    pub fn new(ws: &'a WorkloadSpread, now: Timestamp, options: &'a ReconcileOptions) -> Self {
+        StatusCalc {
+            ws,
+            now,
+            options,
+            events: vec![],
+            requeue: None,
+            unschedulable_pods: vec![],
+        }
+    }
+
+    fn push_requeue(&mut self, d: SignedDuration) {
+        if d.is_positive() && self.requeue.is_none_or(|r| d < r) {
+            self.requeue = Some(d);
+        }
+    }
+
+    /// Time left until `since + window`; `None` when already past.
+    fn remaining(&self, since: &Time, window: SignedDuration) -> Option<SignedDuration> {
+        let left = window - self.now.duration_since(since.0);
+        (!left.is_negative()).then_some(left)
+    }
+
+    /// Statuses for all spec subsets (spec order, old statuses matched by name). Empty
+    /// when a subset's maxReplicas cannot be scaled (the reference writes nil then).
+    pub fn subset_statuses(
+        &mut self,
+        groups: &super::grouping::SubsetPods,
+        pods: &[&Pod],
+        old: &[WorkloadSpreadSubsetStatus],
+        replicas: i32,
+        collect_unschedulable: bool,
+    ) -> Vec<WorkloadSpreadSubsetStatus> {
+        let n = self.ws.spec.subsets.len();
+        let mut out = Vec::with_capacity(n);
+        for (i, subset) in self.ws.spec.subsets.iter().enumerate() {
+            let members: Vec<&Pod> = groups
+                .get(&subset.name)
+                .into_iter()
+                .flatten()
+                .map(|&p| pods[p])
+                .collect();
+            let old_status = old.iter().find(|s| s.name == subset.name);
+            let Some(mut status) = self.subset_status(subset, &members, old_status, replicas)
+            else {
+                return vec![];
+            };
+            self.apply_schedulable(
+                &mut status,
+                subset,
+                &members,
+                i + 1 == n,
+                collect_unschedulable,
+            );
+            out.push(status);
+        }
+        out
+    }
+
+    fn subset_status(
+        &mut self,
+        subset: &WorkloadSpreadSubset,
+        pods: &[&Pod],
+        old: Option<&WorkloadSpreadSubsetStatus>,
+        replicas: i32,
+    ) -> Option<WorkloadSpreadSubsetStatus> {
+        let max = match &subset.max_replicas {
+            None => -1,
+            Some(m) => scaled_value(m, replicas).ok().filter(|v| *v >= 0)?,
+        };
+        let mut status = WorkloadSpreadSubsetStatus {
+            name: subset.name.clone(),
+            missing_replicas: max,
+            ..Default::default()
+        };
+        let mut old_creating = old.map(|o| o.creating_pods.clone()).unwrap_or_default();
+        let old_deleting = old.map(|o| o.deleting_pods.clone()).unwrap_or_default();
+        for pod in pods {
+            let key = matched(pod)
+                .and_then(|m| m.uid)
+                .unwrap_or_else(|| name(pod).to_string());
+            old_creating.remove(&key);
+            if !is_active(pod) {
+                continue;
+            }
+            status.replicas += 1;
+            if status.missing_replicas > 0 {
+                status.missing_replicas -= 1;
+            }
+            if let Some(at) = old_deleting.get(name(pod)) {
+                self.track_deleting(&mut status, name(pod), at, max);
+            }
+        }
+        for (key, at) in old_creating {
+            self.track_creating(&mut status, &key, at);
+        }
+        status.conditions = old.map(|o| o.conditions.clone()).unwrap_or_default();
+        Some(status)
+    }
+
+    fn track_deleting(
+        &mut self,
+        status: &mut WorkloadSpreadSubsetStatus,
+        pod: &str,
+        at: &Time,
+        max: i32,
+    ) {
+        match self.remaining(at, self.options.deleting_window) {
+            None => self.events.push(Event::warning(
+                "DeletePodFailed",
+                format!(
+                    "Pod {}/{pod} was expected to be deleted but it wasn't",
+                    self.ws.namespace()
+                ),
+            )),
+            Some(left) => {
+                status.deleting_pods.insert(pod.to_string(), at.clone());
+                if status.missing_replicas < max {
+                    status.missing_replicas += 1;
+                }
+                self.push_requeue(left);
+            }
+        }
+    }
+
+    fn track_creating(&mut self, status: &mut WorkloadSpreadSubsetStatus, key: &str, at: Time) {
+        match self.remaining(&at, self.options.creating_window) {
+            None => self.events.push(Event::warning(
+                "CreatePodFailed",
+                format!(
+                    "Pod {}/{key} was expected to be created but it wasn't",
+                    self.ws.namespace()
+                ),
+            )),
+            Some(left) => {
+                status.creating_pods.insert(key.to_string(), at);
+                if status.missing_replicas > 0 {
+                    status.missing_replicas -= 1;
+                }
+                self.push_requeue(left);
+            }
+        }
+    }
+
+    /// `rescheduleCriticalSeconds` when rescheduling is on (Adaptive, set, > 0).
+    fn reschedule_seconds(&self) -> Option<i64> {
+        let strategy = &self.ws.spec.schedule_strategy;
+        if strategy.type_ != STRATEGY_ADAPTIVE {
+            return None;
+        }
+        let secs = strategy.adaptive.as_ref()?.reschedule_critical_seconds?;
+        (secs > 0).then_some(i64::from(secs))
+    }
+
+    fn apply_schedulable(
+        &mut self,
+        status: &mut WorkloadSpreadSubsetStatus,
+        subset: &WorkloadSpreadSubset,
+        pods: &[&Pod],
+        is_last: bool,
+        collect_unschedulable: bool,
+    ) {
+        let Some(seconds) = self.reschedule_seconds() else {
+            status
+                .conditions
+                .retain(|c| c.type_ != CONDITION_SCHEDULABLE);
+            return;
+        };
+        if is_last {
+            self.set_condition(status, "True", REASON_SUFFICIENT);
+            return;
+        }
+        let stuck = self.timed_out_unschedulable(pods, seconds);
+        let unschedulable = !stuck.is_empty();
+        if collect_unschedulable {
+            self.unschedulable_pods.extend(stuck);
+        }
+        let old = status.condition(CONDITION_SCHEDULABLE).cloned();
+        if unschedulable {
+            self.set_condition(status, "False", REASON_POD_UNSCHEDULABLE);
+        } else if let Some(old) = old.filter(|c| c.status == "False") {
+            let hold = self.options.reschedule_hold;
+            match old
+                .last_transition_time
+                .as_ref()
+                .and_then(|t| self.remaining(t, hold))
+            {
+                Some(left) => self.push_requeue(left),
+                None => {
+                    self.events.push(Event::normal(
+                        "RecoverSchedulable",
+                        format!(
+                            "Subset {} of WorkloadSpread {}/{} is recovered from unschedulable to schedulable",
+                            subset.name,
+                            self.ws.namespace(),
+                            self.ws.name()
+                        ),
+                    ));
+                    self.set_condition(status, "True", REASON_SUFFICIENT);
+                }
+            }
+        } else {
+            self.set_condition(status, "True", REASON_SUFFICIENT);
+        }
+    }
+
+    /// Pending, unbound pods marked Unschedulable whose creation is older than `seconds`.
+    fn timed_out_unschedulable(&mut self, pods: &[&Pod], seconds: i64) -> Vec<String> {
+        let window = SignedDuration::from_secs(seconds);
+        let mut stuck = Vec::new();
+        for pod in pods {
+            if !is_pending_unschedulable(pod) {
+                continue;
+            }
+            let created = pod
+                .metadata
+                .creation_timestamp
+                .clone()
+                .unwrap_or(Time(Timestamp::UNIX_EPOCH));
+            match self.remaining(&created, window) {
+                Some(left) => self.push_requeue(left),
+                None => stuck.push(name(pod).to_string()),
+            }
+        }
+        stuck
+    }
+
+    /// `setWorkloadSpreadSubsetCondition`.
+    fn set_condition(&self, status: &mut WorkloadSpreadSubsetStatus, value: &str, reason: &str) {
+        let existing = status
+            .conditions
+            .iter()
+            .position(|c| c.type_ == CONDITION_SCHEDULABLE);
+        let mut ltt = Some(Time(self.now));
+        if let Some(i) = existing {
+            let old = &status.conditions[i];
+            if old.status == value && old.reason == reason {
+                return;
+            }
+            if old.status == value {
+                ltt = old.last_transition_time.clone();
+            }
+            status.conditions.remove(i);
+        }
+        status.conditions.push(SubsetCondition {
+            type_: CONDITION_SCHEDULABLE.to_string(),
+            status: value.to_string(),
+            last_transition_time: ltt,
+            reason: reason.to_string(),
+            ..Default::default()
+        });
+    }
+}
+
+fn is_pending_unschedulable(pod: &Pod) -> bool {
+    let Some(status) = pod.status.as_ref() else {
+        return false;
+    };
+    let unbound = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .unwrap_or_default()
+        .is_empty();
+    pod.metadata.deletion_timestamp.is_none()
+        && status.phase.as_deref() == Some("Pending")
+        && unbound
+        && status.conditions.iter().flatten().any(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+        })
+}

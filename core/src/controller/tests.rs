@@ -1,0 +1,1094 @@
+//! Ported from `pkg/controller/workloadspread/*_test.go` (§5.5 of the reference spec).
+
+use super::cost::subset_costs;
+use super::grouping::subset_score;
+use super::*;
+use crate::api::{FAKE_SUBSET_NAME, POD_DELETION_COST_ANNOTATION, VERSION_IGNORED};
+use k8s_openapi::jiff::ToSpan;
+use serde_json::{json, Value};
+
+fn now() -> Timestamp {
+    "2024-05-01T10:00:00Z".parse().unwrap()
+}
+
+fn ago(secs: i64) -> String {
+    (now() - secs.seconds()).to_string()
+}
+
+/// `podDemo`: Running, Ready, on node-1, owned by CloneSet cloneset-test.
+fn pod(name: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "namespace": "ns", "labels": {"app": "nginx"},
+            "creationTimestamp": "2024-05-01T09:00:00Z",
+            "ownerReferences": [{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": "cloneset-test",
+                "uid": "a03eb001-27eb-4713-b634-7c46f6861758", "controller": true}]},
+        "spec": {"nodeName": "node-1", "containers": [{"name": "main", "image": "nginx"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2024-05-01T09:00:10Z"}]}
+    })
+}
+
+fn in_subset(mut p: Value, subset: &str) -> Value {
+    p["metadata"]["annotations"] = json!({"apps.kruise.io/matched-workloadspread":
+        json!({"name": "test-workloadSpread", "subset": subset}).to_string()});
+    p
+}
+
+fn with(mut p: Value, f: impl FnOnce(&mut Value)) -> Value {
+    f(&mut p);
+    p
+}
+
+fn pods(values: Vec<Value>) -> Vec<Pod> {
+    values
+        .into_iter()
+        .map(|v| serde_json::from_value(v).unwrap())
+        .collect()
+}
+
+fn ws(subsets: Value, status: Value) -> WorkloadSpread {
+    serde_json::from_value(json!({
+        "metadata": {"name": "test-workloadSpread", "namespace": "ns", "generation": 10},
+        "spec": {"targetRef": {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": "cloneset-test"},
+            "subsets": subsets},
+        "status": status
+    })).unwrap()
+}
+
+fn one_subset(max: Value) -> Value {
+    json!([{"name": "subset-a", "maxReplicas": max}])
+}
+
+struct Run {
+    out: ReconcileOutput,
+}
+
+impl Run {
+    fn subset(&self, name: &str) -> &WorkloadSpreadSubsetStatus {
+        self.out
+            .status
+            .subset_statuses
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap()
+    }
+    fn cost(&self, pod: &str) -> Option<i64> {
+        self.out
+            .deletion_costs
+            .iter()
+            .find(|c| c.pod == pod)
+            .map(|c| c.cost)
+    }
+}
+
+fn run_with(
+    ws: &WorkloadSpread,
+    pods: &[Pod],
+    replicas: i32,
+    kinds: &VersionedKinds,
+    latest: &str,
+    nodes: &BTreeMap<String, NodeInfo>,
+) -> Run {
+    let options = ReconcileOptions::default();
+    let input = ReconcileInput {
+        ws,
+        pods,
+        workload_replicas: replicas,
+        latest_version: latest,
+        nodes,
+        versioned_kinds: kinds,
+        now: now(),
+        options: &options,
+    };
+    Run {
+        out: reconcile(&input),
+    }
+}
+
+fn run(ws: &WorkloadSpread, pods: &[Pod], replicas: i32) -> Run {
+    run_with(
+        ws,
+        pods,
+        replicas,
+        &VersionedKinds::default(),
+        VERSION_IGNORED,
+        &BTreeMap::new(),
+    )
+}
+
+#[test]
+fn subset_pod_deletion_cost() {
+    // TestSubsetPodDeletionCost: (subsets, index, max, pods) → costs (None = untouched).
+    let running = |n: &str| pod(n);
+    let unscheduled = |n: &str| {
+        with(pod(n), |p| {
+            p["spec"]["nodeName"] = json!(null);
+            p["status"] = json!({"phase": "Pending"});
+        })
+    };
+    let pending = |n: &str| {
+        with(pod(n), |p| {
+            p["status"] = json!({"phase": "Pending"});
+        })
+    };
+    let unknown = |n: &str| {
+        with(pod(n), |p| {
+            p["status"] = json!({"phase": "Unknown"});
+        })
+    };
+    let terminating = |n: &str| {
+        with(pod(n), |p| {
+            p["metadata"]["deletionTimestamp"] = json!("2024-05-01T09:59:00Z");
+        })
+    };
+    let failed = |n: &str| {
+        with(pod(n), |p| {
+            p["status"]["phase"] = json!("Failed");
+        })
+    };
+    let succeeded = |n: &str| {
+        with(pod(n), |p| {
+            p["status"]["phase"] = json!("Succeeded");
+        })
+    };
+    let same = |k: usize| {
+        (0..k)
+            .map(|i| running(&format!("pod-{i}")))
+            .collect::<Vec<_>>()
+    };
+    type Case = (i64, i64, Option<usize>, Vec<Value>, Vec<Option<i64>>);
+    let cases: Vec<Case> = vec![
+        (2, 0, Some(3), same(3), vec![Some(200); 3]),
+        (2, 1, Some(3), same(3), vec![Some(100); 3]),
+        (
+            2,
+            0,
+            Some(3),
+            same(4),
+            vec![Some(-100), Some(200), Some(200), Some(200)],
+        ),
+        (
+            2,
+            1,
+            Some(3),
+            same(4),
+            vec![Some(-200), Some(100), Some(100), Some(100)],
+        ),
+        (1, 0, Some(3), same(3), vec![Some(100); 3]),
+        (1, 0, Some(3), same(2), vec![Some(100); 2]),
+        (
+            1,
+            0,
+            Some(1),
+            same(3),
+            vec![Some(-100), Some(-100), Some(100)],
+        ),
+        (
+            1,
+            0,
+            Some(1),
+            vec![
+                terminating("pod-0"),
+                running("pod-1"),
+                running("pod-2"),
+                running("pod-3"),
+            ],
+            vec![None, Some(-100), Some(-100), Some(100)],
+        ),
+        (1, 0, None, same(3), vec![Some(100); 3]),
+        (
+            1,
+            0,
+            Some(2),
+            vec![
+                unscheduled("pod-0"),
+                running("pod-1"),
+                running("pod-2"),
+                pending("pod-3"),
+                pending("pod-4"),
+            ],
+            vec![Some(-100), Some(100), Some(100), Some(-100), Some(-100)],
+        ),
+        (
+            1,
+            0,
+            Some(2),
+            vec![
+                running("pod-0"),
+                running("pod-1"),
+                unscheduled("pod-2"),
+                pending("pod-3"),
+                unknown("pod-4"),
+            ],
+            vec![Some(100), Some(100), Some(-100), Some(-100), Some(-100)],
+        ),
+        (
+            1,
+            0,
+            Some(2),
+            vec![
+                running("pod-0"),
+                running("pod-1"),
+                unscheduled("pod-2"),
+                pending("pod-3"),
+                terminating("pod-4"),
+            ],
+            vec![Some(100), Some(100), Some(-100), Some(-100), None],
+        ),
+        (
+            1,
+            0,
+            Some(2),
+            vec![
+                running("pod-0"),
+                running("pod-1"),
+                unscheduled("pod-2"),
+                terminating("pod-3"),
+                pending("pod-4"),
+            ],
+            vec![Some(100), Some(100), Some(-100), None, Some(-100)],
+        ),
+        (
+            1,
+            0,
+            Some(2),
+            vec![
+                running("pod-0"),
+                running("pod-1"),
+                unscheduled("pod-2"),
+                failed("pod-3"),
+                pending("pod-4"),
+            ],
+            vec![Some(100), Some(100), Some(-100), None, Some(-100)],
+        ),
+        (
+            1,
+            0,
+            Some(2),
+            vec![
+                running("pod-0"),
+                running("pod-1"),
+                unscheduled("pod-2"),
+                succeeded("pod-3"),
+                pending("pod-4"),
+            ],
+            vec![Some(100), Some(100), Some(-100), None, Some(-100)],
+        ),
+    ];
+    for (case, (n, idx, max, values, want)) in cases.into_iter().enumerate() {
+        let owned = pods(values);
+        let refs: Vec<&Pod> = owned.iter().collect();
+        let active: Vec<usize> = (0..refs.len())
+            .filter(|&i| crate::pods::is_active(refs[i]))
+            .collect();
+        let got: BTreeMap<usize, i64> = subset_costs(&refs, active, max, 0, idx, n)
+            .into_iter()
+            .collect();
+        let got: Vec<Option<i64>> = (0..refs.len()).map(|i| got.get(&i).copied()).collect();
+        assert_eq!(got, want, "case {}", case + 1);
+    }
+}
+
+#[test]
+fn reconcile_basic_counts_and_costs() {
+    // TestWorkloadSpreadReconcile cases 1-6 and 16.
+    let r = run(
+        &ws(
+            one_subset(json!(5)),
+            json!({"subsetStatuses": [{"name": "subset-a", "replicas": 0, "missingReplicas": 5}]}),
+        ),
+        &[],
+        0,
+    );
+    let a = r.subset("subset-a");
+    assert_eq!(
+        (
+            a.missing_replicas,
+            a.replicas,
+            r.out.status.observed_generation
+        ),
+        (5, 0, 10)
+    );
+    assert!(a.creating_pods.is_empty() && a.deleting_pods.is_empty());
+
+    let two =
+        json!([{"name": "subset-a", "maxReplicas": 5}, {"name": "subset-b", "maxReplicas": 5}]);
+    let r = run(&ws(two.clone(), json!({})), &[], 10);
+    assert_eq!(
+        (
+            r.subset("subset-a").missing_replicas,
+            r.subset("subset-b").missing_replicas
+        ),
+        (5, 5)
+    );
+
+    let p = pods(vec![
+        in_subset(pod("test-pod-0"), "subset-a"),
+        in_subset(pod("test-pod-1"), "subset-b"),
+    ]);
+    let r = run(&ws(two, json!({})), &p, 10);
+    assert_eq!(
+        (
+            r.subset("subset-a").replicas,
+            r.subset("subset-a").missing_replicas
+        ),
+        (1, 4)
+    );
+    assert_eq!(
+        (
+            r.subset("subset-b").replicas,
+            r.subset("subset-b").missing_replicas
+        ),
+        (1, 4)
+    );
+    assert_eq!(
+        (r.cost("test-pod-0"), r.cost("test-pod-1")),
+        (Some(200), Some(100))
+    );
+
+    let one = pods(vec![in_subset(pod("test-pod-0"), "subset-a")]);
+    let r = run(&ws(one_subset(json!(5)), json!({})), &one, 10);
+    assert_eq!(
+        (
+            r.subset("subset-a").replicas,
+            r.subset("subset-a").missing_replicas,
+            r.cost("test-pod-0")
+        ),
+        (1, 4, Some(100))
+    );
+    assert_eq!(
+        run(&ws(one_subset(json!("100%")), json!({})), &one, 5)
+            .subset("subset-a")
+            .missing_replicas,
+        4
+    );
+    assert_eq!(
+        run(&ws(one_subset(json!("80%")), json!({})), &one, 5)
+            .subset("subset-a")
+            .missing_replicas,
+        3
+    );
+
+    let five = pods(
+        (0..5)
+            .map(|i| in_subset(pod(&format!("test-pod-{i}")), "subset-a"))
+            .collect(),
+    );
+    let r = run(&ws(one_subset(json!(3)), json!({})), &five, 10);
+    let costs: Vec<Option<i64>> = (0..5).map(|i| r.cost(&format!("test-pod-{i}"))).collect();
+    assert_eq!(
+        costs,
+        vec![Some(-100), Some(-100), Some(100), Some(100), Some(100)]
+    );
+    assert_eq!(
+        (
+            r.subset("subset-a").missing_replicas,
+            r.subset("subset-a").replicas
+        ),
+        (0, 5)
+    );
+}
+
+fn status_with(creating: Value, deleting: Value) -> Value {
+    json!({"subsetStatuses": [{"name": "subset-a", "replicas": 0, "missingReplicas": 5, "creatingPods": creating, "deletingPods": deleting}]})
+}
+
+#[test]
+fn reconcile_creating_and_deleting_windows() {
+    // TestWorkloadSpreadReconcile cases 7-14.
+    let p0 = pods(vec![in_subset(pod("test-pod-0"), "subset-a")]);
+    let r = run(
+        &ws(
+            one_subset(json!(5)),
+            status_with(
+                json!({"test-pod-0": ago(2), "test-pod-1": ago(2)}),
+                json!({}),
+            ),
+        ),
+        &p0,
+        10,
+    );
+    let a = r.subset("subset-a");
+    assert_eq!(a.missing_replicas, 3);
+    assert_eq!(
+        a.creating_pods.keys().collect::<Vec<_>>(),
+        vec!["test-pod-1"]
+    );
+
+    let r = run(
+        &ws(
+            one_subset(json!(5)),
+            status_with(
+                json!({"test-pod-0": ago(60), "test-pod-1": ago(60)}),
+                json!({}),
+            ),
+        ),
+        &p0,
+        10,
+    );
+    assert_eq!(
+        (
+            r.subset("subset-a").missing_replicas,
+            r.subset("subset-a").creating_pods.len()
+        ),
+        (4, 0)
+    );
+    assert_eq!(
+        r.out.events,
+        vec![Event::warning(
+            "CreatePodFailed",
+            "Pod ns/test-pod-1 was expected to be created but it wasn't".into()
+        )]
+    );
+
+    let p01 = pods(vec![
+        in_subset(pod("test-pod-0"), "subset-a"),
+        in_subset(pod("test-pod-1"), "subset-a"),
+    ]);
+    let r = run(
+        &ws(
+            one_subset(json!(5)),
+            status_with(
+                json!({"test-pod-0": ago(3), "test-pod-1": ago(3)}),
+                json!({}),
+            ),
+        ),
+        &p01,
+        10,
+    );
+    assert_eq!(
+        (
+            r.subset("subset-a").replicas,
+            r.subset("subset-a").missing_replicas,
+            r.subset("subset-a").creating_pods.len()
+        ),
+        (2, 3, 0)
+    );
+
+    let mixed = pods(
+        (0..5)
+            .map(|i| {
+                let p = in_subset(pod(&format!("test-pod-{i}")), "subset-a");
+                match i {
+                    2 | 3 => with(p, |p| {
+                        p["status"]["phase"] = json!("Failed");
+                    }),
+                    4 => with(p, |p| {
+                        p["status"]["phase"] = json!("Succeeded");
+                    }),
+                    _ => p,
+                }
+            })
+            .collect(),
+    );
+    let r = run(
+        &ws(
+            one_subset(json!(5)),
+            status_with(
+                json!({"test-pod-0": ago(3), "test-pod-1": ago(3)}),
+                json!({}),
+            ),
+        ),
+        &mixed,
+        10,
+    );
+    assert_eq!(
+        (
+            r.subset("subset-a").replicas,
+            r.subset("subset-a").missing_replicas
+        ),
+        (2, 3)
+    );
+    assert_eq!(
+        r.out
+            .deletion_costs
+            .iter()
+            .map(|c| c.pod.as_str())
+            .collect::<Vec<_>>(),
+        vec!["test-pod-0", "test-pod-1"]
+    );
+
+    let five = |f: &dyn Fn(usize, Value) -> Value| {
+        pods(
+            (0..5)
+                .map(|i| f(i, in_subset(pod(&format!("test-pod-{i}")), "subset-a")))
+                .collect(),
+        )
+    };
+    let all = five(&|_, p| p);
+    let r = run(
+        &ws(
+            one_subset(json!(5)),
+            status_with(
+                json!({"test-pod-3": ago(5), "test-pod-4": ago(5)}),
+                json!({}),
+            ),
+        ),
+        &all,
+        10,
+    );
+    assert_eq!(
+        (
+            r.subset("subset-a").replicas,
+            r.subset("subset-a").missing_replicas
+        ),
+        (5, 0)
+    );
+    assert_eq!(r.out.deletion_costs.len(), 5);
+
+    let term4 = five(&|i, p| {
+        if i == 4 {
+            with(p, |p| {
+                p["metadata"]["deletionTimestamp"] = json!(ago(1));
+            })
+        } else {
+            p
+        }
+    });
+    let r = run(
+        &ws(
+            one_subset(json!(5)),
+            status_with(
+                json!({"test-pod-3": ago(5), "test-pod-4": ago(5)}),
+                json!({"test-pod-4": ago(1)}),
+            ),
+        ),
+        &term4,
+        10,
+    );
+    let a = r.subset("subset-a");
+    assert_eq!(
+        (a.replicas, a.missing_replicas, a.deleting_pods.len()),
+        (4, 1, 0)
+    );
+    assert_eq!(r.cost("test-pod-4"), None);
+
+    let r = run(
+        &ws(
+            one_subset(json!(5)),
+            status_with(json!({}), json!({"test-pod-4": ago(1)})),
+        ),
+        &all,
+        10,
+    );
+    let a = r.subset("subset-a");
+    assert_eq!(
+        (
+            a.replicas,
+            a.missing_replicas,
+            a.deleting_pods
+                .keys()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+        ),
+        (5, 1, vec!["test-pod-4"])
+    );
+
+    let r = run(
+        &ws(
+            one_subset(json!(5)),
+            status_with(
+                json!({"test-pod-3": ago(360), "test-pod-4": ago(360)}),
+                json!({"test-pod-4": ago(960)}),
+            ),
+        ),
+        &all,
+        10,
+    );
+    let a = r.subset("subset-a");
+    assert_eq!(
+        (
+            a.replicas,
+            a.missing_replicas,
+            a.deleting_pods.len(),
+            a.creating_pods.len()
+        ),
+        (5, 0, 0, 0)
+    );
+}
+
+#[test]
+fn reconcile_multiple_versions() {
+    // Case 15: a (max 3), b (nil); pods 0-5 in a, 6-9 in b; even pods old, odd pods new.
+    let subsets = json!([{"name": "subset-a", "maxReplicas": 3}, {"name": "subset-b"}]);
+    let p = pods(
+        (0..10)
+            .map(|i| {
+                let subset = if i < 6 { "subset-a" } else { "subset-b" };
+                let version = if i % 2 == 0 {
+                    "oldVersion"
+                } else {
+                    "newVersion"
+                };
+                with(in_subset(pod(&format!("test-pod-{i}")), subset), |p| {
+                    p["metadata"]["labels"]["pod-template-hash"] = json!(version);
+                })
+            })
+            .collect(),
+    );
+    let kinds = VersionedKinds::new(["deployment", "replicaset", "cloneset"]);
+    let r = run_with(
+        &ws(subsets, json!({})),
+        &p,
+        10,
+        &kinds,
+        "newVersion",
+        &BTreeMap::new(),
+    );
+    assert_eq!(
+        (
+            r.subset("subset-a").replicas,
+            r.subset("subset-a").missing_replicas
+        ),
+        (6, 0)
+    );
+    assert_eq!(
+        (
+            r.subset("subset-b").replicas,
+            r.subset("subset-b").missing_replicas
+        ),
+        (4, -1)
+    );
+    for v in ["oldVersion", "newVersion"] {
+        let s = &r.out.status.versioned_subset_statuses[v];
+        assert_eq!(
+            (
+                s[0].replicas,
+                s[0].missing_replicas,
+                s[1].replicas,
+                s[1].missing_replicas
+            ),
+            (3, 0, 2, -1),
+            "{v}"
+        );
+    }
+    let cost = |i: usize| r.cost(&format!("test-pod-{i}"));
+    assert_eq!([cost(0), cost(2), cost(4)], [Some(100); 3]);
+    assert_eq!([cost(6), cost(8)], [Some(200); 2]);
+    assert_eq!([cost(1), cost(3), cost(5)], [Some(200); 3]);
+    assert_eq!([cost(7), cost(9)], [Some(100); 2]);
+}
+
+#[test]
+fn reconcile_custom_workloads_have_no_cost() {
+    // Cases 17-19: custom kinds get counted with the replicas the caller resolved.
+    let custom = |filter: Value| -> WorkloadSpread {
+        serde_json::from_value(json!({"metadata": {"name": "test-workloadSpread", "namespace": "ns"},
+            "spec": {"targetRef": {"apiVersion": "mock.kruise.io/v1", "kind": "GameServerSet", "name": "g"},
+                "targetFilter": filter,
+                "subsets": [{"name": "subset-a", "maxReplicas": 5}, {"name": "subset-b", "maxReplicas": "50%"}]}})).unwrap()
+    };
+    let p = pods(vec![
+        in_subset(pod("test-pod-0"), "subset-a"),
+        in_subset(pod("test-pod-1"), "subset-a"),
+    ]);
+    let r = run(&custom(json!(null)), &p, 14);
+    assert_eq!(
+        (
+            r.subset("subset-a").replicas,
+            r.subset("subset-a").missing_replicas,
+            r.subset("subset-b").missing_replicas
+        ),
+        (2, 3, 7)
+    );
+    assert!(r.out.deletion_costs.is_empty());
+    let selected = pods(vec![
+        with(in_subset(pod("test-pod-0"), "subset-a"), |p| {
+            p["metadata"]["labels"]["selected"] = json!("true");
+        }),
+        in_subset(pod("test-pod-1"), "subset-a"),
+    ]);
+    let filter = json!({"selector": {"matchLabels": {"selected": "true"}}, "replicasPathList": ["spec.revisionHistoryLimit"]});
+    let r = run(&custom(filter.clone()), &selected, 18);
+    assert_eq!(
+        (
+            r.subset("subset-a").replicas,
+            r.subset("subset-a").missing_replicas,
+            r.subset("subset-b").missing_replicas
+        ),
+        (1, 4, 9)
+    );
+    let r = run(&custom(filter), &selected, 0);
+    assert_eq!(
+        (
+            r.subset("subset-a").replicas,
+            r.subset("subset-a").missing_replicas,
+            r.subset("subset-b").missing_replicas
+        ),
+        (1, 4, 0)
+    );
+}
+
+#[test]
+fn subset_order_follows_spec() {
+    // TestUpdateSubsetSequence
+    let w = ws(
+        json!([{"name": "subset-b", "maxReplicas": 5}, {"name": "subset-a", "maxReplicas": 5}]),
+        json!({"subsetStatuses": [
+            {"name": "subset-a", "replicas": 0, "missingReplicas": 4, "creatingPods": {"test-pod-0": ago(1)}},
+            {"name": "subset-b", "replicas": 0, "missingReplicas": 4, "creatingPods": {"test-pod-1": ago(1)}}]}),
+    );
+    let p = pods(vec![
+        in_subset(pod("test-pod-0"), "subset-a"),
+        in_subset(pod("test-pod-1"), "subset-b"),
+    ]);
+    let r = run(&w, &p, 5);
+    let names: Vec<&str> = r
+        .out
+        .status
+        .subset_statuses
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(names, vec!["subset-b", "subset-a"]);
+    for s in &r.out.status.subset_statuses {
+        assert_eq!((s.missing_replicas, s.creating_pods.len()), (4, 0));
+    }
+}
+
+#[test]
+fn requeue_delays() {
+    // TestDelayReconcile
+    let secs = |r: &Run| r.out.requeue_after.map(|d| d.as_secs());
+    let r = run(
+        &ws(
+            one_subset(json!(5)),
+            status_with(json!({"a": ago(3), "b": ago(1)}), json!({})),
+        ),
+        &[],
+        10,
+    );
+    assert_eq!(secs(&r), Some(27));
+    let p = pods(vec![
+        in_subset(pod("p1"), "subset-a"),
+        in_subset(pod("p2"), "subset-a"),
+    ]);
+    let r = run(
+        &ws(
+            one_subset(json!(5)),
+            status_with(json!({}), json!({"p1": ago(3), "p2": ago(1)})),
+        ),
+        &p,
+        10,
+    );
+    assert_eq!(secs(&r), Some(12));
+    let r = run(
+        &ws(
+            one_subset(json!(5)),
+            status_with(json!({"x": ago(2)}), json!({"p1": ago(3)})),
+        ),
+        &p,
+        10,
+    );
+    assert_eq!(secs(&r), Some(12));
+    assert_eq!(
+        run(&ws(one_subset(json!(5)), json!({})), &[], 10)
+            .out
+            .requeue_after,
+        None
+    );
+}
+
+fn node(name: &str, labels: Value, taints: Value) -> NodeInfo {
+    NodeInfo {
+        name: name.into(),
+        labels: serde_json::from_value(labels).unwrap(),
+        taints: serde_json::from_value(taints).unwrap(),
+    }
+}
+
+#[test]
+fn adopts_existing_pods() {
+    // TestManagerExistingPods case 1.
+    let w = ws(
+        json!([
+        {"name": "subset-a", "maxReplicas": 5,
+         "requiredNodeSelector": {"matchExpressions": [{"key": "name-is", "operator": "In", "values": ["node-a"]}]},
+         "tolerations": [{"key": "node-taint", "operator": "Equal", "value": "node-a", "effect": "NoSchedule"}],
+         "patch": {"metadata": {"annotations": {"subset": "subset-a"}}}},
+        {"name": "subset-b",
+         "requiredNodeSelector": {"matchExpressions": [{"key": "name-is", "operator": "In", "values": ["node-b"]}]}}]),
+        json!({}),
+    );
+    let nodes: BTreeMap<String, NodeInfo> = [
+        node("node-a", json!({"name-is": "node-a", "type": "worker"}),
+            json!([{"key": "node-taint", "value": "node-a", "effect": "NoSchedule"}, {"key": "schedule-system", "value": "unified", "effect": "NoSchedule"}])),
+        node("node-c", json!({}), json!([{"key": "node-taint", "value": "node-c", "effect": "NoSchedule"}])),
+    ].into_iter().map(|n| (n.name.clone(), n)).collect();
+    let on_a = |n: &str| {
+        with(pod(n), |p| {
+            p["spec"]["nodeName"] = json!("node-a");
+            p["spec"]["tolerations"] = json!([{"key": "schedule-system", "operator": "Equal", "value": "unified", "effect": "NoSchedule"}]);
+            p["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "type", "operator": "In", "values": ["worker"]}]}]}}});
+        })
+    };
+    let other_ws = |p: Value| {
+        with(p, |p| {
+            p["metadata"]["annotations"] = json!({"apps.kruise.io/matched-workloadspread": r#"{"name":"other","subset":"subset-a"}"#});
+        })
+    };
+    let p = pods(vec![
+        on_a("pod-0"),
+        on_a("pod-1"),
+        other_ws(on_a("pod-2")),
+        other_ws(on_a("pod-3")),
+        in_subset(on_a("pod-4"), "subset-a"),
+        in_subset(on_a("pod-5"), "subset-a"),
+        in_subset(pod("pod-6"), "subset-b"),
+        in_subset(pod("pod-7"), "subset-b"),
+        with(pod("pod-8"), |p| {
+            p["spec"]["nodeName"] = json!("node-c");
+        }),
+        with(in_subset(on_a("pod-9"), "subset-c"), |p| {
+            p["metadata"]["annotations"][POD_DELETION_COST_ANNOTATION] = json!("200");
+        }),
+    ]);
+    let r = run_with(
+        &w,
+        &p,
+        10,
+        &VersionedKinds::default(),
+        VERSION_IGNORED,
+        &nodes,
+    );
+    assert_eq!(
+        (r.subset("subset-a").replicas, r.subset("subset-b").replicas),
+        (6, 2)
+    );
+    let adopted: Vec<&str> = r.out.adoptions.iter().map(|a| a.pod.as_str()).collect();
+    assert_eq!(adopted, vec!["pod-0", "pod-1", "pod-2", "pod-3"]);
+    assert_eq!(
+        r.out.adoptions[0].patch,
+        json!({"metadata": {"annotations": {"subset": "subset-a",
+        "apps.kruise.io/matched-workloadspread": r#"{"name":"test-workloadSpread","subset":"subset-a"}"#}}})
+    );
+    let costs: Vec<i64> = (0..10)
+        .map(|i| r.cost(&format!("pod-{i}")).unwrap())
+        .collect();
+    assert_eq!(costs.iter().filter(|c| **c > 0).count(), 7);
+    assert_eq!(costs.iter().filter(|c| (-200..=0).contains(*c)).count(), 1);
+    assert_eq!(costs.iter().filter(|c| **c < -200).count(), 2);
+    assert_eq!(costs[8], -300);
+}
+
+#[test]
+fn adopts_by_preferred_terms() {
+    // TestManagerExistingPods case 2 (preferred-only subsets).
+    let pref = |a: i32, b: i32| {
+        json!([
+        {"weight": a, "preference": {"matchExpressions": [{"key": "type", "operator": "In", "values": ["worker-2"]}]}},
+        {"weight": b, "preference": {"matchExpressions": [{"key": "type", "operator": "In", "values": ["worker-3"]}]}}])
+    };
+    let w = ws(
+        json!([
+        {"name": "subset-a", "maxReplicas": 3, "tolerations": [{"key": "node-taint", "operator": "Exists"}],
+         "patch": {"metadata": {"annotations": {"subset": "subset-a"}}}},
+        {"name": "subset-b", "maxReplicas": 3, "tolerations": [{"key": "node-taint", "operator": "Exists"}], "preferredNodeSelector": pref(200, 100)},
+        {"name": "subset-c", "tolerations": [{"key": "node-taint", "operator": "Exists"}], "preferredNodeSelector": pref(100, 200)}]),
+        json!({}),
+    );
+    let nodes: BTreeMap<String, NodeInfo> = (1..=3)
+        .map(|i| {
+            node(
+                &format!("worker-{i}"),
+                json!({"type": format!("worker-{i}")}),
+                json!([{"key": "node-taint", "value": "x", "effect": "NoSchedule"}]),
+            )
+        })
+        .map(|n| (n.name.clone(), n))
+        .collect();
+    let subset = |n: &str| w.subset(n).unwrap();
+    let p: Pod = serde_json::from_value(pod("p")).unwrap();
+    assert_eq!(
+        subset_score(&p, &nodes["worker-1"], subset("subset-a"), 3),
+        Some(11)
+    );
+    assert_eq!(
+        subset_score(&p, &nodes["worker-1"], subset("subset-b"), 3),
+        Some(1)
+    );
+    assert_eq!(
+        subset_score(&p, &nodes["worker-2"], subset("subset-b"), 3),
+        Some(20001)
+    );
+    assert_eq!(
+        subset_score(&p, &nodes["worker-3"], subset("subset-c"), 3),
+        Some(20001)
+    );
+    let p = pods(
+        (1..=3)
+            .map(|i| {
+                with(pod(&format!("pod-{i}")), |p| {
+                    p["spec"]["nodeName"] = json!(format!("worker-{i}"));
+                })
+            })
+            .collect(),
+    );
+    let r = run_with(
+        &w,
+        &p,
+        3,
+        &VersionedKinds::default(),
+        VERSION_IGNORED,
+        &nodes,
+    );
+    let counts: Vec<i32> = ["subset-a", "subset-b", "subset-c"]
+        .iter()
+        .map(|s| r.subset(s).replicas)
+        .collect();
+    assert_eq!(counts, vec![1, 1, 1]);
+    assert!(r.out.deletion_costs.iter().all(|c| c.cost > 0) && r.out.deletion_costs.len() == 3);
+}
+
+#[test]
+fn match_subset_scores() {
+    // TestMatchSubset, missingReplicas 0.
+    let subset: crate::api::v1beta1::WorkloadSpreadSubset = serde_json::from_value(json!({"name": "s",
+        "requiredNodeSelector": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+        "preferredNodeSelector": [{"weight": 100, "preference": {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}}],
+        "tolerations": [{"key": "t", "operator": "Equal", "value": "v", "effect": "NoSchedule"}],
+        "patch": {"metadata": {"labels": {"l": "v"}, "annotations": {"a": "v"}}}})).unwrap();
+    let n = node(
+        "n",
+        json!({"zone": "a", "disk": "ssd"}),
+        json!([{"key": "t", "value": "v", "effect": "NoSchedule"}]),
+    );
+    let has_patch: Pod = serde_json::from_value(with(pod("p"), |p| {
+        p["metadata"]["labels"]["l"] = json!("v");
+        p["metadata"]["annotations"] = json!({"a": "v"});
+    }))
+    .unwrap();
+    let label_differs: Pod = serde_json::from_value(with(pod("p"), |p| {
+        p["metadata"]["labels"]["l"] = json!("x");
+    }))
+    .unwrap();
+    assert_eq!(subset_score(&has_patch, &n, &subset, 0), Some(10010));
+    assert_eq!(subset_score(&label_differs, &n, &subset, 0), Some(10000));
+    let other_pref = node(
+        "n",
+        json!({"zone": "a", "disk": "hdd"}),
+        json!([{"key": "t", "value": "v", "effect": "NoSchedule"}]),
+    );
+    assert_eq!(subset_score(&has_patch, &other_pref, &subset, 0), Some(10));
+    let wrong_zone = node(
+        "n",
+        json!({"zone": "b", "disk": "ssd"}),
+        json!([{"key": "t", "value": "v", "effect": "NoSchedule"}]),
+    );
+    assert_eq!(subset_score(&has_patch, &wrong_zone, &subset, 0), None);
+    let other_taint = node(
+        "n",
+        json!({"zone": "a"}),
+        json!([{"key": "t", "value": "w", "effect": "NoSchedule"}]),
+    );
+    assert_eq!(subset_score(&has_patch, &other_taint, &subset, 0), None);
+}
+
+#[test]
+fn reschedule_subset() {
+    // TestRescheduleSubset: a (max 5), b (nil), Adaptive 5s.
+    let adaptive = |subsets_status: Value| -> WorkloadSpread {
+        let mut w = ws(
+            json!([{"name": "subset-a", "maxReplicas": 5}, {"name": "subset-b"}]),
+            subsets_status,
+        );
+        w.spec.schedule_strategy = serde_json::from_value(
+            json!({"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 5}}),
+        )
+        .unwrap();
+        w
+    };
+    let cond = |r: &Run, s: &str| {
+        r.subset(s)
+            .condition("Schedulable")
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    };
+    let fixed = ws(
+        json!([{"name": "subset-a", "maxReplicas": 5}, {"name": "subset-b"}]),
+        json!({"subsetStatuses": [{"name": "subset-a", "replicas": 0, "missingReplicas": 5, "conditions": [{"type": "Schedulable", "status": "True", "reason": "Sufficient"}]}]}),
+    );
+    assert!(run(&fixed, &[], 5).subset("subset-a").conditions.is_empty());
+    let r = run(&adaptive(json!({})), &[], 5);
+    assert_eq!(
+        cond(&r, "subset-a"),
+        Some(("True".into(), "Sufficient".into()))
+    );
+    assert_eq!(
+        cond(&r, "subset-b"),
+        Some(("True".into(), "Sufficient".into()))
+    );
+    let stuck = |n: &str| {
+        with(in_subset(pod(n), "subset-a"), |p| {
+            p["spec"]["nodeName"] = json!(null);
+            p["metadata"]["creationTimestamp"] = json!(ago(60));
+            p["status"] = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]});
+        })
+    };
+    let r = run(
+        &adaptive(json!({})),
+        &pods(vec![stuck("p1"), stuck("p2")]),
+        5,
+    );
+    assert_eq!(
+        cond(&r, "subset-a"),
+        Some(("False".into(), "PodUnschedulable".into()))
+    );
+    assert_eq!(
+        cond(&r, "subset-b"),
+        Some(("True".into(), "Sufficient".into()))
+    );
+    assert_eq!(r.out.pods_to_delete, vec!["p1", "p2"]);
+    let held = |ltt: i64| {
+        json!({"subsetStatuses": [{"name": "subset-a", "replicas": 0, "missingReplicas": 5,
+        "conditions": [{"type": "Schedulable", "status": "False", "reason": "PodUnschedulable", "lastTransitionTime": ago(ltt)}]}]})
+    };
+    let r = run(&adaptive(held(240)), &[], 5);
+    assert_eq!(
+        cond(&r, "subset-a"),
+        Some(("False".into(), "PodUnschedulable".into()))
+    );
+    assert_eq!(r.out.requeue_after.map(|d| d.as_secs()), Some(60));
+    let r = run(&adaptive(held(600)), &[], 5);
+    assert_eq!(
+        cond(&r, "subset-a"),
+        Some(("True".into(), "Sufficient".into()))
+    );
+    assert_eq!(r.out.events[0].reason, "RecoverSchedulable");
+}
+
+#[test]
+fn fake_subset_and_removed_subsets() {
+    // Pods of a removed subset land in the fake subset with the lowest cost (−100·(n+1)).
+    let p = pods(vec![
+        in_subset(pod("p1"), "gone"),
+        in_subset(pod("p2"), "subset-a"),
+    ]);
+    let r = run(&ws(one_subset(json!(5)), json!({})), &p, 5);
+    assert_eq!((r.cost("p1"), r.cost("p2")), (Some(-200), Some(100)));
+    assert_eq!(r.subset("subset-a").replicas, 1);
+    assert!(!r
+        .out
+        .status
+        .subset_statuses
+        .iter()
+        .any(|s| s.name == FAKE_SUBSET_NAME));
+}
+
+#[test]
+fn min_replicas_protects_subsets_on_scale_in() {
+    // a (max 4, min 2), b (unlimited): b's pods are removed first, a keeps its minimum
+    // above b's pods, and a's pods above the minimum go before b's.
+    let w = ws(
+        json!([{"name": "subset-a", "maxReplicas": 4, "minReplicas": 2}, {"name": "subset-b"}]),
+        json!({}),
+    );
+    let mut values: Vec<Value> = (0..4)
+        .map(|i| in_subset(pod(&format!("a{i}")), "subset-a"))
+        .collect();
+    values.extend((0..3).map(|i| in_subset(pod(&format!("b{i}")), "subset-b")));
+    let r = run(&w, &pods(values), 7);
+    let cost = |n: &str| r.cost(n).unwrap();
+    assert_eq!([cost("a0"), cost("a1")], [200, 200]);
+    assert_eq!([cost("a2"), cost("a3")], [400, 400]);
+    assert_eq!([cost("b0"), cost("b1"), cost("b2")], [100, 100, 100]);
+}

@@ -1,0 +1,131 @@
+//! Pod predicates shared by admission and the controller.
+
+use crate::annotation::MatchedWorkloadSpread;
+use crate::workload::ObjectRef;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::cmp::Ordering;
+
+/// `IsPodActive`: not Succeeded/Failed and not being deleted.
+pub fn is_active(pod: &Pod) -> bool {
+    let phase = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or_default();
+    phase != "Succeeded" && phase != "Failed" && pod.metadata.deletion_timestamp.is_none()
+}
+
+/// The pod's controller owner reference.
+pub fn controller_of(pod: &Pod) -> Option<ObjectRef> {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+        .map(|r| ObjectRef {
+            api_version: r.api_version.clone(),
+            kind: r.kind.clone(),
+            name: r.name.clone(),
+        })
+}
+
+/// The pod's matched-workloadspread annotation, if present and valid.
+pub fn matched(pod: &Pod) -> Option<MatchedWorkloadSpread> {
+    MatchedWorkloadSpread::from_annotations(pod.metadata.annotations.as_ref())?.ok()
+}
+
+/// `metadata.name` or "".
+pub fn name(pod: &Pod) -> &str {
+    pod.metadata.name.as_deref().unwrap_or_default()
+}
+
+fn node_name(pod: &Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .unwrap_or_default()
+}
+
+fn phase_ordinal(pod: &Pod) -> u8 {
+    match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+        Some("Unknown") => 1,
+        Some("Running") => 2,
+        _ => 0,
+    }
+}
+
+fn ready_condition(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::PodCondition> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+fn max_restarts(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|c| c.restart_count)
+        .max()
+        .unwrap_or(0)
+        .max(0)
+}
+
+/// `afterOrZero`: a zero (absent) time sorts first; otherwise later first.
+fn after_or_zero(a: Option<&Time>, b: Option<&Time>) -> bool {
+    match (a, b) {
+        (None, _) | (_, None) => a.is_none(),
+        (Some(a), Some(b)) => a.0 > b.0,
+    }
+}
+
+/// `controller.ActivePods.Less`: true when `a` should be deleted before `b`.
+pub fn active_pods_less(a: &Pod, b: &Pod) -> bool {
+    let (na, nb) = (node_name(a), node_name(b));
+    if na != nb && (na.is_empty() || nb.is_empty()) {
+        return na.is_empty();
+    }
+    if phase_ordinal(a) != phase_ordinal(b) {
+        return phase_ordinal(a) < phase_ordinal(b);
+    }
+    let (ra, rb) = (ready_condition(a), ready_condition(b));
+    if ra.is_some() != rb.is_some() {
+        return ra.is_none();
+    }
+    if let (Some(ra), Some(rb)) = (ra, rb) {
+        let (ta, tb) = (
+            ra.last_transition_time.as_ref(),
+            rb.last_transition_time.as_ref(),
+        );
+        if ta != tb {
+            return after_or_zero(ta, tb);
+        }
+    }
+    if max_restarts(a) != max_restarts(b) {
+        return max_restarts(a) > max_restarts(b);
+    }
+    let (ca, cb) = (
+        a.metadata.creation_timestamp.as_ref(),
+        b.metadata.creation_timestamp.as_ref(),
+    );
+    if ca != cb {
+        return after_or_zero(ca, cb);
+    }
+    false
+}
+
+/// `active_pods_less` as an ordering (for stable sorts: deletion order first).
+pub fn deletion_order(a: &Pod, b: &Pod) -> Ordering {
+    if active_pods_less(a, b) {
+        Ordering::Less
+    } else if active_pods_less(b, a) {
+        Ordering::Greater
+    } else {
+        Ordering::Equal
+    }
+}
