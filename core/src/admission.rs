@@ -173,11 +173,13 @@ pub fn claim_for_create(
             status_changed: false,
         };
     }
-    let Some(i) = choose_subset(statuses, ws, workload_replicas) else {
+    let Some((i, for_min)) = choose_subset(statuses, ws, workload_replicas) else {
         return Claim::default();
     };
     let chosen = &mut statuses[i];
-    if chosen.missing_replicas == -1 {
+    // Unlimited subsets are not tracked (#1066) unless filling a minReplicas, which
+    // needs the count of pods admitted since the controller last looked.
+    if chosen.missing_replicas == -1 && !for_min {
         return Claim {
             subset: Some(chosen.name.clone()),
             generated_uid: None,
@@ -202,12 +204,13 @@ pub fn claim_for_create(
 
 /// `getSuitableSubset`, preceded by the `minReplicas` extension: the first schedulable
 /// subset still below its minimum (and with room) wins; otherwise the first schedulable
-/// subset with room (`missingReplicas > 0` or unlimited).
+/// subset with room (`missingReplicas > 0` or unlimited). Returns the index and
+/// whether it was chosen to fill a minimum.
 fn choose_subset(
     statuses: &[WorkloadSpreadSubsetStatus],
     ws: &WorkloadSpread,
     replicas: i32,
-) -> Option<usize> {
+) -> Option<(usize, bool)> {
     let has_room = |s: &WorkloadSpreadSubsetStatus| {
         !s.is_unschedulable() && (s.missing_replicas > 0 || s.missing_replicas == -1)
     };
@@ -224,10 +227,10 @@ fn choose_subset(
         };
         subset_count(s, spec.max_replicas.as_ref(), replicas) < i64::from(min)
     };
-    statuses
-        .iter()
-        .position(|s| has_room(s) && below_min(s))
-        .or_else(|| statuses.iter().position(has_room))
+    let for_min = statuses.iter().position(|s| has_room(s) && below_min(s));
+    for_min
+        .map(|i| (i, true))
+        .or_else(|| statuses.iter().position(has_room).map(|i| (i, false)))
 }
 
 /// Pods currently counted in a subset from the webhook's point of view.

@@ -18,6 +18,7 @@ pub mod field;
 pub mod inject;
 pub mod names;
 pub mod percent;
+pub mod plan;
 pub mod pods;
 pub mod replicas;
 pub mod selector;

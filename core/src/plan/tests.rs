@@ -1,0 +1,142 @@
+use super::*;
+use proptest::prelude::*;
+
+fn ws(kind: &str, subsets: Value) -> WorkloadSpread {
+    serde_json::from_value(json!({"metadata": {"name": "ws"},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": kind, "name": "web"}, "subsets": subsets}})).unwrap()
+}
+
+fn counts(step: &PlanStep) -> Vec<usize> {
+    step.subsets.iter().map(|s| s.pods).collect()
+}
+
+#[test]
+fn demo_zones_int_percent_unlimited() {
+    let w = ws(
+        "Deployment",
+        json!([{"name": "zone-a", "maxReplicas": 3}, {"name": "zone-b", "maxReplicas": "50%"}, {"name": "zone-c"}]),
+    );
+    let steps = plan(&w, &[0, 10, 4, 12]);
+    assert_eq!(counts(&steps[0]), vec![0, 0, 0]);
+    assert_eq!(counts(&steps[1]), vec![3, 5, 2]);
+    assert_eq!(counts(&steps[2]), vec![3, 1, 0]);
+    assert_eq!(counts(&steps[3]), vec![3, 6, 3]);
+    assert_eq!(steps[2].deleted.len(), 6);
+    assert_eq!(steps[3].subsets[1].max_replicas, Some(6));
+    // Costs after the last step: zone-a 300, zone-b 200, zone-c 100; scale-in starts at zone-c.
+    let first = &steps[3].scale_in_order[0];
+    let pod = steps[3].pods.iter().find(|p| &p.name == first).unwrap();
+    assert_eq!(
+        (pod.subset.as_deref(), pod.deletion_cost),
+        (Some("zone-c"), Some(100))
+    );
+}
+
+#[test]
+fn reference_e2e_shapes() {
+    // §5.7 (1): two zones 3/3, 6 replicas → 3/3, costs 200/100.
+    let two = ws(
+        "Deployment",
+        json!([{"name": "a", "maxReplicas": 3}, {"name": "b", "maxReplicas": 3}]),
+    );
+    let s = plan(&two, &[6]);
+    assert_eq!(counts(&s[0]), vec![3, 3]);
+    let costs: Vec<Option<i64>> = s[0].pods.iter().map(|p| p.deletion_cost).collect();
+    assert_eq!(costs.iter().filter(|c| **c == Some(200)).count(), 3);
+    assert_eq!(costs.iter().filter(|c| **c == Some(100)).count(), 3);
+    // §5.7 (2)/(10): elastic a=2, b=nil: 2 → 2/0, 6 → 2/4, back to 2 → 2/0.
+    let elastic = ws(
+        "Deployment",
+        json!([{"name": "a", "maxReplicas": 2}, {"name": "b"}]),
+    );
+    let s = plan(&elastic, &[2, 6, 2]);
+    assert_eq!(
+        [counts(&s[0]), counts(&s[1]), counts(&s[2])],
+        [vec![2, 0], vec![2, 4], vec![2, 0]]
+    );
+    // §5.7 (6): single subset max 2 → extra pods are admitted unplaced and removed first.
+    let single = ws("Deployment", json!([{"name": "a", "maxReplicas": 2}]));
+    let s = plan(&single, &[2, 6, 2]);
+    assert_eq!((counts(&s[1]), s[1].unplaced), (vec![2], 4));
+    assert_eq!((counts(&s[2]), s[2].unplaced), (vec![2], 0));
+    // §5.7 (8): StatefulSet 2/2/nil with 5 replicas → 2/2/1 by ordinal.
+    let sts = ws(
+        "StatefulSet",
+        json!([{"name": "a", "maxReplicas": 2}, {"name": "b", "maxReplicas": 2}, {"name": "c"}]),
+    );
+    let s = plan(&sts, &[5, 3]);
+    assert_eq!(counts(&s[0]), vec![2, 2, 1]);
+    assert_eq!(s[1].deleted, vec!["web-4", "web-3"]);
+    assert_eq!(counts(&s[1]), vec![2, 1, 0]);
+}
+
+#[test]
+fn percent_subsets_under_repeated_scaling() {
+    let w = ws(
+        "Deployment",
+        json!([{"name": "a", "maxReplicas": "20%"}, {"name": "b", "maxReplicas": "30%"}, {"name": "c", "maxReplicas": "50%"}]),
+    );
+    let s = plan(&w, &[10, 20, 5, 10]);
+    assert_eq!(counts(&s[0]), vec![2, 3, 5]);
+    assert_eq!(counts(&s[1]), vec![4, 6, 10]);
+    for step in &s {
+        let total: usize = counts(step).iter().sum::<usize>() + step.unplaced;
+        assert_eq!(total as i32, step.replicas);
+    }
+}
+
+#[test]
+fn min_replicas_plan() {
+    let w = ws(
+        "Deployment",
+        json!([{"name": "spot", "maxReplicas": 6}, {"name": "on-demand", "minReplicas": 2}]),
+    );
+    let s = plan(&w, &[4, 10, 3]);
+    assert_eq!(counts(&s[0]), vec![2, 2]);
+    assert_eq!(counts(&s[1]), vec![6, 4]);
+    // Scale-in removes on-demand pods above its minimum first, then spot pods.
+    assert_eq!(counts(&s[2]), vec![1, 2]);
+}
+
+fn subsets_strategy() -> impl Strategy<Value = Vec<(Option<i32>, Option<i32>)>> {
+    prop::collection::vec((prop::option::of(0i32..6), prop::option::of(0i32..4)), 1..4).prop_map(
+        |mut v| {
+            for (max, min) in v.iter_mut() {
+                if let (Some(max), Some(m)) = (max, min.as_mut()) {
+                    *m = (*m).min(*max);
+                }
+            }
+            v
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Scale-in removes pods above a subset's maximum (and unplaced pods) before any pod
+    /// within its maximum, and never takes a subset below its minimum while another
+    /// subset still has pods above its own minimum.
+    #[test]
+    fn scale_in_respects_max_then_min(subsets in subsets_strategy(), steps in prop::collection::vec(0i32..16, 1..5)) {
+        let json_subsets: Vec<Value> = subsets.iter().enumerate().map(|(i, (max, min))| {
+            let mut s = json!({"name": format!("s{i}")});
+            if let Some(m) = max { s["maxReplicas"] = json!(m); }
+            if let Some(m) = min { s["minReplicas"] = json!(m); }
+            s
+        }).collect();
+        let w = ws("Deployment", Value::Array(json_subsets));
+        for step in plan(&w, &steps) {
+            let costs: Vec<i64> = step.scale_in_order.iter()
+                .map(|n| step.pods.iter().find(|p| &p.name == n).and_then(|p| p.deletion_cost).unwrap_or(0)).collect();
+            let first_positive = costs.iter().position(|c| *c > 0).unwrap_or(costs.len());
+            prop_assert!(costs[first_positive..].iter().all(|c| *c > 0), "negative after positive: {costs:?}");
+            let below_min = step.subsets.iter().any(|s| (s.pods as i32) < s.min_replicas.unwrap_or(0).min(s.max_replicas.unwrap_or(i32::MAX)));
+            let above_min = step.subsets.iter().any(|s| (s.pods as i32) > s.min_replicas.unwrap_or(0));
+            if below_min && !step.deleted.is_empty() {
+                prop_assert!(!above_min || step.unplaced > 0 || step.subsets.iter().any(|s| s.max_replicas.is_some_and(|m| (s.pods as i32) > m)),
+                    "a subset is below its minimum while another is above: {:?}", step.subsets);
+            }
+        }
+    }
+}
