@@ -234,7 +234,7 @@ impl Simulation {
             .map(|(i, p)| (cost_of(p).unwrap_or(0), i, name_of(p)))
             .collect();
         if self.is_statefulset() {
-            pods.sort_by(|a, b| b.1.cmp(&a.1));
+            pods.sort_by_key(|p| std::cmp::Reverse(p.1));
         } else {
             pods.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
         }
