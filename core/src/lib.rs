@@ -14,6 +14,8 @@ pub use k8s_openapi::jiff::Timestamp;
 pub mod admission;
 pub mod annotation;
 pub mod controller;
+#[cfg(feature = "crd")]
+pub mod crd;
 pub mod field;
 pub mod inject;
 pub mod names;

@@ -24,9 +24,10 @@ pub fn validate_pod_spec(spec: &Value, path: &Path) -> Vec<FieldError> {
     if containers.is_empty() {
         errs.push(FieldError::required(path.child("containers").as_str(), ""));
     }
+    // Containers first: a name clash is reported on the init container, as upstream.
     for (field, list) in [
-        ("initContainers", &spec["initContainers"]),
         ("containers", &spec["containers"]),
+        ("initContainers", &spec["initContainers"]),
     ] {
         for (i, c) in list.as_array().into_iter().flatten().enumerate() {
             validate_container(
