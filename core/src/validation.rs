@@ -1,6 +1,7 @@
 //! Validation of a WorkloadSpread on create and update (reference §2), with the same
-//! field paths and messages. Deliberate difference: a string `maxReplicas` without `%`
-//! is rejected (reference quirk 13). `minReplicas` (extension) is validated too.
+//! field paths and messages. Deliberate differences: a string `maxReplicas` without `%`
+//! is rejected (reference quirk 13), and `rescheduleCriticalSeconds` has no upper bound
+//! (#1088). `minReplicas` (extension) is validated too.
 
 use crate::api::v1beta1::{ScheduleStrategy, WorkloadSpread, WorkloadSpreadSubset};
 use crate::api::{STRATEGY_ADAPTIVE, STRATEGY_FIXED};
@@ -16,9 +17,6 @@ mod scheduling;
 
 pub use podspec::validate_pod_spec;
 pub use scheduling::{validate_node_selector_term, validate_preferred_terms, validate_tolerations};
-
-/// The reference's unschedulable hold (used to bound `rescheduleCriticalSeconds`).
-pub const MAX_SCHEDULED_FAILED_SECONDS: i32 = 300;
 
 /// What validation needs besides the object.
 #[derive(Clone, Copy, Debug)]
@@ -384,23 +382,18 @@ fn validate_schedule_strategy(ws: &WorkloadSpread, path: &Path) -> Vec<FieldErro
             "the last subset's maxReplicas must be not specified when using adaptive scheduleStrategy",
         ));
     }
-    let allowed = max_reschedule_critical_seconds(subsets.len());
-    if let Some(s) = seconds.filter(|s| *s < 0 || *s > allowed) {
+    // Deliberate difference: no upper bound tied to the 300 s hold (the reference
+    // allowed at most (300-5)/(n-1) seconds, too short for node autoscaling, #1088).
+    if let Some(s) = seconds.filter(|s| *s < 0) {
         errs.push(FieldError::invalid(
-            path.child("adaptive").child("rescheduleCriticalSeconds").as_str(),
+            path.child("adaptive")
+                .child("rescheduleCriticalSeconds")
+                .as_str(),
             s,
-            format!("rescheduleCriticalSeconds < 0 or rescheduleCriticalSeconds > {allowed} is not permitted"),
+            "rescheduleCriticalSeconds < 0 is not permitted",
         ));
     }
     errs
-}
-
-/// `(300 - 5) / (n - 1)` for more than one subset (the reference's bound), else unbounded.
-pub fn max_reschedule_critical_seconds(subsets: usize) -> i32 {
-    match i32::try_from(subsets) {
-        Ok(n) if n > 1 => (MAX_SCHEDULED_FAILED_SECONDS - 5) / (n - 1),
-        _ => i32::MAX,
-    }
 }
 
 fn validate_conflict(ws: &WorkloadSpread, others: &[WorkloadSpread]) -> Vec<FieldError> {

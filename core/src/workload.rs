@@ -50,6 +50,7 @@ pub fn reference_equal(target: &ObjectRef, owner: &ObjectRef) -> Result<bool, St
 pub struct GroupKind {
     #[serde(default)]
     pub group: String,
+    #[serde(default)]
     pub kind: String,
 }
 
@@ -59,6 +60,7 @@ pub struct GroupKind {
 pub struct CustomWorkload {
     #[serde(default)]
     pub group: String,
+    #[serde(default)]
     pub kind: String,
     /// Dot-separated path of the replica count; empty means 0.
     #[serde(default)]

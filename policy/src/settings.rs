@@ -27,28 +27,11 @@ pub enum LookupFailure {
     AdmitUnmodified,
 }
 
-/// A custom workload kind that WorkloadSpreads may target
-/// (replaces the reference implementation's ConfigMap whitelist).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct CustomWorkload {
-    /// API group of the workload, e.g. `game.kruise.io`.
-    pub group: String,
-    /// Kind of the workload, e.g. `GameServerSet`.
-    pub kind: String,
-    /// Dot-separated path to the replica count, e.g. `spec.replicas`; empty means 0.
-    pub replicas_path: String,
-    /// Intermediate owner kinds between the pod and the workload.
-    pub sub_resources: Vec<GroupKind>,
-}
-
-/// A group and a kind.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct GroupKind {
-    pub group: String,
-    pub kind: String,
-}
+use workloadspread_core::version::VersionedKinds;
+use workloadspread_core::workload::WorkloadKinds;
+/// A custom workload kind that WorkloadSpreads may target (replaces the reference
+/// implementation's ConfigMap whitelist).
+pub use workloadspread_core::workload::{CustomWorkload, GroupKind};
 
 /// The policy's settings; every field has a default, so `{}` is valid.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,6 +53,20 @@ impl Default for Settings {
             versioned_status_kinds: vec!["deployment".into(), "replicaset".into()],
             custom_workloads: Vec::new(),
         }
+    }
+}
+
+impl Settings {
+    /// Built-in workload kinds plus the configured custom ones.
+    pub fn workload_kinds(&self) -> WorkloadKinds {
+        WorkloadKinds {
+            custom: self.custom_workloads.clone(),
+        }
+    }
+
+    /// Kinds whose pods get versioned subset statuses.
+    pub fn versioned_kinds(&self) -> VersionedKinds {
+        VersionedKinds::new(&self.versioned_status_kinds)
     }
 }
 

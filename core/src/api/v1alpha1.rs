@@ -377,4 +377,85 @@ mod tests {
         let a: WorkloadSpreadStatus = status.clone().into();
         assert_eq!(beta::WorkloadSpreadStatus::from(a), status);
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn name() -> impl Strategy<Value = String> {
+            "[a-z]{1,6}"
+        }
+
+        fn subset() -> impl Strategy<Value = beta::WorkloadSpreadSubset> {
+            (name(), prop::option::of(0i32..50), prop::option::of(name()), any::<bool>()).prop_map(|(n, max, zone, patch)| {
+                let mut s = json!({"name": n});
+                if let Some(m) = max {
+                    s["maxReplicas"] = json!(m);
+                }
+                if let Some(z) = zone {
+                    s["requiredNodeSelector"] = json!({"matchExpressions": [{"key": "zone", "operator": "In", "values": [z]}]});
+                    s["preferredNodeSelector"] = json!([{"weight": 3, "preference": {"matchExpressions": [{"key": "z", "operator": "In", "values": [z]}]}}]);
+                }
+                if patch {
+                    s["patch"] = json!({"metadata": {"labels": {"x": "y"}}});
+                }
+                serde_json::from_value(s).unwrap()
+            })
+        }
+
+        fn subset_status() -> impl Strategy<Value = beta::WorkloadSpreadSubsetStatus> {
+            (
+                name(),
+                0i32..9,
+                -1i32..9,
+                prop::option::of(("True|False", name())),
+                prop::collection::btree_map(name(), 0i64..1000, 0..3),
+            )
+                .prop_map(|(n, replicas, missing, cond, creating)| {
+                    beta::WorkloadSpreadSubsetStatus {
+                        name: n,
+                        replicas,
+                        missing_replicas: missing,
+                        conditions: cond
+                            .into_iter()
+                            .map(|(status, reason)| beta::SubsetCondition {
+                                type_: "Schedulable".into(),
+                                status,
+                                reason,
+                                ..Default::default()
+                            })
+                            .collect(),
+                        creating_pods: creating
+                            .into_iter()
+                            .map(|(k, secs)| {
+                                (k, Time(crate::Timestamp::from_second(secs).unwrap()))
+                            })
+                            .collect(),
+                        ..Default::default()
+                    }
+                })
+        }
+
+        proptest! {
+            /// beta → alpha → beta is the identity when conditions carry no observedGeneration
+            /// (alpha has no such field) — the only lossy part, as in the reference.
+            #[test]
+            fn beta_alpha_beta_round_trip(
+                subsets in prop::collection::vec(subset(), 0..4),
+                statuses in prop::collection::vec(subset_status(), 0..3),
+                versioned in prop::collection::btree_map(name(), prop::collection::vec(subset_status(), 1..3), 0..2),
+            ) {
+                let ws = beta::WorkloadSpread {
+                    api_version: beta::API_VERSION.into(),
+                    spec: beta::WorkloadSpreadSpec { subsets, ..Default::default() },
+                    status: Some(beta::WorkloadSpreadStatus { observed_generation: 2, subset_statuses: statuses, versioned_subset_statuses: versioned }),
+                    ..Default::default()
+                };
+                let alpha: WorkloadSpread = ws.clone().into();
+                let json = serde_json::to_value(&alpha).unwrap();
+                let parsed: WorkloadSpread = serde_json::from_value(json).unwrap();
+                prop_assert_eq!(beta::WorkloadSpread::from(parsed), ws);
+            }
+        }
+    }
 }
