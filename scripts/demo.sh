@@ -10,15 +10,19 @@ ns=workloadspread-demo
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 cleanup() { say "stopping the control plane"; bash "$cluster" down || true; }
 
-say "bringing up the local control plane (first run builds Kubernetes v1.20.2: ~13 min, cached after)"
+say "bringing up the local control plane (first run builds Kubernetes v1.20.2: 8-13 min, cached after)"
 bash "$cluster" install
+started_here=1
+bash "$cluster" status >/dev/null 2>&1 && started_here=0
 eval "$(bash "$cluster" up)"
-trap cleanup EXIT
+# Leave a control plane that was already running alone.
+[ "$started_here" = 1 ] && trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 kubectl get nodes -L topology.kubernetes.io/zone
-kubectl create namespace "$ns" >/dev/null
-kubectl -n "$ns" create deployment web --image=nginx:1.25 --replicas=6 >/dev/null
+kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl -n "$ns" create deployment web --image=nginx:1.25 --replicas=6 --dry-run=client -o yaml |
+  kubectl apply -f - >/dev/null
 
 say "waiting for 6 pods of deployment/web to be scheduled"
 for _ in $(seq 1 60); do

@@ -115,11 +115,11 @@ fn statefulset_subset(ws: &WorkloadSpread, pod_name: &str) -> Option<String> {
         if unschedulable {
             continue;
         }
-        threshold += match &subset.max_replicas {
+        threshold = threshold.saturating_add(match &subset.max_replicas {
             None => i64::from(i32::MAX),
             Some(IntOrString::Int(i)) => i64::from(*i),
             Some(IntOrString::String(s)) => s.parse::<i64>().unwrap_or(0),
-        };
+        });
         if ordinal < threshold {
             return Some(subset.name.clone());
         }
@@ -262,7 +262,7 @@ pub fn release(
         return false;
     }
     s.deleting_pods.insert(pod.name.to_string(), Time(now));
-    s.missing_replicas += 1;
+    s.missing_replicas = s.missing_replicas.saturating_add(1);
     true
 }
 

@@ -291,7 +291,7 @@ fn check_max_replicas(
         Err(e) => return Err(invalid_max(&path, max, Some(e))),
     };
     if is_percent {
-        sum.percent_sum += value;
+        sum.percent_sum = sum.percent_sum.saturating_add(value);
         if sum.percent_sum > 100 {
             return Err(FieldError::invalid(
                 path.as_str(),
@@ -343,7 +343,7 @@ fn check_min_replicas(
         }
     }
     if is_percent {
-        sum.min_percent_sum += value;
+        sum.min_percent_sum = sum.min_percent_sum.saturating_add(value);
         if sum.min_percent_sum > 100 {
             return invalid("the sum of all subsets' minReplicas exceeds 100%");
         }

@@ -57,7 +57,7 @@ install_k8s() {
   local build="$CACHE/build" blog="$CACHE/build/kubernetes-build.log" src started
   mkdir -p "$build"
   log "building kube-apiserver, kube-controller-manager, kube-scheduler $K8S_VERSION from Debian's"
-  log "kubernetes source package with Go 1.19: about 13 minutes on 2 cores, once (cached in $K8S_BIN)."
+  log "kubernetes source package with Go 1.19: about 8-13 minutes on 2 cores, once (cached in $K8S_BIN)."
   log "build log: $blog"
   started=$(date +%s)
   if ! build_k8s "$build" >"$blog" 2>&1; then

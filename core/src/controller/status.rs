@@ -112,7 +112,7 @@ impl<'a> StatusCalc<'a> {
             if !is_active(pod) {
                 continue;
             }
-            status.replicas += 1;
+            status.replicas = status.replicas.saturating_add(1);
             if status.missing_replicas > 0 {
                 status.missing_replicas -= 1;
             }
@@ -145,7 +145,7 @@ impl<'a> StatusCalc<'a> {
             Some(left) => {
                 status.deleting_pods.insert(pod.to_string(), at.clone());
                 if status.missing_replicas < max {
-                    status.missing_replicas += 1;
+                    status.missing_replicas = status.missing_replicas.saturating_add(1);
                 }
                 self.push_requeue(left);
             }
