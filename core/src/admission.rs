@@ -165,6 +165,33 @@ pub fn claim_for_create(
     now: Timestamp,
     new_uid: &str,
 ) -> Claim {
+    claim_with(status, ws, pod, workload_replicas, now, new_uid, |_| true)
+}
+
+/// The counter capability's claim rule: `claim_for_create` restricted to `candidates`
+/// (the guest's preference list), applied by the host on the latest status.
+pub fn claim_among(
+    status: &mut WorkloadSpreadStatus,
+    ws: &WorkloadSpread,
+    pod: PodKey<'_>,
+    candidates: &[String],
+    workload_replicas: i32,
+    now: Timestamp,
+    new_uid: &str,
+) -> Claim {
+    let allowed = |name: &str| candidates.iter().any(|c| c == name);
+    claim_with(status, ws, pod, workload_replicas, now, new_uid, allowed)
+}
+
+fn claim_with(
+    status: &mut WorkloadSpreadStatus,
+    ws: &WorkloadSpread,
+    pod: PodKey<'_>,
+    workload_replicas: i32,
+    now: Timestamp,
+    new_uid: &str,
+    allowed: impl Fn(&str) -> bool,
+) -> Claim {
     let statuses = versioned_statuses(status, ws, pod.version, workload_replicas);
     if let Some(subset) = tracked_subset(statuses, pod.name) {
         return Claim {
@@ -173,7 +200,7 @@ pub fn claim_for_create(
             status_changed: false,
         };
     }
-    let Some((i, for_min)) = choose_subset(statuses, ws, workload_replicas) else {
+    let Some((i, for_min)) = choose_subset(statuses, ws, workload_replicas, &allowed) else {
         return Claim::default();
     };
     let chosen = &mut statuses[i];
@@ -210,9 +237,12 @@ fn choose_subset(
     statuses: &[WorkloadSpreadSubsetStatus],
     ws: &WorkloadSpread,
     replicas: i32,
+    allowed: &impl Fn(&str) -> bool,
 ) -> Option<(usize, bool)> {
     let has_room = |s: &WorkloadSpreadSubsetStatus| {
-        !s.is_unschedulable() && (s.missing_replicas > 0 || s.missing_replicas == -1)
+        allowed(&s.name)
+            && !s.is_unschedulable()
+            && (s.missing_replicas > 0 || s.missing_replicas == -1)
     };
     let below_min = |s: &WorkloadSpreadSubsetStatus| {
         let Some(spec) = ws.subset(&s.name) else {

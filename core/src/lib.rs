@@ -14,6 +14,7 @@ pub use k8s_openapi::jiff::Timestamp;
 pub mod admission;
 pub mod annotation;
 pub mod controller;
+pub mod counter;
 #[cfg(feature = "crd")]
 pub mod crd;
 pub mod field;

@@ -348,3 +348,25 @@ fn min_replicas_served_first() {
         .collect();
     assert_eq!(picks, vec!["b", "b", "a", "a", "a"]);
 }
+
+#[test]
+fn claim_among_candidates_only() {
+    let ws = ws_with(
+        json!([subset_a(), {"name": "subset-b", "maxReplicas": 2}]),
+        json!([{"name": "subset-a", "missingReplicas": 5, "replicas": 0}, {"name": "subset-b", "missingReplicas": 2, "replicas": 0}]),
+    );
+    let mut status = ws.status.clone().unwrap();
+    let c = claim_among(
+        &mut status,
+        &ws,
+        key("p"),
+        &["subset-b".to_string()],
+        0,
+        now(),
+        "x",
+    );
+    assert_eq!(c.subset.as_deref(), Some("subset-b"));
+    assert_eq!(versioned(&status)[1].missing_replicas, 1);
+    let none = claim_among(&mut status, &ws, key("q"), &[], 0, now(), "x");
+    assert_eq!(none, Claim::default());
+}

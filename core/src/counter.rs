@@ -1,0 +1,135 @@
+//! The counter capability: a small versioned JSON protocol between the policy (waPC
+//! guest) and a host that keeps WorkloadSpread subset counters exactly.
+//!
+//! waPC binding `workloadspread`, namespace `counter`, operations `v1/hello`,
+//! `v1/claim`, `v1/release`; payloads and answers are the JSON types below. Kubewarden's
+//! policy-server does not offer it (its host calls are read-only), so the guest detects
+//! it with `v1/hello` and otherwise decides from what it can read. See `docs/counter-protocol.md`.
+
+use serde::{Deserialize, Serialize};
+
+/// waPC binding of the capability.
+pub const BINDING: &str = "workloadspread";
+/// waPC namespace of the capability.
+pub const NAMESPACE: &str = "counter";
+/// Capability probe.
+pub const OP_HELLO: &str = "v1/hello";
+/// Claim a subset slot for a pod being created.
+pub const OP_CLAIM: &str = "v1/claim";
+/// Release a pod's slot on delete or eviction.
+pub const OP_RELEASE: &str = "v1/release";
+/// Protocol version answered by `v1/hello`.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Answer to `v1/hello`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Hello {
+    pub protocol: u32,
+}
+
+/// The WorkloadSpread whose status holds the counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadSpreadKey {
+    pub namespace: String,
+    pub name: String,
+    /// When set, the host refuses to act on a recreated object with another uid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+}
+
+/// The pod a claim or release is for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodRef {
+    /// Pod name; empty for `generateName` pods.
+    #[serde(default)]
+    pub name: String,
+    /// `version::pod_version` of the pod.
+    pub version: String,
+}
+
+/// `v1/claim` request.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimRequest {
+    pub workload_spread: WorkloadSpreadKey,
+    pub pod: PodRef,
+    /// Subsets the pod may go to, in preference order (normally every spec subset).
+    pub candidates: Vec<String>,
+    /// The workload's replicas for percentages.
+    pub workload_replicas: i32,
+    /// Id recorded in creatingPods when the pod has no name (the guest derives it from
+    /// the admission request uid, so retries of the same request reuse it).
+    pub generated_uid: String,
+}
+
+/// `v1/claim` answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimResponse {
+    /// The claimed subset; `None` when no candidate has room (admit unchanged).
+    #[serde(default)]
+    pub subset: Option<String>,
+    /// Set when creatingPods is keyed by the generated id (unnamed pod).
+    #[serde(default)]
+    pub generated_uid: Option<String>,
+}
+
+/// `v1/release` request.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseRequest {
+    pub workload_spread: WorkloadSpreadKey,
+    pub pod: PodRef,
+    /// Subset named in the pod's matched-workloadspread annotation.
+    pub subset: String,
+    pub workload_replicas: i32,
+}
+
+/// `v1/release` answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseResponse {
+    /// Whether the status changed.
+    pub released: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_format() {
+        let req = ClaimRequest {
+            workload_spread: WorkloadSpreadKey {
+                namespace: "ns".into(),
+                name: "ws".into(),
+                uid: None,
+            },
+            pod: PodRef {
+                name: "".into(),
+                version: "versionIgnored".into(),
+            },
+            candidates: vec!["a".into(), "b".into()],
+            workload_replicas: 10,
+            generated_uid: "u-1".into(),
+        };
+        let v = serde_json::to_value(&req).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"workloadSpread": {"namespace": "ns", "name": "ws"},
+                "pod": {"name": "", "version": "versionIgnored"}, "candidates": ["a", "b"],
+                "workloadReplicas": 10, "generatedUid": "u-1"})
+        );
+        let resp: ClaimResponse = serde_json::from_str(r#"{"subset":"a"}"#).unwrap();
+        assert_eq!(
+            resp,
+            ClaimResponse {
+                subset: Some("a".into()),
+                generated_uid: None
+            }
+        );
+    }
+}
