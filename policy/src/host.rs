@@ -1,0 +1,124 @@
+//! What the policy asks of its host: Kubernetes reads (Kubewarden's `kubernetes/*`
+//! capabilities) and, optionally, this project's counter capability. A trait so the
+//! decision code runs natively in tests with an in-memory cluster.
+
+use serde_json::Value;
+use std::fmt;
+
+/// A failed host call, with what was asked and why it failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostError {
+    /// e.g. `get apps/v1 ReplicaSet default/web-abc`.
+    pub what: String,
+    pub reason: String,
+}
+
+impl HostError {
+    /// Whether the host said the object does not exist.
+    pub fn is_not_found(&self) -> bool {
+        let r = self.reason.to_ascii_lowercase();
+        r.contains("not found") || r.contains("notfound") || r.contains("cannot find")
+    }
+}
+
+impl fmt::Display for HostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} failed: {}", self.what, self.reason)
+    }
+}
+
+/// Reads and counter calls the policy needs.
+pub trait Host {
+    /// GET one object (namespaced when `namespace` is given).
+    fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, HostError>;
+    /// LIST objects of a kind in a namespace, optionally by label selector.
+    fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        label_selector: Option<&str>,
+    ) -> Result<Vec<Value>, HostError>;
+    /// Calls the counter capability (binding `workloadspread`, namespace `counter`).
+    fn counter(&self, operation: &str, payload: &Value) -> Result<Value, HostError>;
+}
+
+/// The real host, through waPC host calls.
+pub struct WapcHost;
+
+fn call(
+    binding: &str,
+    namespace: &str,
+    operation: &str,
+    payload: &Value,
+    what: &str,
+) -> Result<Value, HostError> {
+    let err = |reason: String| HostError {
+        what: what.to_string(),
+        reason,
+    };
+    let bytes = serde_json::to_vec(payload).map_err(|e| err(e.to_string()))?;
+    let answer =
+        kubewarden_policy_sdk::wapc_guest::host_call(binding, namespace, operation, &bytes)
+            .map_err(|e| err(e.to_string()))?;
+    serde_json::from_slice(&answer).map_err(|e| err(format!("invalid answer: {e}")))
+}
+
+impl Host for WapcHost {
+    fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, HostError> {
+        let payload = serde_json::json!({
+            "api_version": api_version, "kind": kind, "name": name, "namespace": namespace,
+            // Owners and workloads change; a 5 s old copy would skew percentages.
+            "disable_cache": true,
+        });
+        let what = format!(
+            "get {api_version} {kind} {}{name}",
+            namespace.map(|n| format!("{n}/")).unwrap_or_default()
+        );
+        call("kubewarden", "kubernetes", "get_resource", &payload, &what)
+    }
+
+    fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        label_selector: Option<&str>,
+    ) -> Result<Vec<Value>, HostError> {
+        let payload = serde_json::json!({
+            "api_version": api_version, "kind": kind, "namespace": namespace, "label_selector": label_selector,
+        });
+        let what = format!("list {api_version} {kind} in {namespace}");
+        let list = call(
+            "kubewarden",
+            "kubernetes",
+            "list_resources_by_namespace",
+            &payload,
+            &what,
+        )?;
+        Ok(list["items"].as_array().cloned().unwrap_or_default())
+    }
+
+    fn counter(&self, operation: &str, payload: &Value) -> Result<Value, HostError> {
+        use workloadspread_core::counter::{BINDING, NAMESPACE};
+        call(
+            BINDING,
+            NAMESPACE,
+            operation,
+            payload,
+            &format!("{BINDING}/{NAMESPACE}/{operation}"),
+        )
+    }
+}

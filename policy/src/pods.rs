@@ -1,0 +1,413 @@
+//! Pod CREATE, DELETE and `pods/eviction` CREATE.
+
+use crate::host::{Host, HostError};
+use crate::outcome::{Outcome, AUDIT_MODE, AUDIT_SUBSET};
+use crate::settings::{Mode, Settings};
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use workloadspread_core::admission::{
+    create_path, decide_release, needs_workload_replicas, CreatePath, PodKey,
+};
+use workloadspread_core::annotation::MatchedWorkloadSpread;
+use workloadspread_core::api::v1beta1::{WorkloadSpread, API_VERSION};
+use workloadspread_core::api::KIND;
+use workloadspread_core::controller::{reconcile, ReconcileInput, ReconcileOptions};
+use workloadspread_core::counter::{
+    self, ClaimRequest, ClaimResponse, PodRef, ReleaseRequest, ReleaseResponse, WorkloadSpreadKey,
+};
+use workloadspread_core::inject::inject;
+use workloadspread_core::pods::{controller_of, is_active, matched};
+use workloadspread_core::version::pod_version;
+use workloadspread_core::workload::{find_matching_workloadspread, ObjectRef, OwnerLookupError};
+use workloadspread_core::Timestamp;
+
+/// Everything a pod decision needs besides the host.
+pub struct Ctx<'a> {
+    pub settings: &'a Settings,
+    pub host: &'a dyn Host,
+    pub now: Timestamp,
+    /// Admission request uid: the generated id for unnamed pods (stable across retries).
+    pub request_uid: &'a str,
+}
+
+/// Pod CREATE: match, choose a subset, inject.
+pub fn create(ctx: &Ctx<'_>, object: &Value, namespace: &str) -> Outcome {
+    let Ok(pod) = serde_json::from_value::<Pod>(object.clone()) else {
+        return Outcome::accept();
+    };
+    let Some(controller) = controller_of(&pod).filter(|_| is_active(&pod)) else {
+        return Outcome::accept();
+    };
+    let kinds = ctx.settings.workload_kinds();
+    if !kinds.is_owner_kind(&controller) {
+        return Outcome::accept();
+    }
+    let namespace = pod
+        .metadata
+        .namespace
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .unwrap_or(namespace);
+    let wss = match list_workloadspreads(ctx.host, namespace) {
+        Ok(w) => w,
+        Err(e) => return Outcome::lookup_failure(ctx.settings, "listing WorkloadSpreads", &e),
+    };
+    if wss.is_empty() {
+        return Outcome::accept();
+    }
+    let no_labels = BTreeMap::new();
+    let labels = pod.metadata.labels.as_ref().unwrap_or(&no_labels);
+    let owner_of = |r: &ObjectRef| controller_ref_of(ctx.host, namespace, r);
+    let ws = match find_matching_workloadspread(&wss, &controller, labels, &kinds, owner_of) {
+        Ok(m) => match m.workloadspread {
+            Some(ws) => ws,
+            None => return Outcome::accept(),
+        },
+        Err(e) => return Outcome::lookup_failure(ctx.settings, "resolving the pod's owners", &e),
+    };
+    let replicas = match workload_replicas(ctx, ws, namespace) {
+        Ok(r) => r,
+        Err(e) => return Outcome::lookup_failure(ctx.settings, "reading the workload", &e),
+    };
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let version = pod_version(
+        pod.metadata.labels.as_ref(),
+        Some(&controller.kind),
+        &ctx.settings.versioned_kinds(),
+    );
+    let key = PodKey {
+        name,
+        version: &version,
+    };
+    let decision = match create_path(ws, name) {
+        CreatePath::Stateless(subset) => Ok(Decided {
+            subset,
+            uid: None,
+            mode: None,
+        }),
+        CreatePath::Counted => counted_claim(ctx, ws, key, replicas, namespace),
+    };
+    match decision {
+        Ok(d) => apply(object, ws, d),
+        Err(e) => Outcome::lookup_failure(ctx.settings, "claiming a subset", &e),
+    }
+}
+
+struct Decided {
+    subset: Option<String>,
+    uid: Option<String>,
+    mode: Option<&'static str>,
+}
+
+fn apply(object: &Value, ws: &WorkloadSpread, d: Decided) -> Outcome {
+    let mut audit = Vec::new();
+    if let Some(mode) = d.mode {
+        audit.push((AUDIT_MODE, mode.to_string()));
+    }
+    let Some(subset) = d.subset else {
+        return Outcome::accept_with(&audit);
+    };
+    let mut pod = object.clone();
+    if let Err(e) = inject(&mut pod, ws, &subset, d.uid.as_deref()) {
+        return Outcome::reject(
+            format!("WorkloadSpread {}/{}: {e}", ws.namespace(), ws.name()),
+            500,
+        );
+    }
+    audit.push((AUDIT_SUBSET, format!("{}/{}", ws.name(), subset)));
+    if pod == *object {
+        return Outcome::accept_with(&audit);
+    }
+    Outcome::Mutate {
+        object: pod,
+        audit: crate::outcome::to_map(&audit),
+    }
+}
+
+fn list_workloadspreads(
+    host: &dyn Host,
+    namespace: &str,
+) -> Result<Vec<WorkloadSpread>, HostError> {
+    let items = host.list(API_VERSION, KIND, namespace, None)?;
+    Ok(items
+        .into_iter()
+        .filter_map(|i| serde_json::from_value(i).ok())
+        .collect())
+}
+
+/// The controller reference of an owner object (GET through the host).
+fn controller_ref_of(
+    host: &dyn Host,
+    namespace: &str,
+    r: &ObjectRef,
+) -> Result<Option<ObjectRef>, OwnerLookupError> {
+    let obj = host
+        .get(&r.api_version, &r.kind, Some(namespace), &r.name)
+        .map_err(|e| {
+            if e.is_not_found() {
+                OwnerLookupError::NotFound(e.to_string())
+            } else {
+                OwnerLookupError::Other(e.to_string())
+            }
+        })?;
+    let owner = obj["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|o| o["controller"] == Value::Bool(true))
+        .and_then(|o| serde_json::from_value::<ObjectRef>(o.clone()).ok());
+    Ok(owner)
+}
+
+/// The workload's replicas when a subset uses percentages (NotFound counts as 0).
+fn workload_replicas(
+    ctx: &Ctx<'_>,
+    ws: &WorkloadSpread,
+    namespace: &str,
+) -> Result<i32, HostError> {
+    let Some(target) = ws
+        .spec
+        .target_ref
+        .as_ref()
+        .filter(|_| needs_workload_replicas(ws))
+    else {
+        return Ok(0);
+    };
+    let workload = match ctx.host.get(
+        &target.api_version,
+        &target.kind,
+        Some(namespace),
+        &target.name,
+    ) {
+        Ok(w) => w,
+        Err(e) if e.is_not_found() => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let kinds = ctx.settings.workload_kinds();
+    kinds
+        .workload_replicas(target, ws.spec.target_filter.as_ref(), &workload)
+        .map_err(|e| HostError {
+            what: format!("replicas of {} {}", target.kind, target.name),
+            reason: e.to_string(),
+        })
+}
+
+fn ws_key(ws: &WorkloadSpread) -> WorkloadSpreadKey {
+    WorkloadSpreadKey {
+        namespace: ws.namespace().to_string(),
+        name: ws.name().to_string(),
+        uid: ws.metadata.uid.clone(),
+    }
+}
+
+/// Whether to use the host's counter capability.
+fn use_counter(ctx: &Ctx<'_>) -> Result<bool, HostError> {
+    match ctx.settings.mode {
+        Mode::Exact => Ok(true),
+        Mode::BestEffort => Ok(false),
+        Mode::Auto => Ok(ctx
+            .host
+            .counter(counter::OP_HELLO, &json!({}))
+            .ok()
+            .and_then(|v| serde_json::from_value::<counter::Hello>(v).ok())
+            .is_some_and(|h| h.protocol >= counter::PROTOCOL_VERSION)),
+    }
+}
+
+fn counted_claim(
+    ctx: &Ctx<'_>,
+    ws: &WorkloadSpread,
+    pod: PodKey<'_>,
+    replicas: i32,
+    ns: &str,
+) -> Result<Decided, HostError> {
+    if use_counter(ctx)? {
+        let request = ClaimRequest {
+            workload_spread: ws_key(ws),
+            pod: PodRef {
+                name: pod.name.to_string(),
+                version: pod.version.to_string(),
+            },
+            candidates: ws.spec.subsets.iter().map(|s| s.name.clone()).collect(),
+            workload_replicas: replicas,
+            generated_uid: ctx.request_uid.to_string(),
+        };
+        let answer = ctx.host.counter(counter::OP_CLAIM, &json!(request))?;
+        let answer: ClaimResponse = serde_json::from_value(answer).map_err(|e| HostError {
+            what: "counter claim".into(),
+            reason: format!("invalid answer: {e}"),
+        })?;
+        return Ok(Decided {
+            subset: answer.subset,
+            uid: answer.generated_uid,
+            mode: Some("exact"),
+        });
+    }
+    best_effort_claim(ctx, ws, pod, replicas, ns)
+}
+
+/// Without the counter capability: recount the WorkloadSpread's pods with the
+/// controller's rules, then apply the claim rule to that fresh status. Concurrent
+/// admissions can overshoot a subset; the controller's deletion costs correct it.
+fn best_effort_claim(
+    ctx: &Ctx<'_>,
+    ws: &WorkloadSpread,
+    pod: PodKey<'_>,
+    replicas: i32,
+    ns: &str,
+) -> Result<Decided, HostError> {
+    let pods: Vec<Pod> = ctx
+        .host
+        .list("v1", "Pod", ns, None)?
+        .into_iter()
+        .filter_map(|p| serde_json::from_value::<Pod>(p).ok())
+        .filter(|p| matched(p).is_some_and(|m| m.name == ws.name()))
+        .collect();
+    let nodes = BTreeMap::new();
+    let options = ReconcileOptions::default();
+    let kinds = ctx.settings.versioned_kinds();
+    let recounted = reconcile(&ReconcileInput {
+        ws,
+        pods: &pods,
+        workload_replicas: replicas,
+        latest_version: workloadspread_core::api::VERSION_IGNORED,
+        nodes: &nodes,
+        versioned_kinds: &kinds,
+        now: ctx.now,
+        options: &options,
+    });
+    let mut fresh = ws.clone();
+    fresh.status = Some(recounted.status);
+    let decision = workloadspread_core::admission::decide_create(
+        &fresh,
+        pod,
+        replicas,
+        ctx.now,
+        ctx.request_uid,
+    );
+    Ok(Decided {
+        subset: decision.subset,
+        uid: decision.generated_uid,
+        mode: Some("best-effort"),
+    })
+}
+
+/// Pod DELETE (the pod is the old object) and eviction (the pod is looked up).
+pub fn release(ctx: &Ctx<'_>, pod: &Value) -> Outcome {
+    let Ok(pod) = serde_json::from_value::<Pod>(pod.clone()) else {
+        return Outcome::accept();
+    };
+    let Some(annotation) = matched(&pod) else {
+        return Outcome::accept();
+    };
+    let Some(controller) = controller_of(&pod).filter(|_| is_active(&pod)) else {
+        return Outcome::accept();
+    };
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let ws: WorkloadSpread =
+        match ctx
+            .host
+            .get(API_VERSION, KIND, Some(&namespace), &annotation.name)
+        {
+            Ok(v) => match serde_json::from_value(v) {
+                Ok(ws) => ws,
+                Err(_) => return Outcome::accept(),
+            },
+            Err(e) if e.is_not_found() => return Outcome::accept(),
+            Err(e) => {
+                return Outcome::lookup_failure(
+                    ctx.settings,
+                    "reading the pod's WorkloadSpread",
+                    &e,
+                )
+            }
+        };
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    if !matches!(create_path(&ws, name), CreatePath::Counted) {
+        return Outcome::accept();
+    }
+    let replicas = match workload_replicas(ctx, &ws, &namespace) {
+        Ok(r) => r,
+        Err(e) => return Outcome::lookup_failure(ctx.settings, "reading the workload", &e),
+    };
+    let version = pod_version(
+        pod.metadata.labels.as_ref(),
+        Some(&controller.kind),
+        &ctx.settings.versioned_kinds(),
+    );
+    match use_counter(ctx) {
+        Ok(true) => exact_release(ctx, &ws, name, &version, &annotation, replicas),
+        Ok(false) => {
+            // Nothing to write without the capability: the controller recounts.
+            let would_change = decide_release(
+                &ws,
+                PodKey {
+                    name,
+                    version: &version,
+                },
+                &annotation.subset,
+                replicas,
+                ctx.now,
+            );
+            let note = if would_change.is_some() {
+                "best-effort (controller recounts)"
+            } else {
+                "best-effort"
+            };
+            Outcome::accept_with(&[(AUDIT_MODE, note.to_string())])
+        }
+        Err(e) => Outcome::lookup_failure(ctx.settings, "detecting the counter capability", &e),
+    }
+}
+
+fn exact_release(
+    ctx: &Ctx<'_>,
+    ws: &WorkloadSpread,
+    name: &str,
+    version: &str,
+    m: &MatchedWorkloadSpread,
+    replicas: i32,
+) -> Outcome {
+    let request = ReleaseRequest {
+        workload_spread: ws_key(ws),
+        pod: PodRef {
+            name: name.to_string(),
+            version: version.to_string(),
+        },
+        subset: m.subset.clone(),
+        workload_replicas: replicas,
+    };
+    let answer = ctx
+        .host
+        .counter(counter::OP_RELEASE, &json!(request))
+        .and_then(|v| {
+            serde_json::from_value::<ReleaseResponse>(v).map_err(|e| HostError {
+                what: "counter release".into(),
+                reason: e.to_string(),
+            })
+        });
+    match answer {
+        Ok(_) => Outcome::accept_with(&[(AUDIT_MODE, "exact".to_string())]),
+        Err(e) => Outcome::lookup_failure(ctx.settings, "releasing the pod's subset slot", &e),
+    }
+}
+
+/// `pods/eviction` CREATE: the object is an Eviction; look the pod up.
+pub fn evict(ctx: &Ctx<'_>, eviction: &Value, namespace: &str, name: &str) -> Outcome {
+    let dry_run = eviction["deleteOptions"]["dryRun"]
+        .as_array()
+        .is_some_and(|d| !d.is_empty());
+    if dry_run {
+        return Outcome::accept();
+    }
+    let name = eviction["metadata"]["name"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .unwrap_or(name);
+    match ctx.host.get("v1", "Pod", Some(namespace), name) {
+        Ok(pod) => release(ctx, &pod),
+        Err(e) if e.is_not_found() => Outcome::accept(),
+        Err(e) => Outcome::lookup_failure(ctx.settings, "reading the pod being evicted", &e),
+    }
+}

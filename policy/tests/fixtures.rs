@@ -1,0 +1,371 @@
+//! The fixtures in `test_data/` evaluated natively against an in-memory cluster, with
+//! and without the counter capability.
+
+use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
+use serde_json::{json, Value};
+use std::cell::RefCell;
+use std::path::PathBuf;
+use workloadspread_core::admission::{claim_among, release, PodKey};
+use workloadspread_core::api::v1beta1::WorkloadSpread;
+use workloadspread_core::counter::{
+    self, ClaimRequest, ClaimResponse, ReleaseRequest, ReleaseResponse,
+};
+use workloadspread_core::workload::parse_group;
+use workloadspread_core::Timestamp;
+use workloadspread_policy::host::{Host, HostError};
+use workloadspread_policy::outcome::{Outcome, AUDIT_LOOKUP_FAILURE, AUDIT_MODE, AUDIT_SUBSET};
+use workloadspread_policy::settings::{LookupFailure, Mode};
+use workloadspread_policy::{evaluate, Settings};
+
+fn test_data(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("test_data")
+        .join(path)
+}
+
+fn now() -> Timestamp {
+    "2026-01-01T00:00:00Z".parse().unwrap()
+}
+
+/// An in-memory API: GET/LIST by group (any version), kind, namespace and name, and
+/// the counter capability applying core's claim rule to the stored status.
+struct FakeCluster {
+    objects: RefCell<Vec<Value>>,
+    counter: bool,
+    calls: RefCell<Vec<String>>,
+}
+
+impl FakeCluster {
+    fn load(counter: bool) -> Self {
+        let text = std::fs::read_to_string(test_data("cluster.yaml")).unwrap();
+        let objects = serde_yaml::Deserializer::from_str(&text)
+            .map(|d| serde_json::to_value(serde_yaml::Value::deserialize(d).unwrap()).unwrap())
+            .collect();
+        FakeCluster {
+            objects: RefCell::new(objects),
+            counter,
+            calls: RefCell::new(vec![]),
+        }
+    }
+
+    fn matches(o: &Value, api_version: &str, kind: &str, ns: Option<&str>) -> bool {
+        let group = |v: &str| parse_group(v).unwrap_or_default().to_string();
+        group(o["apiVersion"].as_str().unwrap_or_default()) == group(api_version)
+            && o["kind"] == kind
+            && ns.is_none_or(|n| o["metadata"]["namespace"] == n)
+    }
+
+    fn workloadspread(&self, ns: &str, name: &str) -> WorkloadSpread {
+        let v = self
+            .get("apps.kruise.io/v1beta1", "WorkloadSpread", Some(ns), name)
+            .unwrap();
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn store(&self, ws: &WorkloadSpread) {
+        let mut objects = self.objects.borrow_mut();
+        let slot = objects
+            .iter_mut()
+            .find(|o| o["kind"] == "WorkloadSpread" && o["metadata"]["name"] == ws.name())
+            .unwrap();
+        slot["status"] = serde_json::to_value(&ws.status).unwrap();
+    }
+}
+
+use serde::Deserialize;
+
+impl Host for FakeCluster {
+    fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, HostError> {
+        self.calls.borrow_mut().push(format!("get {kind} {name}"));
+        self.objects
+            .borrow()
+            .iter()
+            .find(|o| {
+                Self::matches(o, api_version, kind, namespace) && o["metadata"]["name"] == name
+            })
+            .cloned()
+            .ok_or_else(|| HostError {
+                what: format!("get {api_version} {kind} {name}"),
+                reason: "not found".into(),
+            })
+    }
+
+    fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        _: Option<&str>,
+    ) -> Result<Vec<Value>, HostError> {
+        self.calls.borrow_mut().push(format!("list {kind}"));
+        Ok(self
+            .objects
+            .borrow()
+            .iter()
+            .filter(|o| Self::matches(o, api_version, kind, Some(namespace)))
+            .cloned()
+            .collect())
+    }
+
+    fn counter(&self, operation: &str, payload: &Value) -> Result<Value, HostError> {
+        self.calls.borrow_mut().push(format!("counter {operation}"));
+        if !self.counter {
+            return Err(HostError {
+                what: operation.into(),
+                reason: "unknown binding workloadspread".into(),
+            });
+        }
+        match operation {
+            counter::OP_HELLO => Ok(json!({"protocol": 1})),
+            counter::OP_CLAIM => {
+                let req: ClaimRequest = serde_json::from_value(payload.clone()).unwrap();
+                let mut ws =
+                    self.workloadspread(&req.workload_spread.namespace, &req.workload_spread.name);
+                let mut status = ws.status.clone().unwrap_or_default();
+                let key = PodKey {
+                    name: &req.pod.name,
+                    version: &req.pod.version,
+                };
+                let claim = claim_among(
+                    &mut status,
+                    &ws,
+                    key,
+                    &req.candidates,
+                    req.workload_replicas,
+                    now(),
+                    &req.generated_uid,
+                );
+                ws.status = Some(status);
+                self.store(&ws);
+                Ok(json!(ClaimResponse {
+                    subset: claim.subset,
+                    generated_uid: claim.generated_uid
+                }))
+            }
+            counter::OP_RELEASE => {
+                let req: ReleaseRequest = serde_json::from_value(payload.clone()).unwrap();
+                let mut ws =
+                    self.workloadspread(&req.workload_spread.namespace, &req.workload_spread.name);
+                let mut status = ws.status.clone().unwrap_or_default();
+                let key = PodKey {
+                    name: &req.pod.name,
+                    version: &req.pod.version,
+                };
+                let released = release(
+                    &mut status,
+                    &ws,
+                    key,
+                    &req.subset,
+                    req.workload_replicas,
+                    now(),
+                );
+                ws.status = Some(status);
+                self.store(&ws);
+                Ok(json!(ReleaseResponse { released }))
+            }
+            other => Err(HostError {
+                what: other.into(),
+                reason: "unknown operation".into(),
+            }),
+        }
+    }
+}
+
+fn request(file: &str) -> KubernetesAdmissionRequest {
+    let text = std::fs::read_to_string(test_data(&format!("requests/{file}"))).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn run(file: &str, settings: &Settings, cluster: &FakeCluster) -> Outcome {
+    evaluate(settings, &request(file), cluster, now())
+}
+
+fn zone_b_status(cluster: &FakeCluster) -> Value {
+    serde_json::to_value(
+        &cluster
+            .workloadspread("demo", "web-spread")
+            .status
+            .unwrap()
+            .versioned_subset_statuses["7d4b9c"][1],
+    )
+    .unwrap()
+}
+
+fn mutated(outcome: Outcome) -> (Value, std::collections::BTreeMap<String, String>) {
+    match outcome {
+        Outcome::Mutate { object, audit } => (object, audit),
+        other => panic!("expected a mutation, got {other:?}"),
+    }
+}
+
+#[test]
+fn create_exact_claims_through_the_counter() {
+    let cluster = FakeCluster::load(true);
+    let (pod, audit) = mutated(run("pod-create.json", &Settings::default(), &cluster));
+    // zone-a is full (2/2), zone-b has 5 slots (50% of 10).
+    assert_eq!(audit[AUDIT_SUBSET], "web-spread/zone-b");
+    assert_eq!(audit[AUDIT_MODE], "exact");
+    assert_eq!(
+        pod["metadata"]["annotations"]["apps.kruise.io/matched-workloadspread"],
+        r#"{"name":"web-spread","subset":"zone-b"}"#
+    );
+    let terms = &pod["spec"]["affinity"]["nodeAffinity"]
+        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+    assert_eq!(terms[0]["matchExpressions"][0]["values"], json!(["zone-b"]));
+    let b = zone_b_status(&cluster);
+    assert_eq!(b["missingReplicas"], 4);
+    assert!(b["creatingPods"]["web-7d4b9c-new01"].is_string());
+}
+
+#[test]
+fn create_best_effort_recounts_pods() {
+    let cluster = FakeCluster::load(false);
+    let (pod, audit) = mutated(run("pod-create.json", &Settings::default(), &cluster));
+    assert_eq!(audit[AUDIT_MODE], "best-effort");
+    assert_eq!(
+        pod["metadata"]["annotations"]["apps.kruise.io/matched-workloadspread"],
+        r#"{"name":"web-spread","subset":"zone-b"}"#
+    );
+    assert_eq!(
+        zone_b_status(&cluster)["missingReplicas"],
+        5,
+        "best effort writes nothing"
+    );
+    let exact = Settings {
+        mode: Mode::Exact,
+        ..Settings::default()
+    };
+    match run("pod-create.json", &exact, &cluster) {
+        Outcome::Reject { message, code } => {
+            assert_eq!(code, 500);
+            assert!(
+                message.contains("claiming a subset") && message.contains("unknown binding"),
+                "{message}"
+            );
+        }
+        other => panic!("exact mode without the capability must fail: {other:?}"),
+    }
+}
+
+#[test]
+fn unnamed_pod_uses_the_request_uid() {
+    let cluster = FakeCluster::load(true);
+    let (pod, _) = mutated(run(
+        "pod-create-generate-name.json",
+        &Settings::default(),
+        &cluster,
+    ));
+    let uid = "11111111-0000-0000-0000-000000000002";
+    assert_eq!(
+        pod["metadata"]["annotations"]["apps.kruise.io/matched-workloadspread"],
+        format!(r#"{{"name":"web-spread","subset":"zone-b","uid":"{uid}"}}"#)
+    );
+    assert!(zone_b_status(&cluster)["creatingPods"][uid].is_string());
+}
+
+#[test]
+fn dry_run_and_unmatched_pods_are_accepted_unchanged() {
+    let cluster = FakeCluster::load(true);
+    assert_eq!(
+        run("pod-create-dry-run.json", &Settings::default(), &cluster),
+        Outcome::accept()
+    );
+    assert_eq!(
+        run("pod-create-no-owner.json", &Settings::default(), &cluster),
+        Outcome::accept()
+    );
+    assert!(
+        cluster.calls.borrow().is_empty(),
+        "no host calls: {:?}",
+        cluster.calls.borrow()
+    );
+    assert_eq!(zone_b_status(&cluster)["missingReplicas"], 5);
+}
+
+#[test]
+fn missing_owner_follows_on_lookup_failure() {
+    let cluster = FakeCluster::load(true);
+    match run(
+        "pod-create-owner-missing.json",
+        &Settings::default(),
+        &cluster,
+    ) {
+        Outcome::Reject { message, .. } => assert!(
+            message.contains("missing-rs") && message.contains("not found"),
+            "{message}"
+        ),
+        other => panic!("expected rejection, got {other:?}"),
+    }
+    let lenient = Settings {
+        on_lookup_failure: LookupFailure::AdmitUnmodified,
+        ..Settings::default()
+    };
+    match run("pod-create-owner-missing.json", &lenient, &cluster) {
+        Outcome::Accept { audit, warnings } => {
+            assert!(audit[AUDIT_LOOKUP_FAILURE].contains("missing-rs"));
+            assert_eq!(warnings.len(), 1);
+        }
+        other => panic!("expected admission, got {other:?}"),
+    }
+}
+
+#[test]
+fn delete_and_eviction_release_the_slot() {
+    for file in ["pod-delete.json", "pod-eviction.json"] {
+        let cluster = FakeCluster::load(true);
+        assert_eq!(
+            run(file, &Settings::default(), &cluster),
+            Outcome::accept_with(&[(AUDIT_MODE, "exact".into())]),
+            "{file}"
+        );
+        let a = &cluster
+            .workloadspread("demo", "web-spread")
+            .status
+            .unwrap()
+            .versioned_subset_statuses["7d4b9c"][0];
+        assert_eq!(a.missing_replicas, 1, "{file}");
+        assert!(a.deleting_pods.contains_key("web-7d4b9c-aaaa1"), "{file}");
+        let best_effort = FakeCluster::load(false);
+        match run(file, &Settings::default(), &best_effort) {
+            Outcome::Accept { audit, .. } => assert!(audit[AUDIT_MODE].starts_with("best-effort")),
+            other => panic!("{file}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn workloadspread_validation() {
+    let cluster = FakeCluster::load(true);
+    assert_eq!(
+        run(
+            "workloadspread-create-valid.json",
+            &Settings::default(),
+            &cluster
+        ),
+        Outcome::accept()
+    );
+    match run(
+        "workloadspread-create-invalid.json",
+        &Settings::default(),
+        &cluster,
+    ) {
+        Outcome::Reject { message, code } => {
+            assert_eq!(code, 400);
+            for want in [
+                "spec.subsets[1].name: Invalid value: \"a\": duplicated subset name a",
+                "spec.subsets[1].maxReplicas: Invalid value: \"70%\": the sum of all subset's maxReplicas exceeds 100% is no permitted",
+                "spec.scheduleStrategy.type: Invalid value: \"Sometimes\": ScheduleStrategy's type is not valid",
+                "ws.spec.targetRef is in conflict with other WorkloadSpread web-spread",
+            ] {
+                assert!(message.contains(want), "missing {want:?} in {message}");
+            }
+        }
+        other => panic!("expected rejection, got {other:?}"),
+    }
+}
