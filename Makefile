@@ -41,6 +41,7 @@ integration: policy
 	trap 'bash $(CLUSTER) down' EXIT; \
 	WS_TEST_KUBECONFIG="$$kubeconfig" WS_REQUIRE_WASM=1 \
 	  $(CARGO) test --workspace --locked --test '*'
+	bats e2e/policy.bats
 
 test: fmt-check lint unit integration
 	@echo "make test: all checks passed"
