@@ -9,6 +9,8 @@
 pub mod api;
 pub mod smp;
 
+/// Label selector type used in the API (re-exported for callers without k8s-openapi).
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 /// Timestamps used throughout (`now` is always passed in by the caller).
 pub use k8s_openapi::jiff::Timestamp;
 pub mod admission;

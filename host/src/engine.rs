@@ -1,0 +1,258 @@
+//! A waPC host on wasmtime: the module is compiled once (with an on-disk compilation
+//! cache), instantiated fresh for every evaluation (like Kubewarden's policy-server),
+//! under an epoch deadline and a memory cap. A trapping or runaway guest yields an
+//! error; the engine stays usable.
+
+use crate::capabilities::Capabilities;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+use wasmtime::{
+    Caller, Config, Engine, InstanceAllocationStrategy, InstancePre, Linker, Module,
+    PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder,
+};
+use wasmtime_wasi::p1::{self, WasiP1Ctx};
+use wasmtime_wasi::WasiCtxBuilder;
+
+/// Epoch tick; deadlines are whole ticks.
+const TICK: Duration = Duration::from_millis(50);
+
+/// Engine settings.
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    /// Evaluation deadline (Kubewarden's default policy timeout is 2 s).
+    pub timeout: Duration,
+    /// Linear memory cap per instance.
+    pub max_memory_bytes: usize,
+    /// Pooling allocator slots (concurrent instances); 0 = on-demand allocation.
+    pub pool_instances: u32,
+    /// Directory for wasmtime's compilation cache; `None` disables it.
+    pub cache_dir: Option<std::path::PathBuf>,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            timeout: Duration::from_secs(2),
+            max_memory_bytes: 256 << 20,
+            pool_instances: 0,
+            cache_dir: None,
+        }
+    }
+}
+
+/// Why an evaluation failed.
+#[derive(Debug, Error)]
+pub enum EvalError {
+    #[error("policy evaluation exceeded its {0:?} deadline")]
+    Timeout(Duration),
+    #[error("policy trapped: {0}")]
+    Trap(String),
+    #[error("policy returned an error: {0}")]
+    Guest(String),
+    #[error("policy module is not a waPC guest: {0}")]
+    NotWapc(String),
+    #[error("instantiating the policy failed: {0}")]
+    Instantiate(String),
+}
+
+/// Per-evaluation store state.
+pub struct State {
+    wasi: WasiP1Ctx,
+    limits: StoreLimits,
+    capabilities: Arc<dyn Capabilities>,
+    operation: String,
+    payload: Vec<u8>,
+    guest_response: Option<Vec<u8>>,
+    guest_error: Option<String>,
+    host_response: Option<Vec<u8>>,
+    host_error: Option<String>,
+}
+
+/// A compiled policy module, ready to instantiate.
+pub struct PolicyEngine {
+    engine: Engine,
+    pre: InstancePre<State>,
+    options: EngineOptions,
+}
+
+impl PolicyEngine {
+    /// Compiles `wasm` and links WASI preview 1 plus the waPC imports.
+    pub fn new(wasm: &[u8], options: EngineOptions) -> anyhow::Result<Self> {
+        let engine = Engine::new(&engine_config(&options)?)?;
+        let module = Module::new(&engine, wasm)?;
+        let mut linker: Linker<State> = Linker::new(&engine);
+        p1::add_to_linker_sync(&mut linker, |s: &mut State| &mut s.wasi)?;
+        crate::wapc::add_to_linker(&mut linker)?;
+        let pre = linker.instantiate_pre(&module)?;
+        spawn_epoch_ticker(&engine);
+        Ok(PolicyEngine {
+            engine,
+            pre,
+            options,
+        })
+    }
+
+    /// Reads and compiles a module file.
+    pub fn from_file(path: &Path, options: EngineOptions) -> anyhow::Result<Self> {
+        let wasm =
+            std::fs::read(path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+        Self::new(&wasm, options)
+    }
+
+    /// Runs waPC operation `operation` on a fresh instance.
+    pub fn call(
+        &self,
+        operation: &str,
+        payload: &[u8],
+        capabilities: Arc<dyn Capabilities>,
+    ) -> Result<Vec<u8>, EvalError> {
+        let state = State {
+            wasi: WasiCtxBuilder::new().build_p1(),
+            limits: StoreLimitsBuilder::new()
+                .memory_size(self.options.max_memory_bytes)
+                .instances(1)
+                .build(),
+            capabilities,
+            operation: operation.to_string(),
+            payload: payload.to_vec(),
+            guest_response: None,
+            guest_error: None,
+            host_response: None,
+            host_error: None,
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limits);
+        let ticks = (self.options.timeout.as_millis() / TICK.as_millis()).max(1) as u64;
+        store.set_epoch_deadline(ticks);
+        let timeout = self.options.timeout;
+        let classify = |e: wasmtime::Error| match e.downcast_ref::<wasmtime::Trap>() {
+            Some(wasmtime::Trap::Interrupt) => EvalError::Timeout(timeout),
+            _ => EvalError::Trap(format!("{e:#}")),
+        };
+        let instance = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| EvalError::Instantiate(format!("{e:#}")))?;
+        for start in ["_start", "wapc_init"] {
+            if let Ok(f) = instance.get_typed_func::<(), ()>(&mut store, start) {
+                if let Err(e) = f.call(&mut store, ()) {
+                    // A WASI command's `_start` may exit(0).
+                    let exited_ok = e
+                        .downcast_ref::<wasmtime_wasi::I32Exit>()
+                        .is_some_and(|c| c.0 == 0);
+                    if !exited_ok {
+                        return Err(classify(e));
+                    }
+                }
+            }
+        }
+        let guest_call = instance
+            .get_typed_func::<(i32, i32), i32>(&mut store, "__guest_call")
+            .map_err(|e| EvalError::NotWapc(e.to_string()))?;
+        let lens = (len_i32(operation.len()), len_i32(payload.len()));
+        let ok = guest_call.call(&mut store, lens).map_err(classify)?;
+        let state = store.into_data();
+        if ok == 1 {
+            Ok(state.guest_response.unwrap_or_default())
+        } else {
+            Err(EvalError::Guest(
+                state
+                    .guest_error
+                    .unwrap_or_else(|| "no error message".into()),
+            ))
+        }
+    }
+}
+
+fn len_i32(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+fn engine_config(options: &EngineOptions) -> anyhow::Result<Config> {
+    let mut config = Config::new();
+    config.epoch_interruption(true);
+    if options.pool_instances > 0 {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_core_instances(options.pool_instances)
+            .total_memories(options.pool_instances)
+            .total_tables(options.pool_instances)
+            .max_memory_size(options.max_memory_bytes);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    if let Some(dir) = &options.cache_dir {
+        let mut cache = wasmtime::CacheConfig::new();
+        cache.with_directory(dir);
+        config.cache(Some(wasmtime::Cache::new(cache)?));
+    }
+    Ok(config)
+}
+
+/// Advances the engine's epoch every tick until the engine is dropped.
+fn spawn_epoch_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    std::thread::spawn(move || {
+        while let Some(engine) = weak.upgrade() {
+            engine.increment_epoch();
+            drop(engine);
+            std::thread::sleep(TICK);
+        }
+    });
+}
+
+/// Store-state accessors for the waPC imports.
+impl State {
+    pub(crate) fn invocation(&self) -> (&str, &[u8]) {
+        (&self.operation, &self.payload)
+    }
+    pub(crate) fn set_guest_response(&mut self, bytes: Vec<u8>) {
+        self.guest_response = Some(bytes);
+    }
+    pub(crate) fn set_guest_error(&mut self, msg: String) {
+        self.guest_error = Some(msg);
+    }
+    pub(crate) fn host_call(
+        &mut self,
+        binding: &str,
+        namespace: &str,
+        operation: &str,
+        payload: &[u8],
+    ) -> bool {
+        self.host_response = None;
+        self.host_error = None;
+        match self
+            .capabilities
+            .call(binding, namespace, operation, payload)
+        {
+            Ok(bytes) => {
+                self.host_response = Some(bytes);
+                true
+            }
+            Err(e) => {
+                self.host_error = Some(e);
+                false
+            }
+        }
+    }
+    pub(crate) fn host_response(&self) -> &[u8] {
+        self.host_response.as_deref().unwrap_or_default()
+    }
+    pub(crate) fn host_error(&self) -> &[u8] {
+        self.host_error
+            .as_deref()
+            .map(str::as_bytes)
+            .unwrap_or_default()
+    }
+    pub(crate) fn log(&self, message: &str) {
+        self.capabilities.log(message);
+    }
+}
+
+/// Guest memory of the calling instance.
+pub(crate) fn memory(caller: &mut Caller<'_, State>) -> wasmtime::Result<wasmtime::Memory> {
+    caller
+        .get_export("memory")
+        .and_then(|e| e.into_memory())
+        .ok_or_else(|| wasmtime::format_err!("the guest exports no memory"))
+}

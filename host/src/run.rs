@@ -1,0 +1,147 @@
+//! `run`: evaluate one admission request offline, printing the AdmissionResponse on
+//! one line exactly like `kwctl run`.
+
+use crate::capabilities::Capabilities;
+use crate::engine::PolicyEngine;
+use anyhow::{bail, Context, Result};
+use base64::Engine as _;
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// `AdmissionResponse` as kwctl prints it.
+#[derive(Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionResponse {
+    pub uid: String,
+    pub allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch_type: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+    pub audit_annotations: Option<BTreeMap<String, String>>,
+    pub warnings: Option<Vec<String>>,
+}
+
+/// Rejection details.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct Status {
+    pub message: String,
+    pub code: u16,
+}
+
+/// Accepts an AdmissionReview (`kind: AdmissionReview`) or a bare AdmissionRequest.
+pub fn admission_request(input: &Value) -> Result<Value> {
+    if input["kind"] == "AdmissionReview" {
+        let request = input["request"].clone();
+        if request.is_null() {
+            bail!("AdmissionReview has no request");
+        }
+        return Ok(request);
+    }
+    if !input.is_object() || input["uid"].is_null() && input["operation"].is_null() {
+        bail!("not an AdmissionRequest or AdmissionReview (expected uid/operation or kind: AdmissionReview)");
+    }
+    Ok(input.clone())
+}
+
+/// Validates the settings with the module's `validate_settings`.
+pub fn validate_settings(
+    engine: &PolicyEngine,
+    settings: &Value,
+    caps: Arc<dyn Capabilities>,
+) -> Result<()> {
+    let answer = engine.call("validate_settings", &serde_json::to_vec(settings)?, caps)?;
+    let v: Value = serde_json::from_slice(&answer).context("validate_settings answer")?;
+    if v["valid"] != true {
+        bail!(
+            "invalid settings: {}",
+            v["message"].as_str().unwrap_or("(no message)")
+        );
+    }
+    Ok(())
+}
+
+/// Runs `validate` and converts the policy's answer into an AdmissionResponse
+/// (JSON patch computed here, as Kubewarden's host does).
+pub fn evaluate(
+    engine: &PolicyEngine,
+    request: &Value,
+    settings: &Value,
+    caps: Arc<dyn Capabilities>,
+) -> AdmissionResponse {
+    let uid = request["uid"].as_str().unwrap_or_default().to_string();
+    let payload = json!({"request": request, "settings": settings});
+    let answer = serde_json::to_vec(&payload)
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| {
+            engine
+                .call("validate", &bytes, caps)
+                .map_err(|e| e.to_string())
+        })
+        .and_then(|bytes| {
+            serde_json::from_slice::<Value>(&bytes)
+                .map_err(|e| format!("invalid policy answer: {e}"))
+        });
+    match answer {
+        Ok(v) => to_admission_response(uid, request, &v),
+        Err(e) => reject(uid, e, 500),
+    }
+}
+
+fn reject(uid: String, message: String, code: u16) -> AdmissionResponse {
+    AdmissionResponse {
+        uid,
+        allowed: false,
+        patch_type: None,
+        patch: None,
+        status: Some(Status { message, code }),
+        audit_annotations: None,
+        warnings: None,
+    }
+}
+
+fn to_admission_response(uid: String, request: &Value, v: &Value) -> AdmissionResponse {
+    let audit = serde_json::from_value(v["audit_annotations"].clone()).unwrap_or(None);
+    let warnings = serde_json::from_value(v["warnings"].clone()).unwrap_or(None);
+    if v["accepted"] != true {
+        let message = v["message"].as_str().unwrap_or("rejected").to_string();
+        let code = v["code"]
+            .as_u64()
+            .and_then(|c| u16::try_from(c).ok())
+            .unwrap_or(400);
+        let mut r = reject(uid, message, code);
+        r.audit_annotations = audit;
+        r.warnings = warnings;
+        return r;
+    }
+    let mut response = AdmissionResponse {
+        uid: uid.clone(),
+        allowed: true,
+        patch_type: None,
+        patch: None,
+        status: None,
+        audit_annotations: audit,
+        warnings,
+    };
+    let mutated = &v["mutated_object"];
+    if !mutated.is_null() {
+        if request["object"].is_null() {
+            return reject(
+                uid,
+                "the policy mutated a request without an object".into(),
+                500,
+            );
+        }
+        let diff = json_patch::diff(&request["object"], mutated);
+        if !diff.0.is_empty() {
+            let bytes = serde_json::to_vec(&diff).unwrap_or_default();
+            response.patch_type = Some("JSONPatch".into());
+            response.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+        }
+    }
+    response
+}
