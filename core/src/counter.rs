@@ -6,6 +6,9 @@
 //! policy-server does not offer it (its host calls are read-only), so the guest detects
 //! it with `v1/hello` and otherwise decides from what it can read. See `docs/counter-protocol.md`.
 
+use crate::admission::{claim_among, release, PodKey};
+use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
+use crate::Timestamp;
 use serde::{Deserialize, Serialize};
 
 /// waPC binding of the capability.
@@ -94,6 +97,58 @@ pub struct ReleaseRequest {
 pub struct ReleaseResponse {
     /// Whether the status changed.
     pub released: bool,
+}
+
+/// Applies a claim to `ws`'s status (the host's side of `v1/claim`); returns the new
+/// status and the answer. The caller writes the status back.
+pub fn apply_claim(
+    ws: &WorkloadSpread,
+    req: &ClaimRequest,
+    now: Timestamp,
+) -> (WorkloadSpreadStatus, ClaimResponse) {
+    let mut status = ws.status.clone().unwrap_or_default();
+    let pod = PodKey {
+        name: &req.pod.name,
+        version: &req.pod.version,
+    };
+    let c = claim_among(
+        &mut status,
+        ws,
+        pod,
+        &req.candidates,
+        req.workload_replicas,
+        now,
+        &req.generated_uid,
+    );
+    (
+        status,
+        ClaimResponse {
+            subset: c.subset,
+            generated_uid: c.generated_uid,
+        },
+    )
+}
+
+/// Applies a release to `ws`'s status (the host's side of `v1/release`).
+pub fn apply_release(
+    ws: &WorkloadSpread,
+    req: &ReleaseRequest,
+    now: Timestamp,
+) -> (WorkloadSpreadStatus, ReleaseResponse) {
+    let mut status = ws.status.clone().unwrap_or_default();
+    let pod = PodKey {
+        name: &req.pod.name,
+        version: &req.pod.version,
+    };
+    let released = release(
+        &mut status,
+        ws,
+        pod,
+        &req.subset,
+        req.workload_replicas,
+        now,
+    );
+    (status, ReleaseResponse { released })
 }
 
 #[cfg(test)]

@@ -30,3 +30,10 @@ pub mod selector;
 pub mod validation;
 pub mod version;
 pub mod workload;
+
+/// A wall-clock reading (time since the Unix epoch, e.g. from `SystemTime`) as a
+/// `Timestamp`; the epoch when out of range. Callers read the clock, core stays pure.
+pub fn timestamp_since_epoch(since: std::time::Duration) -> Timestamp {
+    let secs = i64::try_from(since.as_secs()).unwrap_or(0);
+    Timestamp::new(secs, since.subsec_nanos() as i32).unwrap_or(Timestamp::UNIX_EPOCH)
+}

@@ -122,11 +122,7 @@ fn now() -> workloadspread_core::Timestamp {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    workloadspread_core::Timestamp::new(
-        i64::try_from(since.as_secs()).unwrap_or(0),
-        since.subsec_nanos() as i32,
-    )
-    .unwrap_or(workloadspread_core::Timestamp::UNIX_EPOCH)
+    workloadspread_core::timestamp_since_epoch(since)
 }
 
 fn cmd_run(args: RunArgs) -> Result<()> {

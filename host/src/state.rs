@@ -5,11 +5,8 @@ use crate::capabilities::{denied, AllowList, Capabilities, KubeRead};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::Mutex;
-use workloadspread_core::admission::{claim_among, release, PodKey};
-use workloadspread_core::api::v1beta1::WorkloadSpread;
-use workloadspread_core::counter::{
-    self, ClaimRequest, ClaimResponse, ReleaseRequest, ReleaseResponse,
-};
+use workloadspread_core::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
+use workloadspread_core::counter::{self, ClaimRequest, ReleaseRequest};
 use workloadspread_core::selector::Selector;
 use workloadspread_core::workload::parse_group;
 use workloadspread_core::Timestamp;
@@ -137,40 +134,18 @@ impl ClusterState {
             counter::OP_CLAIM => {
                 let req: ClaimRequest =
                     serde_json::from_slice(payload).map_err(|e| format!("invalid claim: {e}"))?;
-                let (subset, uid) =
-                    self.with_workloadspread(&req.workload_spread, |ws, status, now| {
-                        let pod = PodKey {
-                            name: &req.pod.name,
-                            version: &req.pod.version,
-                        };
-                        let c = claim_among(
-                            status,
-                            ws,
-                            pod,
-                            &req.candidates,
-                            req.workload_replicas,
-                            now,
-                            &req.generated_uid,
-                        );
-                        (c.subset, c.generated_uid)
-                    })?;
-                json!(ClaimResponse {
-                    subset,
-                    generated_uid: uid
-                })
+                let answer = self.with_workloadspread(&req.workload_spread, |ws, now| {
+                    counter::apply_claim(ws, &req, now)
+                })?;
+                json!(answer)
             }
             counter::OP_RELEASE => {
                 let req: ReleaseRequest =
                     serde_json::from_slice(payload).map_err(|e| format!("invalid release: {e}"))?;
-                let released =
-                    self.with_workloadspread(&req.workload_spread, |ws, status, now| {
-                        let pod = PodKey {
-                            name: &req.pod.name,
-                            version: &req.pod.version,
-                        };
-                        release(status, ws, pod, &req.subset, req.workload_replicas, now)
-                    })?;
-                json!(ReleaseResponse { released })
+                let answer = self.with_workloadspread(&req.workload_spread, |ws, now| {
+                    counter::apply_release(ws, &req, now)
+                })?;
+                json!(answer)
             }
             other => return Err(format!("unknown operation workloadspread/counter/{other}")),
         };
@@ -181,11 +156,7 @@ impl ClusterState {
     fn with_workloadspread<R>(
         &self,
         key: &counter::WorkloadSpreadKey,
-        f: impl FnOnce(
-            &WorkloadSpread,
-            &mut workloadspread_core::api::v1beta1::WorkloadSpreadStatus,
-            Timestamp,
-        ) -> R,
+        f: impl FnOnce(&WorkloadSpread, Timestamp) -> (WorkloadSpreadStatus, R),
     ) -> Result<R, String> {
         let mut objects = self.lock();
         let slot = objects
@@ -208,8 +179,7 @@ impl ClusterState {
                 key.namespace, key.name
             ));
         }
-        let mut status = ws.status.clone().unwrap_or_default();
-        let result = f(&ws, &mut status, self.now);
+        let (status, result) = f(&ws, self.now);
         slot["status"] = serde_json::to_value(&status).map_err(|e| e.to_string())?;
         Ok(result)
     }

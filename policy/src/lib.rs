@@ -55,8 +55,7 @@ fn wall_clock() -> Timestamp {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    let secs = i64::try_from(since.as_secs()).unwrap_or(0);
-    Timestamp::new(secs, since.subsec_nanos() as i32).unwrap_or(Timestamp::UNIX_EPOCH)
+    workloadspread_core::timestamp_since_epoch(since)
 }
 
 /// Dispatches one admission request (native-testable: the host is a parameter).

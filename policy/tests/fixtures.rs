@@ -5,11 +5,8 @@ use kubewarden_policy_sdk::request::KubernetesAdmissionRequest;
 use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::path::PathBuf;
-use workloadspread_core::admission::{claim_among, release, PodKey};
 use workloadspread_core::api::v1beta1::WorkloadSpread;
-use workloadspread_core::counter::{
-    self, ClaimRequest, ClaimResponse, ReleaseRequest, ReleaseResponse,
-};
+use workloadspread_core::counter::{self, ClaimRequest, ReleaseRequest};
 use workloadspread_core::workload::parse_group;
 use workloadspread_core::Timestamp;
 use workloadspread_policy::host::{Host, HostError};
@@ -127,47 +124,19 @@ impl Host for FakeCluster {
                 let req: ClaimRequest = serde_json::from_value(payload.clone()).unwrap();
                 let mut ws =
                     self.workloadspread(&req.workload_spread.namespace, &req.workload_spread.name);
-                let mut status = ws.status.clone().unwrap_or_default();
-                let key = PodKey {
-                    name: &req.pod.name,
-                    version: &req.pod.version,
-                };
-                let claim = claim_among(
-                    &mut status,
-                    &ws,
-                    key,
-                    &req.candidates,
-                    req.workload_replicas,
-                    now(),
-                    &req.generated_uid,
-                );
+                let (status, answer) = counter::apply_claim(&ws, &req, now());
                 ws.status = Some(status);
                 self.store(&ws);
-                Ok(json!(ClaimResponse {
-                    subset: claim.subset,
-                    generated_uid: claim.generated_uid
-                }))
+                Ok(json!(answer))
             }
             counter::OP_RELEASE => {
                 let req: ReleaseRequest = serde_json::from_value(payload.clone()).unwrap();
                 let mut ws =
                     self.workloadspread(&req.workload_spread.namespace, &req.workload_spread.name);
-                let mut status = ws.status.clone().unwrap_or_default();
-                let key = PodKey {
-                    name: &req.pod.name,
-                    version: &req.pod.version,
-                };
-                let released = release(
-                    &mut status,
-                    &ws,
-                    key,
-                    &req.subset,
-                    req.workload_replicas,
-                    now(),
-                );
+                let (status, answer) = counter::apply_release(&ws, &req, now());
                 ws.status = Some(status);
                 self.store(&ws);
-                Ok(json!(ReleaseResponse { released }))
+                Ok(json!(answer))
             }
             other => Err(HostError {
                 what: other.into(),
