@@ -4,6 +4,7 @@
 mod capabilities;
 mod engine;
 mod run;
+mod serve;
 mod state;
 mod wapc;
 
@@ -32,6 +33,81 @@ struct Cli {
 enum Command {
     /// Evaluate one admission request offline (kwctl run compatible output).
     Run(RunArgs),
+    /// Serve the policy as an HTTPS admission webhook with exact counters.
+    Serve(ServeArgs),
+}
+
+/// Options shared by every command that evaluates the policy.
+#[derive(Args, Clone)]
+struct PolicyArgs {
+    /// Settings as JSON.
+    #[arg(long, conflicts_with = "settings_path")]
+    settings_json: Option<String>,
+    /// Settings file (YAML or JSON).
+    #[arg(short = 's', long)]
+    settings_path: Option<PathBuf>,
+    /// Evaluation deadline in seconds.
+    #[arg(long, default_value_t = 2.0)]
+    timeout: f64,
+    /// Linear memory cap per policy instance, in MiB.
+    #[arg(long, default_value_t = 256)]
+    max_memory_mib: usize,
+    /// wasmtime compilation cache directory (`none` disables it).
+    #[arg(long, default_value_os_t = default_cache_dir())]
+    cache_dir: PathBuf,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    policy_args: PolicyArgs,
+    /// The policy module (default: policy/policy.wasm of this workspace or $WS_POLICY_WASM).
+    #[arg(long)]
+    policy: Option<PathBuf>,
+    /// Policy metadata (hostCapabilities, contextAwareResources); default: the
+    /// metadata.yml this binary was built with.
+    #[arg(long)]
+    metadata: Option<PathBuf>,
+    /// Address to listen on (HTTPS).
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    listen: std::net::SocketAddr,
+    /// kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Serving certificate chain (PEM); without it a CA and certificate are generated.
+    #[arg(long, requires = "tls_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// Serving key (PEM).
+    #[arg(long, requires = "tls_cert_file")]
+    tls_key_file: Option<PathBuf>,
+    /// CA bundle to publish with --tls-cert-file (default: the chain's last certificate).
+    #[arg(long, requires = "tls_cert_file")]
+    tls_ca_file: Option<PathBuf>,
+    /// DNS names / IPs of the generated certificate (repeatable).
+    #[arg(long = "tls-san", default_values_t = ["localhost".to_string(), "127.0.0.1".to_string()])]
+    tls_sans: Vec<String>,
+    /// Share the generated certificate among replicas through this Secret (NAMESPACE/NAME).
+    #[arg(long, conflicts_with = "tls_cert_file")]
+    tls_secret: Option<String>,
+    /// Write the CA bundle (PEM) here.
+    #[arg(long)]
+    ca_bundle_out: Option<PathBuf>,
+    /// Patch the CA bundle into the Mutating/ValidatingWebhookConfiguration of this name.
+    #[arg(long)]
+    webhook_config: Option<String>,
+    /// Group-commit window for counter operations, in milliseconds; 0 writes the status
+    /// once per pod (the reference algorithm).
+    #[arg(long, default_value_t = 2)]
+    batch_window_ms: u64,
+    /// Do not offer the counter capability (best-effort mode, like Kubewarden).
+    #[arg(long)]
+    no_counter: bool,
+    /// Concurrent evaluations (each holds a blocking thread).
+    #[arg(long, default_value_t = 256)]
+    max_concurrency: usize,
+    /// Pooling-allocator instance slots (0 = allocate on demand).
+    #[arg(long, default_value_t = 0)]
+    pool_instances: u32,
 }
 
 #[derive(Args)]
@@ -39,12 +115,8 @@ struct RunArgs {
     /// AdmissionRequest or AdmissionReview JSON; `-` reads stdin.
     #[arg(short = 'r', long)]
     request_path: PathBuf,
-    /// Settings as JSON.
-    #[arg(long, conflicts_with = "settings_path")]
-    settings_json: Option<String>,
-    /// Settings file (YAML or JSON).
-    #[arg(short = 's', long)]
-    settings_path: Option<PathBuf>,
+    #[command(flatten)]
+    policy_args: PolicyArgs,
     /// Grant the Kubernetes reads the policy declares (metadata.yml contextAwareResources).
     #[arg(long)]
     allow_context_aware: bool,
@@ -58,12 +130,6 @@ struct RunArgs {
     /// Do not offer the counter capability (behave like Kubewarden's policy-server).
     #[arg(long)]
     no_counter: bool,
-    /// Evaluation deadline in seconds.
-    #[arg(long, default_value_t = 2.0)]
-    timeout: f64,
-    /// wasmtime compilation cache directory (`none` disables it).
-    #[arg(long, default_value_os_t = default_cache_dir())]
-    cache_dir: PathBuf,
     /// The policy module (default: policy/policy.wasm of this workspace).
     policy: Option<PathBuf>,
 }
@@ -77,6 +143,7 @@ fn main() {
         .init();
     let result = match Cli::parse().command {
         Command::Run(args) => cmd_run(args),
+        Command::Serve(args) => cmd_serve(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
@@ -107,7 +174,7 @@ fn read_input(path: &PathBuf) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
-fn settings(args: &RunArgs) -> Result<Value> {
+fn settings(args: &PolicyArgs) -> Result<Value> {
     if let Some(json) = &args.settings_json {
         return serde_json::from_str(json).context("--settings-json");
     }
@@ -125,19 +192,26 @@ fn now() -> workloadspread_core::Timestamp {
     workloadspread_core::timestamp_since_epoch(since)
 }
 
+fn engine_options(args: &PolicyArgs, pool_instances: u32) -> Result<EngineOptions> {
+    if !(args.timeout.is_finite() && args.timeout > 0.0) {
+        anyhow::bail!("--timeout must be a positive number of seconds");
+    }
+    let cache_dir = (args.cache_dir.as_os_str() != "none").then(|| args.cache_dir.clone());
+    Ok(EngineOptions {
+        timeout: Duration::from_secs_f64(args.timeout),
+        max_memory_bytes: args.max_memory_mib << 20,
+        pool_instances,
+        cache_dir,
+    })
+}
+
 fn cmd_run(args: RunArgs) -> Result<()> {
     let input: Value =
         serde_json::from_str(&read_input(&args.request_path)?).context("request is not JSON")?;
     let request = run::admission_request(&input)?;
-    let settings = settings(&args)?;
+    let settings = settings(&args.policy_args)?;
     let policy = args.policy.clone().unwrap_or_else(default_policy);
-    let cache_dir = (args.cache_dir.as_os_str() != "none").then(|| args.cache_dir.clone());
-    let options = EngineOptions {
-        timeout: Duration::from_secs_f64(args.timeout),
-        cache_dir,
-        ..EngineOptions::default()
-    };
-    let engine = PolicyEngine::from_file(&policy, options)?;
+    let engine = PolicyEngine::from_file(&policy, engine_options(&args.policy_args, 0)?)?;
     let mut objects = vec![];
     for path in &args.cluster_state {
         objects.extend(ClusterState::load_objects(path)?);
@@ -161,4 +235,119 @@ fn cmd_run(args: RunArgs) -> Result<()> {
             .with_context(|| format!("writing {}", out.display()))?;
     }
     Ok(())
+}
+
+fn cmd_serve(args: ServeArgs) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(args.max_concurrency.max(1) + 16)
+        .build()?;
+    runtime.block_on(serve_main(args))
+}
+
+async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+async fn tls_bundle(args: &ServeArgs, client: &kube::Client) -> Result<serve::tls::CertBundle> {
+    use serve::tls::{shared_bundle, CertBundle};
+    if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_key_file) {
+        return CertBundle::from_files(cert, key, args.tls_ca_file.as_deref());
+    }
+    match &args.tls_secret {
+        Some(s) => {
+            let (ns, name) = s
+                .split_once('/')
+                .context("--tls-secret must be NAMESPACE/NAME")?;
+            shared_bundle(client, ns, name, &args.tls_sans).await
+        }
+        None => CertBundle::generate(&args.tls_sans),
+    }
+}
+
+fn policy_metadata(path: Option<&PathBuf>) -> Result<Value> {
+    let text = match path {
+        Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+        None => include_str!("../../metadata.yml").to_string(),
+    };
+    serde_yaml::from_str(&text).context("parsing policy metadata")
+}
+
+async fn serve_main(args: ServeArgs) -> Result<()> {
+    let settings = settings(&args.policy_args)?;
+    let policy = args.policy.clone().unwrap_or_else(default_policy);
+    let options = engine_options(&args.policy_args, args.pool_instances)?;
+    let engine = Arc::new(
+        tokio::task::spawn_blocking(move || PolicyEngine::from_file(&policy, options)).await??,
+    );
+    let client = kube_client(args.kubeconfig.as_ref()).await?;
+    let metrics = Arc::new(serve::metrics::Metrics::new());
+    let committer = (!args.no_counter).then(|| {
+        serve::commit::Committer::new(
+            client.clone(),
+            Duration::from_millis(args.batch_window_ms),
+            metrics.clone(),
+            now,
+        )
+    });
+    let allow = serve::allow_list_from_metadata(&policy_metadata(args.metadata.as_ref())?);
+    let caps = Arc::new(
+        serve::kube_state::KubeCapabilities::start(client.clone(), allow, committer).await?,
+    );
+    {
+        let (engine, settings, caps) = (engine.clone(), settings.clone(), caps.clone());
+        tokio::task::spawn_blocking(move || run::validate_settings(&engine, &settings, caps))
+            .await??;
+    }
+    let bundle = tls_bundle(&args, &client).await?;
+    if let Some(out) = &args.ca_bundle_out {
+        std::fs::write(out, &bundle.ca_pem).with_context(|| format!("writing {}", out.display()))?;
+    }
+    if let Some(name) = &args.webhook_config {
+        let n = serve::tls::patch_ca_bundle(&client, name, &bundle.ca_pem).await?;
+        tracing::info!("CA bundle patched into {n} webhook configuration(s) named {name}");
+    }
+    let listener = serve::bind(args.listen).await?;
+    let app = Arc::new(serve::App {
+        engine,
+        settings,
+        capabilities: caps.clone(),
+        metrics,
+        slots: tokio::sync::Semaphore::new(args.max_concurrency.max(1)),
+    });
+    tracing::info!(listen = %args.listen, "serving (admissions wait for the caches' first list)");
+    serve::serve_tls(
+        listener,
+        bundle.server_config()?,
+        serve::router(app),
+        shutdown_signal(),
+        Duration::from_secs(15),
+    )
+    .await
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
 }

@@ -88,11 +88,12 @@ pub fn evaluate(
         });
     match answer {
         Ok(v) => to_admission_response(uid, request, &v),
-        Err(e) => reject(uid, e, 500),
+        Err(e) => rejection(uid, e, 500),
     }
 }
 
-fn reject(uid: String, message: String, code: u16) -> AdmissionResponse {
+/// A rejection with `message` and HTTP `code`.
+pub fn rejection(uid: String, message: String, code: u16) -> AdmissionResponse {
     AdmissionResponse {
         uid,
         allowed: false,
@@ -113,7 +114,7 @@ fn to_admission_response(uid: String, request: &Value, v: &Value) -> AdmissionRe
             .as_u64()
             .and_then(|c| u16::try_from(c).ok())
             .unwrap_or(400);
-        let mut r = reject(uid, message, code);
+        let mut r = rejection(uid, message, code);
         r.audit_annotations = audit;
         r.warnings = warnings;
         return r;
@@ -130,7 +131,7 @@ fn to_admission_response(uid: String, request: &Value, v: &Value) -> AdmissionRe
     let mutated = &v["mutated_object"];
     if !mutated.is_null() {
         if request["object"].is_null() {
-            return reject(
+            return rejection(
                 uid,
                 "the policy mutated a request without an object".into(),
                 500,

@@ -240,7 +240,7 @@ fn labels(o: &Value) -> workloadspread_core::selector::Labels {
 }
 
 /// `a=b,c=d` label selectors (equality only, which is what the policy sends).
-fn parse_selector(s: Option<&str>) -> Result<Option<Selector>, String> {
+pub(crate) fn parse_selector(s: Option<&str>) -> Result<Option<Selector>, String> {
     let Some(s) = s.filter(|s| !s.is_empty()) else {
         return Ok(None);
     };

@@ -1,0 +1,431 @@
+//! Exact subset counters on WorkloadSpread status: one in-process queue per
+//! WorkloadSpread group-commits concurrent claims and releases into one status write
+//! guarded by `resourceVersion`. A 409 re-reads the object and re-applies the whole
+//! batch, so several host replicas (and the controller) stay exact through the API
+//! server's optimistic concurrency, and no pod is rejected because of contention.
+
+use super::metrics::{CounterLabels, CounterOp, CounterResult, Metrics};
+use kube::api::{ApiResource, DynamicObject, PostParams};
+use kube::{Api, Client};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use workloadspread_core::api::v1beta1::WorkloadSpread;
+use workloadspread_core::counter::{
+    apply_claim, apply_release, ClaimRequest, ClaimResponse, ReleaseRequest, ReleaseResponse,
+    WorkloadSpreadKey,
+};
+use workloadspread_core::Timestamp;
+
+/// Largest batch committed in one write.
+const MAX_BATCH: usize = 512;
+/// Write attempts per batch (409s and transient errors) before giving up.
+const MAX_ATTEMPTS: u32 = 30;
+/// An idle queue stops after this long.
+const IDLE: Duration = Duration::from_secs(60);
+
+/// A counter operation from the policy.
+#[derive(Clone, Debug)]
+pub enum Op {
+    Claim(ClaimRequest),
+    Release(ReleaseRequest),
+}
+
+/// The answer to an [`Op`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    Claim(ClaimResponse),
+    Release(ReleaseResponse),
+}
+
+struct Pending {
+    op: Op,
+    reply: oneshot::Sender<Result<Answer, String>>,
+}
+
+type QueueKey = (String, String);
+
+/// The group-commit queues of one host process.
+pub struct Committer {
+    client: Client,
+    resource: ApiResource,
+    /// How long a batch keeps collecting after its first operation; zero commits
+    /// every operation alone (the reference algorithm: one write per pod).
+    window: Duration,
+    queues: Mutex<HashMap<QueueKey, mpsc::UnboundedSender<Pending>>>,
+    metrics: Arc<Metrics>,
+    clock: fn() -> Timestamp,
+}
+
+impl Committer {
+    pub fn new(
+        client: Client,
+        window: Duration,
+        metrics: Arc<Metrics>,
+        clock: fn() -> Timestamp,
+    ) -> Arc<Self> {
+        Arc::new(Committer {
+            client,
+            resource: workloadspread_resource(),
+            window,
+            queues: Mutex::new(HashMap::new()),
+            metrics,
+            clock,
+        })
+    }
+
+    /// Queues `op` on its WorkloadSpread's queue and waits for the committed answer.
+    pub async fn submit(self: &Arc<Self>, op: Op) -> Result<Answer, String> {
+        let key = op.key();
+        let queue_key = (key.namespace.clone(), key.name.clone());
+        let (reply, answer) = oneshot::channel();
+        let mut pending = Pending { op, reply };
+        loop {
+            let tx = self.queue(&queue_key);
+            match tx.send(pending) {
+                Ok(()) => break,
+                // The queue stopped for idleness between lookup and send: start another.
+                Err(mpsc::error::SendError(p)) => {
+                    pending = p;
+                    self.remove_queue(&queue_key, &tx);
+                }
+            }
+        }
+        answer
+            .await
+            .map_err(|_| "the counter queue stopped before answering".to_string())?
+    }
+
+    fn queue(self: &Arc<Self>, key: &QueueKey) -> mpsc::UnboundedSender<Pending> {
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(tx) = queues.get(key).filter(|tx| !tx.is_closed()) {
+            return tx.clone();
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        queues.insert(key.clone(), tx.clone());
+        tokio::spawn(self.clone().run_queue(key.clone(), rx));
+        tx
+    }
+
+    fn remove_queue(&self, key: &QueueKey, tx: &mpsc::UnboundedSender<Pending>) {
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        if queues.get(key).is_some_and(|t| t.same_channel(tx)) {
+            queues.remove(key);
+        }
+    }
+
+    async fn run_queue(self: Arc<Self>, key: QueueKey, mut rx: mpsc::UnboundedReceiver<Pending>) {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &key.0, &self.resource);
+        let mut cached: Option<DynamicObject> = None;
+        loop {
+            let first = match tokio::time::timeout(IDLE, rx.recv()).await {
+                Ok(Some(p)) => p,
+                _ => break,
+            };
+            let batch = self.collect_batch(first, &mut rx).await;
+            self.commit(&api, &key.1, &mut cached, batch).await;
+        }
+        // Stop taking operations, then finish whatever was queued meanwhile.
+        rx.close();
+        let mut rest = vec![];
+        while let Ok(p) = rx.try_recv() {
+            rest.push(p);
+        }
+        if !rest.is_empty() {
+            self.commit(&api, &key.1, &mut cached, rest).await;
+        }
+    }
+
+    async fn collect_batch(
+        &self,
+        first: Pending,
+        rx: &mut mpsc::UnboundedReceiver<Pending>,
+    ) -> Vec<Pending> {
+        let mut batch = vec![first];
+        if self.window.is_zero() {
+            return batch;
+        }
+        let deadline = tokio::time::Instant::now() + self.window;
+        while batch.len() < MAX_BATCH {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(p)) => batch.push(p),
+                _ => break,
+            }
+        }
+        // Everything that queued up while the previous write was in flight joins too.
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+        batch
+    }
+
+    /// Applies `batch` to the WorkloadSpread and writes the status once; on 409
+    /// re-reads and re-applies. Answers every operation.
+    async fn commit(
+        &self,
+        api: &Api<DynamicObject>,
+        name: &str,
+        cached: &mut Option<DynamicObject>,
+        batch: Vec<Pending>,
+    ) {
+        self.metrics.batch_size.observe(batch.len() as f64);
+        let ops: Vec<&Op> = batch.iter().map(|p| &p.op).collect();
+        let mut last_error = String::new();
+        for attempt in 0..MAX_ATTEMPTS {
+            let object = match cached.take() {
+                Some(o) => o,
+                None => match api.get_opt(name).await {
+                    Ok(Some(o)) => o,
+                    Ok(None) => {
+                        last_error = format!("WorkloadSpread {name} not found");
+                        break;
+                    }
+                    Err(e) => {
+                        last_error = format!("reading WorkloadSpread {name}: {e}");
+                        backoff(attempt).await;
+                        continue;
+                    }
+                },
+            };
+            let (updated, answers) = match apply_batch(&object, &ops, (self.clock)()) {
+                Ok(r) => r,
+                Err(e) => {
+                    last_error = e;
+                    break;
+                }
+            };
+            let Some(updated) = updated else {
+                *cached = Some(object);
+                return self.answer(batch, answers);
+            };
+            self.metrics.status_writes.inc();
+            match api
+                .replace_status(name, &PostParams::default(), &updated)
+                .await
+            {
+                Ok(written) => {
+                    *cached = Some(written);
+                    return self.answer(batch, answers);
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    self.metrics.conflicts.inc();
+                    last_error = format!("conflict writing WorkloadSpread {name} status");
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    last_error = format!("WorkloadSpread {name} was deleted");
+                    break;
+                }
+                Err(e) => {
+                    last_error = format!("writing WorkloadSpread {name} status: {e}");
+                    backoff(attempt).await;
+                }
+            }
+        }
+        tracing::warn!(workloadspread = name, "counter batch failed: {last_error}");
+        for p in batch {
+            self.record(&p.op, None);
+            let _ = p.reply.send(Err(last_error.clone()));
+        }
+    }
+
+    fn answer(&self, batch: Vec<Pending>, answers: Vec<Result<Answer, String>>) {
+        for (p, a) in batch.into_iter().zip(answers) {
+            self.record(&p.op, a.as_ref().ok());
+            // The waiter may have given up (webhook deadline); nothing to do then.
+            let _ = p.reply.send(a);
+        }
+    }
+
+    fn record(&self, op: &Op, answer: Option<&Answer>) {
+        let result = match answer {
+            None => CounterResult::Error,
+            Some(Answer::Claim(c)) if c.subset.is_some() => CounterResult::Done,
+            Some(Answer::Release(r)) if r.released => CounterResult::Done,
+            Some(_) => CounterResult::Noop,
+        };
+        let op = match op {
+            Op::Claim(_) => CounterOp::Claim,
+            Op::Release(_) => CounterOp::Release,
+        };
+        self.metrics
+            .counter_ops
+            .get_or_create(&CounterLabels { op, result })
+            .inc();
+    }
+}
+
+impl Op {
+    fn key(&self) -> &WorkloadSpreadKey {
+        match self {
+            Op::Claim(c) => &c.workload_spread,
+            Op::Release(r) => &r.workload_spread,
+        }
+    }
+}
+
+/// The object to write (`None` when the status did not change) and one answer per
+/// operation.
+type Applied = (Option<DynamicObject>, Vec<Result<Answer, String>>);
+
+/// Applies `ops` in order.
+fn apply_batch(object: &DynamicObject, ops: &[&Op], now: Timestamp) -> Result<Applied, String> {
+    let mut ws: WorkloadSpread = serde_json::from_value(to_json(object)?)
+        .map_err(|e| format!("decoding WorkloadSpread: {e}"))?;
+    let original = ws.status.clone();
+    let mut answers = Vec::with_capacity(ops.len());
+    for op in ops {
+        if let Some(uid) = &op.key().uid {
+            if ws.metadata.uid.as_ref() != Some(uid) {
+                answers.push(Err(format!(
+                    "WorkloadSpread {} was recreated (uid changed)",
+                    op.key().name
+                )));
+                continue;
+            }
+        }
+        let (status, answer) = match op {
+            Op::Claim(c) => {
+                let (s, a) = apply_claim(&ws, c, now);
+                (s, Answer::Claim(a))
+            }
+            Op::Release(r) => {
+                let (s, a) = apply_release(&ws, r, now);
+                (s, Answer::Release(a))
+            }
+        };
+        ws.status = Some(status);
+        answers.push(Ok(answer));
+    }
+    if ws.status == original {
+        return Ok((None, answers));
+    }
+    let mut updated = object.clone();
+    let status = serde_json::to_value(&ws.status).map_err(|e| e.to_string())?;
+    if let Some(map) = updated.data.as_object_mut() {
+        map.insert("status".into(), status);
+    }
+    Ok((Some(updated), answers))
+}
+
+fn to_json(object: &DynamicObject) -> Result<serde_json::Value, String> {
+    let mut v = serde_json::to_value(object).map_err(|e| e.to_string())?;
+    v["apiVersion"] = "apps.kruise.io/v1beta1".into();
+    v["kind"] = "WorkloadSpread".into();
+    Ok(v)
+}
+
+async fn backoff(attempt: u32) {
+    let ms = 20u64.saturating_mul(1 << attempt.min(5));
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+/// `apps.kruise.io/v1beta1` `workloadspreads`.
+pub fn workloadspread_resource() -> ApiResource {
+    ApiResource {
+        group: "apps.kruise.io".into(),
+        version: "v1beta1".into(),
+        api_version: "apps.kruise.io/v1beta1".into(),
+        kind: "WorkloadSpread".into(),
+        plural: "workloadspreads".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use workloadspread_core::counter::{PodRef, WorkloadSpreadKey};
+
+    fn object(uid: &str) -> DynamicObject {
+        let statuses = serde_json::json!([
+            {"name": "a", "missingReplicas": 1}, {"name": "b", "missingReplicas": -1}]);
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+            "metadata": {"name": "ws", "namespace": "ns", "uid": uid, "resourceVersion": "7"},
+            "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d"},
+                "subsets": [{"name": "a", "maxReplicas": 1}, {"name": "b"}]},
+            "status": {"observedGeneration": 1, "subsetStatuses": statuses.clone(),
+                "versionedSubsetStatuses": {"versionIgnored": statuses}}
+        }))
+        .unwrap()
+    }
+
+    fn claim(pod: &str, uid: Option<&str>) -> Op {
+        Op::Claim(ClaimRequest {
+            workload_spread: WorkloadSpreadKey {
+                namespace: "ns".into(),
+                name: "ws".into(),
+                uid: uid.map(Into::into),
+            },
+            pod: PodRef {
+                name: pod.into(),
+                version: "versionIgnored".into(),
+            },
+            candidates: vec!["a".into(), "b".into()],
+            workload_replicas: 4,
+            generated_uid: format!("gen-{pod}"),
+        })
+    }
+
+    fn subset(a: &Result<Answer, String>) -> Option<String> {
+        match a {
+            Ok(Answer::Claim(c)) => c.subset.clone(),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_batch_fills_subsets_in_order_with_one_write() {
+        let (p1, p2, p3) = (claim("p1", None), claim("p2", None), claim("p3", Some("u")));
+        let (updated, answers) =
+            apply_batch(&object("u"), &[&p1, &p2, &p3], Timestamp::UNIX_EPOCH).unwrap();
+        let subsets: Vec<_> = answers.iter().map(subset).collect();
+        assert_eq!(
+            subsets,
+            [Some("a".into()), Some("b".into()), Some("b".into())]
+        );
+        let updated = updated.expect("status changed");
+        assert_eq!(updated.metadata.resource_version.as_deref(), Some("7"));
+        let statuses = &updated.data["status"]["versionedSubsetStatuses"]["versionIgnored"];
+        assert_eq!(statuses[0]["missingReplicas"], 0);
+        assert_eq!(statuses[0]["creatingPods"]["p1"], "1970-01-01T00:00:00Z");
+        // Unlimited subsets are not tracked (as the reference).
+        assert!(statuses[1]["creatingPods"]["p3"].is_null());
+    }
+
+    #[test]
+    fn a_recreated_workloadspread_fails_only_that_operation() {
+        let (p1, p2) = (claim("p1", Some("old")), claim("p2", None));
+        let (_, answers) = apply_batch(&object("new"), &[&p1, &p2], Timestamp::UNIX_EPOCH).unwrap();
+        assert!(answers[0].as_ref().unwrap_err().contains("recreated"));
+        assert_eq!(subset(&answers[1]), Some("a".into()));
+    }
+
+    #[test]
+    fn nothing_to_release_writes_nothing() {
+        let release = Op::Release(ReleaseRequest {
+            workload_spread: WorkloadSpreadKey {
+                namespace: "ns".into(),
+                name: "ws".into(),
+                uid: None,
+            },
+            pod: PodRef {
+                name: "gone".into(),
+                version: "versionIgnored".into(),
+            },
+            subset: "nope".into(),
+            workload_replicas: 4,
+        });
+        let (updated, answers) =
+            apply_batch(&object("u"), &[&release], Timestamp::UNIX_EPOCH).unwrap();
+        assert!(updated.is_none());
+        assert_eq!(
+            answers[0],
+            Ok(Answer::Release(ReleaseResponse { released: false }))
+        );
+    }
+}

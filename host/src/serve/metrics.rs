@@ -1,0 +1,158 @@
+//! Prometheus metrics of `serve` (`/metrics`, OpenMetrics text).
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// Which webhook path served an evaluation.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Endpoint {
+    Mutate,
+    Validate,
+}
+
+/// How an evaluation ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Outcome {
+    Allowed,
+    Mutated,
+    Rejected,
+    /// The policy could not be evaluated (timeout, trap, host failure).
+    Error,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvalLabels {
+    pub endpoint: Endpoint,
+    pub outcome: Outcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabels {
+    pub endpoint: Endpoint,
+}
+
+/// Counter operation results.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum CounterResult {
+    /// A subset was claimed / a slot was released.
+    Done,
+    /// No candidate had room / nothing to release.
+    Noop,
+    Error,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CounterLabels {
+    pub op: CounterOp,
+    pub result: CounterResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum CounterOp {
+    Claim,
+    Release,
+}
+
+/// All metrics of the host.
+pub struct Metrics {
+    pub registry: Registry,
+    pub evaluations: Family<EvalLabels, Counter>,
+    pub latency: Family<EndpointLabels, Histogram>,
+    pub counter_ops: Family<CounterLabels, Counter>,
+    pub batch_size: Histogram,
+    pub status_writes: Counter,
+    pub conflicts: Counter,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("workloadspread_host");
+        let evaluations = Family::<EvalLabels, Counter>::default();
+        let latency = Family::<EndpointLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0005, 2.0, 14))
+        });
+        let counter_ops = Family::<CounterLabels, Counter>::default();
+        let batch_size = Histogram::new(exponential_buckets(1.0, 2.0, 10));
+        let status_writes = Counter::default();
+        let conflicts = Counter::default();
+        registry.register(
+            "evaluations",
+            "Admission requests evaluated",
+            evaluations.clone(),
+        );
+        registry.register(
+            "evaluation_duration_seconds",
+            "Time to answer an admission request",
+            latency.clone(),
+        );
+        registry.register(
+            "counter_operations",
+            "Counter claims and releases",
+            counter_ops.clone(),
+        );
+        registry.register(
+            "counter_batch_size",
+            "Counter operations committed per status write",
+            batch_size.clone(),
+        );
+        registry.register(
+            "counter_status_writes",
+            "WorkloadSpread status writes by the counter",
+            status_writes.clone(),
+        );
+        registry.register(
+            "counter_conflicts",
+            "Status writes rejected with 409 Conflict (re-read and re-applied)",
+            conflicts.clone(),
+        );
+        Metrics {
+            registry,
+            evaluations,
+            latency,
+            counter_ops,
+            batch_size,
+            status_writes,
+            conflicts,
+        }
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::warn!("encoding metrics: {e}");
+        }
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_names() {
+        let m = Metrics::new();
+        m.evaluations
+            .get_or_create(&EvalLabels {
+                endpoint: Endpoint::Mutate,
+                outcome: Outcome::Mutated,
+            })
+            .inc();
+        m.batch_size.observe(3.0);
+        let text = m.encode();
+        assert!(text.contains(
+            r#"workloadspread_host_evaluations_total{endpoint="Mutate",outcome="Mutated"} 1"#
+        ));
+        assert!(text.contains("workloadspread_host_counter_batch_size_count 1"));
+    }
+}

@@ -1,0 +1,267 @@
+//! `serve`: the HTTPS admission webhook running the policy module with cluster-backed
+//! capabilities and exact counters.
+
+pub mod commit;
+pub mod kube_state;
+pub mod metrics;
+pub mod tls;
+
+use crate::capabilities::{AllowList, Capabilities};
+use crate::engine::PolicyEngine;
+use crate::run::{self, AdmissionResponse};
+use anyhow::{Context, Result};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use kube_state::KubeCapabilities;
+use metrics::{Endpoint, EndpointLabels, EvalLabels, Metrics, Outcome};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
+
+/// How long an admission waits for the caches' initial list.
+const CACHE_WAIT: Duration = Duration::from_secs(5);
+
+/// Everything a request handler needs.
+pub struct App {
+    pub engine: Arc<PolicyEngine>,
+    pub settings: Value,
+    pub capabilities: Arc<KubeCapabilities>,
+    pub metrics: Arc<Metrics>,
+    /// Bounds concurrent evaluations (each holds a blocking thread).
+    pub slots: Semaphore,
+}
+
+/// The webhook's routes.
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/mutate", post(mutate))
+        .route("/validate", post(validate))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .with_state(app)
+}
+
+async fn mutate(State(app): State<Arc<App>>, body: Bytes) -> Response {
+    admit(app, Endpoint::Mutate, body).await
+}
+
+async fn validate(State(app): State<Arc<App>>, body: Bytes) -> Response {
+    admit(app, Endpoint::Validate, body).await
+}
+
+async fn readyz(State(app): State<Arc<App>>) -> Response {
+    if app.capabilities.is_ready() {
+        "ok".into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "caches are syncing").into_response()
+    }
+}
+
+async fn metrics_text(State(app): State<Arc<App>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.metrics.encode(),
+    )
+        .into_response()
+}
+
+async fn admit(app: Arc<App>, endpoint: Endpoint, body: Bytes) -> Response {
+    let started = Instant::now();
+    let review: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return bad_request(format!("the body is not an AdmissionReview: {e}")),
+    };
+    if review["kind"] != "AdmissionReview" || !review["request"].is_object() {
+        return bad_request("expected an AdmissionReview with a request".into());
+    }
+    let api_version = review["apiVersion"]
+        .as_str()
+        .unwrap_or("admission.k8s.io/v1")
+        .to_string();
+    let request = review["request"].clone();
+    let response = evaluate(&app, request).await;
+    let outcome = outcome_of(&response);
+    app.metrics
+        .evaluations
+        .get_or_create(&EvalLabels {
+            endpoint: endpoint.clone(),
+            outcome,
+        })
+        .inc();
+    app.metrics
+        .latency
+        .get_or_create(&EndpointLabels { endpoint })
+        .observe(started.elapsed().as_secs_f64());
+    axum::Json(json!({
+        "apiVersion": api_version,
+        "kind": "AdmissionReview",
+        "response": without_nulls(serde_json::to_value(&response).unwrap_or(Value::Null)),
+    }))
+    .into_response()
+}
+
+async fn evaluate(app: &Arc<App>, request: Value) -> AdmissionResponse {
+    let uid = request["uid"].as_str().unwrap_or_default().to_string();
+    // An empty WorkloadSpread cache would admit pods unspread: wait for the first list.
+    if tokio::time::timeout(CACHE_WAIT, app.capabilities.wait_until_ready())
+        .await
+        .is_err()
+    {
+        return run::rejection(uid, "the host's caches are still syncing; retry".into(), 503);
+    }
+    let Ok(_permit) = app.slots.acquire().await else {
+        return run::rejection(uid, "the server is shutting down".into(), 503);
+    };
+    let worker = app.clone();
+    let evaluation = tokio::task::spawn_blocking(move || {
+        let caps: Arc<dyn Capabilities> = worker.capabilities.clone();
+        run::evaluate(&worker.engine, &request, &worker.settings, caps)
+    });
+    match evaluation.await {
+        Ok(r) => r,
+        Err(e) => run::rejection(uid, format!("policy evaluation failed: {e}"), 500),
+    }
+}
+
+fn outcome_of(r: &AdmissionResponse) -> Outcome {
+    match (r.allowed, &r.patch, &r.status) {
+        (true, Some(_), _) => Outcome::Mutated,
+        (true, None, _) => Outcome::Allowed,
+        (false, _, Some(s)) if s.code >= 500 => Outcome::Error,
+        (false, _, _) => Outcome::Rejected,
+    }
+}
+
+fn bad_request(message: String) -> Response {
+    (StatusCode::BAD_REQUEST, message).into_response()
+}
+
+/// The API server accepts absent fields; explicit nulls are noise in its audit log.
+fn without_nulls(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).collect()),
+        other => other,
+    }
+}
+
+/// Serves `router` over TLS on `listener` until `shutdown` resolves, then lets
+/// in-flight requests finish (bounded by `drain`).
+pub async fn serve_tls(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()>,
+    drain: Duration,
+) -> Result<()> {
+    let acceptor = TlsAcceptor::from(tls);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!("accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let acceptor = acceptor.clone();
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let handshake = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp));
+            let stream = match handshake.await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => return tracing::debug!(%peer, "TLS handshake: {e}"),
+                Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+            };
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            if let Err(e) = watcher.watch(conn).await {
+                tracing::debug!(%peer, "connection: {e}");
+            }
+        });
+    }
+    tracing::info!("shutting down: draining in-flight requests");
+    if tokio::time::timeout(drain, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after {drain:?}; closing");
+    }
+    Ok(())
+}
+
+/// Binds `addr`, reporting a clear error.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("listening on {addr}"))
+}
+
+/// Allow-list from a policy's metadata (`contextAwareResources`, `hostCapabilities`).
+pub fn allow_list_from_metadata(metadata: &Value) -> AllowList {
+    let resources = metadata["contextAwareResources"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|r| {
+                    Some((
+                        r["apiVersion"].as_str()?.to_string(),
+                        r["kind"].as_str()?.to_string(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let capabilities = metadata["hostCapabilities"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    AllowList {
+        capabilities,
+        resources: Some(resources),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_allow_list() {
+        let metadata: Value =
+            serde_yaml::from_str(include_str!("../../../metadata.yml")).unwrap();
+        let allow = allow_list_from_metadata(&metadata);
+        assert!(allow.permits_resource("apps/v1", "ReplicaSet"));
+        assert!(!allow.permits_resource("v1", "Secret"));
+        assert!(allow.permits_capability("kubernetes", "get_resource"));
+        assert!(!allow.permits_capability("kubernetes", "list_resources_all"));
+    }
+
+    #[test]
+    fn nulls_are_dropped() {
+        let v = without_nulls(json!({"uid": "u", "patch": null, "allowed": true}));
+        assert_eq!(v, json!({"uid": "u", "allowed": true}));
+    }
+}
