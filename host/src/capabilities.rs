@@ -88,6 +88,9 @@ pub struct AllowList {
     pub capabilities: Vec<String>,
     /// (apiVersion, kind) the policy may read; `None` = any.
     pub resources: Option<Vec<(String, String)>>,
+    /// (group, kind) readable in any version: the custom workload kinds of the
+    /// settings, which the policy must read to find a pod's workload.
+    pub group_kinds: Vec<(String, String)>,
 }
 
 impl AllowList {
@@ -103,9 +106,28 @@ impl AllowList {
     }
 
     pub fn permits_resource(&self, api_version: &str, kind: &str) -> bool {
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
         self.resources
             .as_ref()
             .is_none_or(|r| r.iter().any(|(a, k)| a == api_version && k == kind))
+            || self
+                .group_kinds
+                .iter()
+                .any(|(g, k)| g == group && k == kind)
+    }
+
+    /// Grants the custom workload kinds of policy `settings` (`customWorkloads` and
+    /// their `subResources`).
+    pub fn with_custom_workloads(mut self, settings: &serde_json::Value) -> Self {
+        for w in settings["customWorkloads"].as_array().into_iter().flatten() {
+            let owners = std::iter::once(w).chain(w["subResources"].as_array().into_iter().flatten());
+            for gk in owners {
+                if let (Some(g), Some(k)) = (gk["group"].as_str(), gk["kind"].as_str()) {
+                    self.group_kinds.push((g.to_string(), k.to_string()));
+                }
+            }
+        }
+        self
     }
 }
 
@@ -139,6 +161,7 @@ mod tests {
         let a = AllowList {
             capabilities: vec!["kubernetes/get_resource".into(), "oci/*".into()],
             resources: None,
+            group_kinds: vec![],
         };
         assert!(a.permits_capability("kubernetes", "get_resource"));
         assert!(!a.permits_capability("kubernetes", "list_resources_all"));
@@ -147,7 +170,13 @@ mod tests {
         let r = AllowList {
             capabilities: vec![],
             resources: Some(vec![("v1".into(), "Pod".into())]),
+            group_kinds: vec![],
         };
         assert!(r.permits_resource("v1", "Pod") && !r.permits_resource("apps/v1", "Deployment"));
+        let custom = r.with_custom_workloads(&serde_json::json!({"customWorkloads": [
+            {"group": "example.io", "kind": "Fleet", "subResources": [{"group": "example.io", "kind": "Squad"}]}]}));
+        assert!(custom.permits_resource("example.io/v2", "Fleet"));
+        assert!(custom.permits_resource("example.io/v1", "Squad"));
+        assert!(!custom.permits_resource("other.io/v1", "Fleet"));
     }
 }

@@ -68,6 +68,7 @@ pub struct State {
     guest_error: Option<String>,
     host_response: Option<Vec<u8>>,
     host_error: Option<String>,
+    deadline_ticks: u64,
 }
 
 /// A compiled policy module, ready to instantiate.
@@ -92,6 +93,12 @@ impl PolicyEngine {
             pre,
             options,
         })
+    }
+
+    fn deadline_ticks(&self) -> u64 {
+        u64::try_from(self.options.timeout.as_millis() / TICK.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
     }
 
     /// Reads and compiles a module file.
@@ -121,11 +128,11 @@ impl PolicyEngine {
             guest_error: None,
             host_response: None,
             host_error: None,
+            deadline_ticks: self.deadline_ticks(),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
-        let ticks = (self.options.timeout.as_millis() / TICK.as_millis()).max(1) as u64;
-        store.set_epoch_deadline(ticks);
+        store.set_epoch_deadline(self.deadline_ticks());
         let timeout = self.options.timeout;
         let classify = |e: wasmtime::Error| match e.downcast_ref::<wasmtime::Trap>() {
             Some(wasmtime::Trap::Interrupt) => EvalError::Timeout(timeout),
@@ -203,6 +210,11 @@ fn spawn_epoch_ticker(engine: &Engine) {
 
 /// Store-state accessors for the waPC imports.
 impl State {
+    /// Epoch ticks a guest may run between host calls.
+    pub fn deadline_ticks(&self) -> u64 {
+        self.deadline_ticks
+    }
+
     pub(crate) fn invocation(&self) -> (&str, &[u8]) {
         (&self.operation, &self.payload)
     }

@@ -220,6 +220,7 @@ fn cmd_run(args: RunArgs) -> Result<()> {
         capabilities: vec![],
         // Without --allow-context-aware no Kubernetes read is granted (as kwctl).
         resources: (!args.allow_context_aware).then(Vec::new),
+        group_kinds: vec![],
     };
     let state = Arc::new(ClusterState::new(objects, allow, !args.no_counter, now()));
     run::validate_settings(&engine, &settings, state.clone())?;
@@ -298,7 +299,8 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
             now,
         )
     });
-    let allow = serve::allow_list_from_metadata(&policy_metadata(args.metadata.as_ref())?);
+    let allow = serve::allow_list_from_metadata(&policy_metadata(args.metadata.as_ref())?)
+        .with_custom_workloads(&settings);
     let caps = Arc::new(
         serve::kube_state::KubeCapabilities::start(client.clone(), allow, committer).await?,
     );

@@ -82,10 +82,14 @@ pub fn add_to_linker(linker: &mut Linker<State>) -> Result<()> {
             let namespace = read_str(&mut c, ns, ns_len)?;
             let operation = read_str(&mut c, op, op_len)?;
             let payload = read(&mut c, ptr, len)?;
-            Ok(i32::from(
-                c.data_mut()
-                    .host_call(&binding, &namespace, &operation, &payload),
-            ))
+            let ok = c
+                .data_mut()
+                .host_call(&binding, &namespace, &operation, &payload);
+            // The deadline bounds guest execution; time blocked in a host call (which
+            // has its own timeouts) does not count against it.
+            let ticks = c.data().deadline_ticks();
+            wasmtime::AsContextMut::as_context_mut(&mut c).set_epoch_deadline(ticks);
+            Ok(i32::from(ok))
         },
     )?;
     linker.func_wrap(

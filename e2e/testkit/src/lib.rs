@@ -240,3 +240,4 @@ mod tests {
         );
     }
 }
+pub mod webhook;

@@ -24,6 +24,12 @@ const COUNTER_WAIT: Duration = Duration::from_secs(8);
 /// How long a live read may take.
 const LIVE_READ: Duration = Duration::from_secs(5);
 
+#[derive(Clone)]
+struct Discovered {
+    resource: ApiResource,
+    namespaced: bool,
+}
+
 struct Reflected {
     resource: ApiResource,
     namespaced: bool,
@@ -37,6 +43,7 @@ pub struct KubeCapabilities {
     allow: AllowList,
     reflected: HashMap<(String, String), Reflected>,
     committer: Option<Arc<Committer>>,
+    discovered: std::sync::Mutex<HashMap<(String, String), Discovered>>,
 }
 
 impl KubeCapabilities {
@@ -75,6 +82,7 @@ impl KubeCapabilities {
             allow,
             reflected,
             committer,
+            discovered: Default::default(),
         })
     }
 
@@ -116,7 +124,10 @@ impl KubeCapabilities {
                 Some(r),
             ) => list(r, namespace.as_deref(), label_selector.as_deref())?,
             (KubeRead::Get { namespace, name, .. }, None) => {
-                return Err(not_found(api_version, kind, namespace.as_deref(), name))
+                match self.discover(api_version, kind)? {
+                    Some(r) => self.live_get(&r, namespace.as_deref(), name)?,
+                    None => return Err(not_found(api_version, kind, namespace.as_deref(), name)),
+                }
             }
             (KubeRead::List { .. }, None) => {
                 json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}, "items": []})
@@ -134,6 +145,45 @@ impl KubeCapabilities {
             return Ok(with_type(&o, &r.resource));
         }
         // The watch may lag behind an object created just now: ask the API server.
+        self.live_get(
+            &Discovered {
+                resource: r.resource.clone(),
+                namespaced: r.namespaced,
+            },
+            namespace,
+            name,
+        )
+    }
+
+    /// The API resource of a kind that is readable but not reflected (custom
+    /// workloads), discovered once.
+    fn discover(&self, api_version: &str, kind: &str) -> Result<Option<Discovered>, String> {
+        let key = (api_version.to_string(), kind.to_string());
+        let mut cache = self.discovered.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = cache.get(&key) {
+            return Ok(Some(d.clone()));
+        }
+        let gvk = gvk(api_version, kind);
+        let found = self.handle.block_on(tokio::time::timeout(
+            LIVE_READ,
+            pinned_kind(&self.client, &gvk),
+        ));
+        match found {
+            Ok(Ok((resource, caps))) => {
+                let d = Discovered {
+                    resource,
+                    namespaced: caps.scope == Scope::Namespaced,
+                };
+                cache.insert(key, d.clone());
+                Ok(Some(d))
+            }
+            Ok(Err(kube::Error::Discovery(_))) => Ok(None),
+            Ok(Err(e)) => Err(format!("discovering {api_version} {kind}: {e}")),
+            Err(_) => Err(format!("discovering {api_version} {kind}: timed out")),
+        }
+    }
+
+    fn live_get(&self, r: &Discovered, namespace: Option<&str>, name: &str) -> Result<Value, String> {
         let api: Api<DynamicObject> = match (r.namespaced, namespace) {
             (true, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &r.resource),
             _ => Api::all_with(self.client.clone(), &r.resource),

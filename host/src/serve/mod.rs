@@ -93,6 +93,13 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, body: Bytes) -> Response {
     let request = review["request"].clone();
     let response = evaluate(&app, request).await;
     let outcome = outcome_of(&response);
+    tracing::debug!(
+        uid = %response.uid,
+        ?outcome,
+        audit = ?response.audit_annotations,
+        message = ?response.status.as_ref().map(|s| &s.message),
+        "admission"
+    );
     app.metrics
         .evaluations
         .get_or_create(&EvalLabels {
@@ -241,6 +248,7 @@ pub fn allow_list_from_metadata(metadata: &Value) -> AllowList {
     AllowList {
         capabilities,
         resources: Some(resources),
+        group_kinds: vec![],
     }
 }
 

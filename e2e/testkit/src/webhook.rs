@@ -1,0 +1,288 @@
+//! Running the bundled host as a local webhook for a test: the process, the
+//! webhook configurations scoped to one namespace, a round-robin TCP proxy for
+//! several replicas, and CRDs.
+
+use anyhow::{bail, Context, Result};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The module built by `make policy`, or `None` (with a message) when it is missing
+/// and `WS_REQUIRE_WASM` is unset; with it set a missing module is an error.
+pub fn policy_wasm() -> Result<Option<PathBuf>> {
+    let path = std::env::var_os("WS_POLICY_WASM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::repo_root().join("policy/policy.wasm"));
+    if path.exists() {
+        return Ok(Some(path));
+    }
+    if std::env::var_os("WS_REQUIRE_WASM").is_some() {
+        bail!("{} is missing (run `make policy`)", path.display());
+    }
+    eprintln!(
+        "SKIP: {} not built (run `make policy`; CI sets WS_REQUIRE_WASM=1)",
+        path.display()
+    );
+    Ok(None)
+}
+
+/// A free loopback port (bound then released).
+pub fn free_port() -> Result<u16> {
+    Ok(StdListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A `workloadspread-host serve` process, killed on drop.
+pub struct HostProcess {
+    child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl HostProcess {
+    /// Starts `bin serve --listen 127.0.0.1:<free port> <args>` with its log in the
+    /// system temp dir and waits until `/readyz` answers.
+    pub async fn start(bin: &Path, kubeconfig: &Path, args: &[String]) -> Result<Self> {
+        Self::start_on(bin, kubeconfig, free_port()?, args).await
+    }
+
+    /// As [`HostProcess::start`] on a given port.
+    pub async fn start_on(
+        bin: &Path,
+        kubeconfig: &Path,
+        port: u16,
+        args: &[String],
+    ) -> Result<Self> {
+        let log = std::env::temp_dir().join(format!("{}.log", crate::unique_name("host")));
+        let child = Command::new(bin)
+            .arg("serve")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--tls-san", "127.0.0.1"])
+            .args(args)
+            .env(
+                "RUST_LOG",
+                std::env::var("WS_HOST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let mut host = HostProcess { child, port, log };
+        host.wait_ready().await?;
+        Ok(host)
+    }
+
+    async fn wait_ready(&mut self) -> Result<()> {
+        for _ in 0..300 {
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "host exited with {status}: {}",
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                );
+            }
+            if self.get("/readyz").await.is_ok_and(|body| body == "ok") {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        bail!(
+            "host not ready after 60 s: {}",
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        )
+    }
+
+    /// GET `path` over HTTPS (certificate not verified: this is a probe).
+    pub async fn get(&self, path: &str) -> Result<String> {
+        let out = tokio::process::Command::new("curl")
+            .args(["-sSk", "--max-time", "5"])
+            .arg(format!("https://127.0.0.1:{}{path}", self.port))
+            .output()
+            .await
+            .context("running curl")?;
+        if !out.status.success() {
+            bail!("curl: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Sum of the samples of metric `name` (all label sets) in `/metrics`.
+    pub async fn metric(&self, name: &str) -> Result<f64> {
+        let text = self.get("/metrics").await?;
+        Ok(sum_metric(&text, name))
+    }
+
+    /// Sends SIGKILL.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Sum of the samples of `name` (exact metric name, any labels).
+pub fn sum_metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A loopback TCP proxy spreading connections round-robin over `backends`.
+pub async fn round_robin_proxy(backends: Vec<SocketAddr>) -> Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let next = Arc::new(AtomicUsize::new(0));
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let i = next.fetch_add(1, Ordering::Relaxed) % backends.len();
+            let backend = backends[i];
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(backend).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// Mutating (pods CREATE/DELETE, pods/eviction CREATE → `/mutate`) and validating
+/// (workloadspreads CREATE/UPDATE → `/validate`) configurations called `name`, for
+/// namespaces labelled `workloadspread.test/webhook=<name>` only, without a
+/// `caBundle` (the host patches it in). Deleted by [`WebhookConfigs::delete`].
+pub struct WebhookConfigs {
+    pub name: String,
+    client: Client,
+}
+
+impl WebhookConfigs {
+    pub async fn create(client: &Client, name: &str, base_url: &str) -> Result<Self> {
+        let selector = json!({"matchLabels": {"workloadspread.test/webhook": name}});
+        let common = |path: &str, rules: Value| {
+            json!({"name": format!("{path}.workloadspread.test"),
+                "clientConfig": {"url": format!("{base_url}/{path}")},
+                "rules": rules, "namespaceSelector": selector, "failurePolicy": "Fail",
+                "sideEffects": "None", "admissionReviewVersions": ["v1"], "timeoutSeconds": 10})
+        };
+        let mutating: MutatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "webhooks": [common("mutate", json!([
+                {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE", "DELETE"]},
+                {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/eviction"], "operations": ["CREATE"]}]))]
+        }))?;
+        let validating: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "webhooks": [common("validate", json!([
+                {"apiGroups": ["apps.kruise.io"], "apiVersions": ["v1alpha1", "v1beta1"],
+                 "resources": ["workloadspreads"], "operations": ["CREATE", "UPDATE"]}]))]
+        }))?;
+        let pp = PostParams::default();
+        Api::<MutatingWebhookConfiguration>::all(client.clone())
+            .create(&pp, &mutating)
+            .await?;
+        Api::<ValidatingWebhookConfiguration>::all(client.clone())
+            .create(&pp, &validating)
+            .await?;
+        Ok(WebhookConfigs {
+            name: name.to_string(),
+            client: client.clone(),
+        })
+    }
+
+    /// Routes namespace `ns` through these webhooks.
+    pub async fn enroll(&self, ns: &str) -> Result<()> {
+        let patch = json!({"metadata": {"labels": {"workloadspread.test/webhook": self.name}}});
+        Api::<Namespace>::all(self.client.clone())
+            .patch(ns, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+
+    /// Whether both configurations carry a CA bundle.
+    pub async fn has_ca_bundle(&self) -> Result<bool> {
+        let m = Api::<MutatingWebhookConfiguration>::all(self.client.clone())
+            .get(&self.name)
+            .await?;
+        let v = Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
+            .get(&self.name)
+            .await?;
+        let mutating_ok = m
+            .webhooks
+            .iter()
+            .flatten()
+            .all(|w| w.client_config.ca_bundle.is_some());
+        let validating_ok = v
+            .webhooks
+            .iter()
+            .flatten()
+            .all(|w| w.client_config.ca_bundle.is_some());
+        Ok(mutating_ok && validating_ok)
+    }
+
+    pub async fn delete(self) -> Result<()> {
+        let dp = DeleteParams::default();
+        Api::<MutatingWebhookConfiguration>::all(self.client.clone())
+            .delete(&self.name, &dp)
+            .await?;
+        Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
+            .delete(&self.name, &dp)
+            .await?;
+        Ok(())
+    }
+}
+
+/// Applies (server-side) a CRD given as JSON and waits until it is established.
+pub async fn apply_crd(client: &Client, crd: &Value) -> Result<()> {
+    let name = crd["metadata"]["name"]
+        .as_str()
+        .context("CRD without a name")?
+        .to_string();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let params = PatchParams::apply("workloadspread-tests").force();
+    api.patch(&name, &params, &Patch::Apply(crd)).await?;
+    crate::wait_for(
+        &format!("CRD {name} established"),
+        Duration::from_secs(30),
+        || {
+            let api = api.clone();
+            let name = name.clone();
+            async move {
+                let crd = api.get(&name).await?;
+                let established = crd.status.iter().flat_map(|s| s.conditions.iter().flatten()).any(|c| {
+                    c.type_ == "Established" && c.status == "True"
+                });
+                Ok(established.then_some(()))
+            }
+        },
+    )
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sums_metric_samples() {
+        let text = "# HELP x_total X\nx_total{a=\"1\"} 2\nx_total{a=\"2\"} 3\nx_total_other 9\nx_created 1\n";
+        assert_eq!(super::sum_metric(text, "x_total"), 5.0);
+    }
+}
