@@ -120,7 +120,8 @@ impl AllowList {
     /// their `subResources`).
     pub fn with_custom_workloads(mut self, settings: &serde_json::Value) -> Self {
         for w in settings["customWorkloads"].as_array().into_iter().flatten() {
-            let owners = std::iter::once(w).chain(w["subResources"].as_array().into_iter().flatten());
+            let owners =
+                std::iter::once(w).chain(w["subResources"].as_array().into_iter().flatten());
             for gk in owners {
                 if let (Some(g), Some(k)) = (gk["group"].as_str(), gk["kind"].as_str()) {
                     self.group_kinds.push((g.to_string(), k.to_string()));

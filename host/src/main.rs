@@ -276,7 +276,9 @@ async fn tls_bundle(args: &ServeArgs, client: &kube::Client) -> Result<serve::tl
 
 fn policy_metadata(path: Option<&PathBuf>) -> Result<Value> {
     let text = match path {
-        Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+        Some(p) => {
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
+        }
         None => include_str!("../../metadata.yml").to_string(),
     };
     serde_yaml::from_str(&text).context("parsing policy metadata")
@@ -311,7 +313,8 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
     }
     let bundle = tls_bundle(&args, &client).await?;
     if let Some(out) = &args.ca_bundle_out {
-        std::fs::write(out, &bundle.ca_pem).with_context(|| format!("writing {}", out.display()))?;
+        std::fs::write(out, &bundle.ca_pem)
+            .with_context(|| format!("writing {}", out.display()))?;
     }
     if let Some(name) = &args.webhook_config {
         let n = serve::tls::patch_ca_bundle(&client, name, &bundle.ca_pem).await?;

@@ -127,15 +127,14 @@ async fn deployment_pods_arrive_mutated_and_invalid_spreads_are_rejected() -> Re
         .create(&PostParams::default(), &deployment)
         .await?;
     let pods: Api<Pod> = ns.api();
-    let placed = wait_for(
-        "6 scheduled pods",
-        Duration::from_secs(60),
-        || async {
-            let list = pods.list(&ListParams::default()).await?.items;
-            let scheduled = list.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()).count();
-            Ok((list.len() == 6 && scheduled == 6).then_some(list))
-        },
-    )
+    let placed = wait_for("6 scheduled pods", Duration::from_secs(60), || async {
+        let list = pods.list(&ListParams::default()).await?.items;
+        let scheduled = list
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+            .count();
+        Ok((list.len() == 6 && scheduled == 6).then_some(list))
+    })
     .await?;
     let counts = subsets_of(&placed);
     ensure!(
@@ -148,7 +147,11 @@ async fn deployment_pods_arrive_mutated_and_invalid_spreads_are_rejected() -> Re
             .into_keys()
             .next()
             .unwrap_or_default();
-        let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+        let node = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
         ensure!(
             node.starts_with(&format!("node-{subset}-")),
             "pod {:?} of subset {subset} landed on {node}: {:?}",
@@ -281,7 +284,8 @@ async fn two_replicas_admit_a_300_pod_burst_with_exact_counts() -> Result<()> {
             h.port,
             h.metric("workloadspread_host_counter_status_writes_total")
                 .await?,
-            h.metric("workloadspread_host_counter_conflicts_total").await?
+            h.metric("workloadspread_host_counter_conflicts_total")
+                .await?
         ));
     }
     eprintln!(

@@ -268,9 +268,11 @@ pub async fn apply_crd(client: &Client, crd: &Value) -> Result<()> {
             let name = name.clone();
             async move {
                 let crd = api.get(&name).await?;
-                let established = crd.status.iter().flat_map(|s| s.conditions.iter().flatten()).any(|c| {
-                    c.type_ == "Established" && c.status == "True"
-                });
+                let established = crd
+                    .status
+                    .iter()
+                    .flat_map(|s| s.conditions.iter().flatten())
+                    .any(|c| c.type_ == "Established" && c.status == "True");
                 Ok(established.then_some(()))
             }
         },

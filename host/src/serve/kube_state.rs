@@ -112,9 +112,12 @@ impl KubeCapabilities {
             .reflected
             .get(&(api_version.to_string(), kind.to_string()));
         let answer = match (&read, reflected) {
-            (KubeRead::Get { namespace, name, .. }, Some(r)) => {
-                self.get(r, namespace.as_deref(), name)?
-            }
+            (
+                KubeRead::Get {
+                    namespace, name, ..
+                },
+                Some(r),
+            ) => self.get(r, namespace.as_deref(), name)?,
             (
                 KubeRead::List {
                     namespace,
@@ -123,12 +126,15 @@ impl KubeCapabilities {
                 },
                 Some(r),
             ) => list(r, namespace.as_deref(), label_selector.as_deref())?,
-            (KubeRead::Get { namespace, name, .. }, None) => {
-                match self.discover(api_version, kind)? {
-                    Some(r) => self.live_get(&r, namespace.as_deref(), name)?,
-                    None => return Err(not_found(api_version, kind, namespace.as_deref(), name)),
-                }
-            }
+            (
+                KubeRead::Get {
+                    namespace, name, ..
+                },
+                None,
+            ) => match self.discover(api_version, kind)? {
+                Some(r) => self.live_get(&r, namespace.as_deref(), name)?,
+                None => return Err(not_found(api_version, kind, namespace.as_deref(), name)),
+            },
             (KubeRead::List { .. }, None) => {
                 json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}, "items": []})
             }
@@ -183,7 +189,12 @@ impl KubeCapabilities {
         }
     }
 
-    fn live_get(&self, r: &Discovered, namespace: Option<&str>, name: &str) -> Result<Value, String> {
+    fn live_get(
+        &self,
+        r: &Discovered,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, String> {
         let api: Api<DynamicObject> = match (r.namespaced, namespace) {
             (true, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &r.resource),
             _ => Api::all_with(self.client.clone(), &r.resource),
@@ -303,7 +314,9 @@ fn list(r: &Reflected, namespace: Option<&str>, selector: Option<&str>) -> Resul
         .map(|o| with_type(o, &r.resource))
         .collect();
     let (api_version, kind) = (&r.resource.api_version, &r.resource.kind);
-    Ok(json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}, "items": items}))
+    Ok(
+        json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}, "items": items}),
+    )
 }
 
 /// Objects from list/watch carry no apiVersion/kind; the policy expects them.

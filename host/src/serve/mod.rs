@@ -126,7 +126,11 @@ async fn evaluate(app: &Arc<App>, request: Value) -> AdmissionResponse {
         .await
         .is_err()
     {
-        return run::rejection(uid, "the host's caches are still syncing; retry".into(), 503);
+        return run::rejection(
+            uid,
+            "the host's caches are still syncing; retry".into(),
+            503,
+        );
     }
     let Ok(_permit) = app.slots.acquire().await else {
         return run::rejection(uid, "the server is shutting down".into(), 503);
@@ -258,8 +262,7 @@ mod tests {
 
     #[test]
     fn metadata_allow_list() {
-        let metadata: Value =
-            serde_yaml::from_str(include_str!("../../../metadata.yml")).unwrap();
+        let metadata: Value = serde_yaml::from_str(include_str!("../../../metadata.yml")).unwrap();
         let allow = allow_list_from_metadata(&metadata);
         assert!(allow.permits_resource("apps/v1", "ReplicaSet"));
         assert!(!allow.permits_resource("v1", "Secret"));

@@ -111,7 +111,10 @@ pub async fn shared_bundle(
             return from_secret(&secret).with_context(|| format!("Secret {namespace}/{name}"));
         }
         let bundle = CertBundle::generate(sans)?;
-        match api.create(&PostParams::default(), &to_secret(name, &bundle)).await {
+        match api
+            .create(&PostParams::default(), &to_secret(name, &bundle))
+            .await
+        {
             Ok(_) => return Ok(bundle),
             Err(kube::Error::Api(s)) if s.code == 409 => continue,
             Err(e) => return Err(e).context(format!("creating Secret {namespace}/{name}")),
@@ -176,7 +179,9 @@ pub async fn patch_ca_bundle(client: &Client, name: &str, ca_pem: &str) -> Resul
                 break;
             }
             Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => return Err(e).context(format!("patching MutatingWebhookConfiguration {name}")),
+            Err(e) => {
+                return Err(e).context(format!("patching MutatingWebhookConfiguration {name}"))
+            }
         }
     }
     for _ in 0..5 {

@@ -1,0 +1,219 @@
+//! The policy's fixtures through `workloadspread-host run` and the compiled module:
+//! the same decisions the native fixture tests expect, in kwctl's output format.
+
+use anyhow::{ensure, Context, Result};
+use base64::Engine as _;
+use serde_json::Value;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn policy() -> Result<Option<PathBuf>> {
+    workloadspread_testkit::webhook::policy_wasm()
+}
+
+/// What one `run` printed, plus the WorkloadSpreads it wrote.
+struct Ran {
+    response: Value,
+    state: Value,
+}
+
+impl Ran {
+    fn patch(&self) -> Result<Value> {
+        let b64 = self.response["patch"].as_str().context("no patch")?;
+        Ok(serde_json::from_slice(
+            &base64::engine::general_purpose::STANDARD.decode(b64)?,
+        )?)
+    }
+
+    /// Status of subset `index` of version `version` of web-spread.
+    fn subset(&self, version: &str, index: usize) -> &Value {
+        &self.state["status"]["versionedSubsetStatuses"][version][index]
+    }
+}
+
+fn run(policy: &Path, request: &str, extra: &[&str]) -> Result<Ran> {
+    let out_state = tempfile_path("state.yaml");
+    let data = root().join("policy/test_data");
+    let output = Command::new(env!("CARGO_BIN_EXE_workloadspread-host"))
+        .arg("run")
+        .arg("--request-path")
+        .arg(data.join("requests").join(request))
+        .arg("--cluster-state")
+        .arg(data.join("cluster.yaml"))
+        .arg("--output-state")
+        .arg(&out_state)
+        .args(extra)
+        .arg(policy)
+        .output()?;
+    ensure!(
+        output.status.success(),
+        "run {request} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout)?;
+    ensure!(
+        stdout.trim_end().lines().count() == 1,
+        "kwctl prints one line: {stdout}"
+    );
+    let response: Value = serde_json::from_str(&stdout)?;
+    let state_text = std::fs::read_to_string(&out_state)?;
+    let state = serde_yaml::Deserializer::from_str(&state_text)
+        .filter_map(|d| serde::Deserialize::deserialize(d).ok())
+        .find(|v: &Value| v["metadata"]["name"] == "web-spread")
+        .unwrap_or(Value::Null);
+    Ok(Ran { response, state })
+}
+
+fn tempfile_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(workloadspread_testkit::unique_name(name))
+}
+
+const CONTEXT: &str = "--allow-context-aware";
+
+#[test]
+fn pod_create_exact_and_best_effort() -> Result<()> {
+    let Some(p) = policy()? else { return Ok(()) };
+    let exact = run(&p, "pod-create.json", &[CONTEXT])?;
+    assert_eq!(exact.response["allowed"], true);
+    assert_eq!(exact.response["patchType"], "JSONPatch");
+    assert_eq!(
+        exact.response["auditAnnotations"]["workloadspread/mode"],
+        "exact"
+    );
+    let patch = exact.patch()?;
+    let text = patch.to_string();
+    assert!(
+        text.contains(r#"{\"name\":\"web-spread\",\"subset\":\"zone-b\"}"#),
+        "{text}"
+    );
+    assert!(text.contains("zone-b") && text.contains("requiredDuringScheduling"));
+    let b = exact.subset("7d4b9c", 1);
+    assert_eq!(b["missingReplicas"], 4);
+    assert!(b["creatingPods"]["web-7d4b9c-new01"].is_string());
+
+    let best = run(&p, "pod-create.json", &[CONTEXT, "--no-counter"])?;
+    assert_eq!(best.response["allowed"], true);
+    assert_eq!(
+        best.response["auditAnnotations"]["workloadspread/mode"],
+        "best-effort"
+    );
+    assert_eq!(best.patch()?, patch, "both modes choose zone-b");
+    Ok(())
+}
+
+#[test]
+fn unnamed_pods_dry_runs_and_unowned_pods() -> Result<()> {
+    let Some(p) = policy()? else { return Ok(()) };
+    let unnamed = run(&p, "pod-create-generate-name.json", &[CONTEXT])?;
+    let uid = "11111111-0000-0000-0000-000000000002";
+    assert!(unnamed.patch()?.to_string().contains(uid));
+    assert!(unnamed.subset("7d4b9c", 1)["creatingPods"][uid].is_string());
+    for file in ["pod-create-dry-run.json", "pod-create-no-owner.json"] {
+        let r = run(&p, file, &[CONTEXT])?;
+        assert_eq!(r.response["allowed"], true, "{file}");
+        assert!(r.response.get("patch").is_none(), "{file}");
+    }
+    Ok(())
+}
+
+#[test]
+fn lookup_failures_reject_or_admit_per_settings() -> Result<()> {
+    let Some(p) = policy()? else { return Ok(()) };
+    let rejected = run(&p, "pod-create-owner-missing.json", &[CONTEXT])?;
+    assert_eq!(rejected.response["allowed"], false);
+    let message = rejected.response["status"]["message"]
+        .as_str()
+        .unwrap_or("");
+    assert!(
+        message.contains("missing-rs") && message.contains("not found"),
+        "{message}"
+    );
+    let lenient = run(
+        &p,
+        "pod-create-owner-missing.json",
+        &[
+            CONTEXT,
+            "--settings-json",
+            r#"{"onLookupFailure":"admit-unmodified"}"#,
+        ],
+    )?;
+    assert_eq!(lenient.response["allowed"], true);
+    assert!(
+        lenient.response["auditAnnotations"]["workloadspread/lookup-failure"]
+            .as_str()
+            .is_some_and(|s| s.contains("missing-rs"))
+    );
+    assert_eq!(
+        lenient.response["warnings"].as_array().map(Vec::len),
+        Some(1)
+    );
+    // Without --allow-context-aware every read is denied, as with kwctl.
+    let denied = run(&p, "pod-create.json", &[])?;
+    assert_eq!(denied.response["allowed"], false);
+    assert!(denied.response["status"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("not been granted")));
+    Ok(())
+}
+
+#[test]
+fn delete_and_eviction_release_the_slot() -> Result<()> {
+    let Some(p) = policy()? else { return Ok(()) };
+    for file in ["pod-delete.json", "pod-eviction.json"] {
+        let r = run(&p, file, &[CONTEXT])?;
+        assert_eq!(r.response["allowed"], true, "{file}");
+        let a = r.subset("7d4b9c", 0);
+        assert_eq!(a["missingReplicas"], 1, "{file}");
+        assert!(a["deletingPods"]["web-7d4b9c-aaaa1"].is_string(), "{file}");
+    }
+    Ok(())
+}
+
+#[test]
+fn workloadspread_validation() -> Result<()> {
+    let Some(p) = policy()? else { return Ok(()) };
+    let valid = run(&p, "workloadspread-create-valid.json", &[CONTEXT])?;
+    assert_eq!(valid.response["allowed"], true);
+    let invalid = run(&p, "workloadspread-create-invalid.json", &[CONTEXT])?;
+    assert_eq!(invalid.response["allowed"], false);
+    assert_eq!(invalid.response["status"]["code"], 400);
+    let message = invalid.response["status"]["message"].as_str().unwrap_or("");
+    for want in [
+        "spec.subsets[1].name: Invalid value: \"a\": duplicated subset name a",
+        "spec.scheduleStrategy.type: Invalid value: \"Sometimes\"",
+        "ws.spec.targetRef is in conflict with other WorkloadSpread web-spread",
+    ] {
+        assert!(message.contains(want), "missing {want:?} in {message}");
+    }
+    Ok(())
+}
+
+#[test]
+fn admission_review_on_stdin() -> Result<()> {
+    let Some(p) = policy()? else { return Ok(()) };
+    let request: Value = serde_json::from_str(&std::fs::read_to_string(
+        root().join("policy/test_data/requests/pod-create-no-owner.json"),
+    )?)?;
+    let review = serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
+    let mut child = Command::new(env!("CARGO_BIN_EXE_workloadspread-host"))
+        .args(["run", "--request-path", "-"])
+        .arg(&p)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(review.to_string().as_bytes())?;
+    let out = child.wait_with_output()?;
+    let response: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(response["uid"], request["uid"]);
+    assert_eq!(response["allowed"], true);
+    Ok(())
+}
