@@ -1,0 +1,164 @@
+//! `workloadspread-controller`: keeps WorkloadSpread statuses true, orders scale-in
+//! with deletion costs, adopts existing pods and reschedules unschedulable ones.
+#![forbid(unsafe_code)]
+
+mod inputs;
+mod leader;
+mod metrics;
+mod offline;
+mod reconciler;
+mod watch;
+
+use anyhow::{Context as _, Result};
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+use workloadspread_core::controller::ReconcileOptions;
+use workloadspread_core::version::VersionedKinds;
+use workloadspread_core::workload::{CustomWorkload, WorkloadKinds};
+
+#[derive(Parser)]
+#[command(
+    name = "workloadspread-controller",
+    version,
+    about = "WorkloadSpread controller"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the controller against a cluster.
+    Run(RunArgs),
+    /// Compute one reconcile from files and print what the controller would do (JSON).
+    Reconcile(offline::ReconcileArgs),
+    /// Print per-subset counts and the scale-in order for a series of replica counts.
+    Plan(offline::PlanArgs),
+}
+
+/// Rules shared by the online and offline reconcile.
+#[derive(Args, Clone)]
+pub struct RuleArgs {
+    /// Workload kinds (lower-case) whose pods are counted per version.
+    #[arg(long, value_delimiter = ',', default_value = "deployment,replicaset")]
+    versioned_status_kinds: Vec<String>,
+    /// YAML/JSON list of custom workload kinds ({group, kind, replicasPath, subResources}).
+    #[arg(long)]
+    custom_workloads: Option<PathBuf>,
+    /// Seconds an admitted pod holds its slot before it must exist (reference: 30).
+    #[arg(long, default_value_t = 30)]
+    creating_window_seconds: i64,
+    /// Seconds a deleted pod's slot stays released while it still exists (reference: 15).
+    #[arg(long, default_value_t = 15)]
+    deleting_window_seconds: i64,
+    /// Seconds a subset stays unschedulable after a reschedule (reference: 300).
+    #[arg(long, default_value_t = 300)]
+    reschedule_hold_seconds: i64,
+}
+
+impl RuleArgs {
+    pub fn kinds(&self) -> Result<WorkloadKinds> {
+        let custom: Vec<CustomWorkload> = match &self.custom_workloads {
+            Some(p) => serde_yaml::from_str(
+                &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+            )
+            .with_context(|| format!("parsing {}", p.display()))?,
+            None => vec![],
+        };
+        Ok(WorkloadKinds { custom })
+    }
+
+    pub fn versioned(&self) -> VersionedKinds {
+        VersionedKinds::new(&self.versioned_status_kinds)
+    }
+
+    pub fn options(&self) -> Result<ReconcileOptions> {
+        use k8s_openapi::jiff::SignedDuration;
+        for (flag, v) in [
+            ("--creating-window-seconds", self.creating_window_seconds),
+            ("--deleting-window-seconds", self.deleting_window_seconds),
+            ("--reschedule-hold-seconds", self.reschedule_hold_seconds),
+        ] {
+            anyhow::ensure!(v > 0, "{flag} must be positive");
+        }
+        Ok(ReconcileOptions {
+            creating_window: SignedDuration::from_secs(self.creating_window_seconds),
+            deleting_window: SignedDuration::from_secs(self.deleting_window_seconds),
+            reschedule_hold: SignedDuration::from_secs(self.reschedule_hold_seconds),
+        })
+    }
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    rules: RuleArgs,
+    /// kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Address for /metrics, /healthz and /readyz (plain HTTP).
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_listen: std::net::SocketAddr,
+    /// Reconcile only while holding the Lease (run several replicas for availability).
+    #[arg(long)]
+    leader_elect: bool,
+    /// Namespace of the Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    lease_namespace: String,
+    #[arg(long, default_value = "workloadspread-controller")]
+    lease_name: String,
+    /// This replica's identity in the Lease.
+    #[arg(long, env = "HOSTNAME", default_value = "workloadspread-controller")]
+    identity: String,
+    /// Seconds without renewal after which another replica may take the Lease.
+    #[arg(long, default_value_t = 15)]
+    lease_duration_seconds: u64,
+    /// WorkloadSpreads reconciled concurrently (reference: 3).
+    #[arg(long, default_value_t = 3)]
+    concurrency: u16,
+    /// Log format.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let json_logs = matches!(&cli.command, Command::Run(a) if a.log_format == "json");
+    init_logging(json_logs);
+    let result = match cli.command {
+        Command::Run(args) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(watch::run(args))),
+        Command::Reconcile(args) => offline::reconcile(args),
+        Command::Plan(args) => offline::plan(args),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn init_logging(json: bool) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Wall clock for the core (which never reads it itself).
+pub fn now() -> workloadspread_core::Timestamp {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO);
+    workloadspread_core::timestamp_since_epoch(since)
+}

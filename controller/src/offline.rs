@@ -1,0 +1,264 @@
+//! Support tools: `reconcile --offline` (one reconcile from files, as JSON) and
+//! `plan` (per-subset counts and scale-in order for a series of replica counts).
+
+use crate::inputs::{node_infos, workload_view};
+use crate::RuleArgs;
+use anyhow::{bail, Context as _, Result};
+use clap::Args;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use workloadspread_core::api::v1beta1::WorkloadSpread;
+use workloadspread_core::controller::{
+    reconcile as core_reconcile, ReconcileInput, ReconcileOutput,
+};
+use workloadspread_core::Timestamp;
+
+#[derive(Args)]
+pub struct ReconcileArgs {
+    #[command(flatten)]
+    rules: RuleArgs,
+    /// Required: compute from files only (no cluster access).
+    #[arg(long)]
+    offline: bool,
+    /// The WorkloadSpread (YAML/JSON, v1beta1 or v1alpha1).
+    #[arg(long = "workloadspread", short = 'w')]
+    workloadspread: PathBuf,
+    /// Files or directories with the workload, its ReplicaSets, pods and nodes
+    /// (e.g. `kubectl get deploy,rs,pods,nodes -o yaml`); repeatable.
+    #[arg(long = "objects", short = 'o')]
+    objects: Vec<PathBuf>,
+    /// The reconcile's "now" (RFC 3339; default: the current time).
+    #[arg(long)]
+    now: Option<String>,
+}
+
+#[derive(Args)]
+pub struct PlanArgs {
+    /// Replica counts to step through from 0, e.g. `10,4,0`.
+    #[arg(long, value_delimiter = ',', required = true)]
+    replicas: Vec<i32>,
+    /// The WorkloadSpread (YAML/JSON).
+    file: PathBuf,
+}
+
+/// Reads every YAML/JSON document of a file or directory (`List`s flattened).
+pub fn load_objects(path: &Path) -> Result<Vec<Value>> {
+    let mut files = vec![];
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path)? {
+            let p = entry?.path();
+            if matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("yaml" | "yml" | "json")
+            ) {
+                files.push(p);
+            }
+        }
+        files.sort();
+    } else {
+        files.push(path.to_path_buf());
+    }
+    let mut out = vec![];
+    for f in files {
+        let text =
+            std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let v: Value = serde::Deserialize::deserialize(doc)
+                .with_context(|| format!("parsing {}", f.display()))?;
+            flatten(v, &mut out);
+        }
+    }
+    Ok(out)
+}
+
+fn flatten(v: Value, out: &mut Vec<Value>) {
+    if v.is_null() {
+        return;
+    }
+    if v["kind"].as_str().is_some_and(|k| k.ends_with("List")) && v["items"].is_array() {
+        for item in v["items"].as_array().cloned().unwrap_or_default() {
+            flatten(item, out);
+        }
+        return;
+    }
+    out.push(v);
+}
+
+/// Reads one WorkloadSpread, converting v1alpha1 to v1beta1.
+pub fn load_workloadspread(path: &Path) -> Result<WorkloadSpread> {
+    let docs = load_objects(path)?;
+    let doc = docs
+        .into_iter()
+        .find(|d| d["kind"] == "WorkloadSpread")
+        .with_context(|| format!("no WorkloadSpread in {}", path.display()))?;
+    decode_workloadspread(doc)
+}
+
+fn decode_workloadspread(doc: Value) -> Result<WorkloadSpread> {
+    if doc["apiVersion"] == "apps.kruise.io/v1alpha1" {
+        let alpha: workloadspread_core::api::v1alpha1::WorkloadSpread =
+            serde_json::from_value(doc).context("decoding the v1alpha1 WorkloadSpread")?;
+        return Ok(alpha.into());
+    }
+    serde_json::from_value(doc).context("decoding the WorkloadSpread")
+}
+
+pub fn reconcile(args: ReconcileArgs) -> Result<()> {
+    if !args.offline {
+        bail!("`reconcile` only runs offline: pass --offline (the controller itself is `run`)");
+    }
+    let ws = load_workloadspread(&args.workloadspread)?;
+    let mut objects = vec![];
+    for p in &args.objects {
+        objects.extend(load_objects(p)?);
+    }
+    let now = match &args.now {
+        Some(s) => s
+            .parse::<Timestamp>()
+            .with_context(|| format!("--now {s:?}"))?,
+        None => crate::now(),
+    };
+    let output = reconcile_objects(&ws, &objects, &args.rules, now)?;
+    println!("{}", serde_json::to_string_pretty(&output_json(&output))?);
+    Ok(())
+}
+
+/// One reconcile over in-memory objects.
+pub fn reconcile_objects(
+    ws: &WorkloadSpread,
+    objects: &[Value],
+    rules: &RuleArgs,
+    now: Timestamp,
+) -> Result<ReconcileOutput> {
+    let ns = ws
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let in_ns = |o: &&Value| o["metadata"]["namespace"].as_str().unwrap_or("default") == ns;
+    let workload = ws.spec.target_ref.as_ref().and_then(|target| {
+        objects.iter().filter(in_ns).find(|o| {
+            o["kind"] == target.kind.as_str() && o["metadata"]["name"] == target.name.as_str()
+        })
+    });
+    let replica_sets: Vec<Value> = objects
+        .iter()
+        .filter(in_ns)
+        .filter(|o| o["kind"] == "ReplicaSet")
+        .cloned()
+        .collect();
+    let pods: Vec<Pod> = objects
+        .iter()
+        .filter(in_ns)
+        .filter(|o| o["kind"] == "Pod")
+        .map(|o| serde_json::from_value(o.clone()))
+        .collect::<Result<_, _>>()
+        .context("decoding pods")?;
+    let nodes: Vec<Node> = objects
+        .iter()
+        .filter(|o| o["kind"] == "Node")
+        .map(|o| serde_json::from_value(o.clone()))
+        .collect::<Result<_, _>>()
+        .context("decoding nodes")?;
+    let (kinds, versioned, options) = (rules.kinds()?, rules.versioned(), rules.options()?);
+    let view = workload_view(ws, workload, &replica_sets, &pods, &kinds, &versioned)?;
+    let nodes = node_infos(&nodes);
+    Ok(core_reconcile(&ReconcileInput {
+        ws,
+        pods: &view.pods,
+        workload_replicas: view.replicas,
+        latest_version: &view.latest_version,
+        nodes: &nodes,
+        versioned_kinds: &versioned,
+        now,
+        options: &options,
+    }))
+}
+
+/// The JSON printed by `reconcile --offline`.
+pub fn output_json(o: &ReconcileOutput) -> Value {
+    json!({
+        "status": o.status,
+        "adoptions": o.adoptions.iter().map(|a| json!({"pod": a.pod, "subset": a.subset, "patch": a.patch})).collect::<Vec<_>>(),
+        "deletionCosts": o.deletion_costs.iter().map(|c| json!({"pod": c.pod, "cost": c.cost})).collect::<Vec<_>>(),
+        "podsToDelete": o.pods_to_delete,
+        "events": o.events.iter().map(|e| json!({"type": e.type_, "reason": e.reason, "message": e.message})).collect::<Vec<_>>(),
+        "requeueAfterSeconds": o.requeue_after.map(|d| d.as_secs_f64()),
+    })
+}
+
+pub fn plan(args: PlanArgs) -> Result<()> {
+    let ws = load_workloadspread(&args.file)?;
+    let steps = workloadspread_core::plan::plan(&ws, &args.replicas);
+    for step in &steps {
+        println!("replicas {}:", step.replicas);
+        println!(
+            "  {:<24} {:>5} {:>8} {:>8}",
+            "SUBSET", "PODS", "MAX", "MISSING"
+        );
+        for s in &step.subsets {
+            let max = s.max_replicas.map_or("-".to_string(), |m| m.to_string());
+            println!(
+                "  {:<24} {:>5} {:>8} {:>8}",
+                s.name, s.pods, max, s.missing_replicas
+            );
+        }
+        if step.unplaced > 0 {
+            println!("  (unplaced: {})", step.unplaced);
+        }
+        if !step.deleted.is_empty() {
+            println!("  deleted: {}", step.deleted.join(", "));
+        }
+        println!("  scale-in order: {}", step.scale_in_order.join(", "));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        rules: RuleArgs,
+    }
+
+    #[test]
+    fn offline_reconcile_of_a_deployment_dump() {
+        let rules = T::parse_from(["t"]).rules;
+        let objects: Vec<Value> = serde_json::from_value(json!([
+            {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "default", "uid": "d"},
+             "spec": {"replicas": 2, "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": []}}}},
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "web-h1", "namespace": "default", "uid": "rs",
+                "labels": {"pod-template-hash": "h1"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "d", "controller": true}]},
+             "spec": {"template": {"metadata": {"labels": {"app": "web", "pod-template-hash": "h1"}}, "spec": {"containers": []}}}},
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-h1-a", "namespace": "default", "labels": {"pod-template-hash": "h1"},
+                "annotations": {"apps.kruise.io/matched-workloadspread": "{\"name\":\"ws\",\"subset\":\"a\"}"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-h1", "uid": "rs", "controller": true}]},
+             "spec": {"containers": []}, "status": {"phase": "Running"}}
+        ]))
+        .unwrap();
+        let ws: WorkloadSpread = serde_json::from_value(json!({
+            "metadata": {"name": "ws", "namespace": "default", "generation": 1},
+            "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                "subsets": [{"name": "a", "maxReplicas": 1}, {"name": "b"}]}}))
+        .unwrap();
+        let now = "2026-01-01T00:00:00Z".parse().unwrap();
+        let out = reconcile_objects(&ws, &objects, &rules, now).unwrap();
+        let a = &out.status.subset_statuses[0];
+        assert_eq!(
+            (a.name.as_str(), a.replicas, a.missing_replicas),
+            ("a", 1, 0)
+        );
+        assert_eq!(out.status.versioned_subset_statuses["h1"][0].replicas, 1);
+        // Positive cost of the first of two subsets: 100 × (2 − 0).
+        assert_eq!(
+            output_json(&out)["deletionCosts"],
+            json!([{"pod": "web-h1-a", "cost": 200}])
+        );
+    }
+}

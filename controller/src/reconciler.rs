@@ -1,0 +1,417 @@
+//! The online reconcile: fetch inputs, decide through `core`, write.
+//!
+//! Order as the reference (§4.2): adoptions, deletion costs, status (guarded by
+//! `resourceVersion`; on 409 the WorkloadSpread is re-read and everything recomputed,
+//! so counter entries the admission host wrote meanwhile are kept), then deletion of
+//! pods stuck unschedulable, then events.
+
+use crate::inputs::{node_infos, workload_view, InputError};
+use crate::metrics::Metrics;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
+use kube::discovery::pinned_kind;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, ResourceExt};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use workloadspread_core::api::v1beta1::WorkloadSpread;
+use workloadspread_core::controller::{
+    reconcile, Event, ReconcileInput, ReconcileOptions, ReconcileOutput,
+};
+use workloadspread_core::version::VersionedKinds;
+use workloadspread_core::workload::WorkloadKinds;
+use workloadspread_core::Timestamp;
+
+/// Status write attempts per reconcile (each after a fresh read).
+const STATUS_ATTEMPTS: usize = 5;
+
+/// Shared state of the reconciler.
+pub struct Context {
+    pub client: Client,
+    pub pods: Store<Pod>,
+    pub nodes: Store<Node>,
+    pub kinds: WorkloadKinds,
+    pub versioned: VersionedKinds,
+    pub options: ReconcileOptions,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    pub clock: fn() -> Timestamp,
+    resources: Mutex<HashMap<(String, String), ApiResource>>,
+}
+
+impl Context {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        client: Client,
+        pods: Store<Pod>,
+        nodes: Store<Node>,
+        kinds: WorkloadKinds,
+        versioned: VersionedKinds,
+        options: ReconcileOptions,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+        clock: fn() -> Timestamp,
+    ) -> Self {
+        Context {
+            client,
+            pods,
+            nodes,
+            kinds,
+            versioned,
+            options,
+            recorder,
+            metrics,
+            clock,
+            resources: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// Why a reconcile failed (it is retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] Box<kube::Error>),
+    #[error("decoding {what}: {source}")]
+    Decode {
+        what: String,
+        source: serde_json::Error,
+    },
+    #[error(transparent)]
+    Input(#[from] InputError),
+    #[error("patching the deletion cost of pod {pod}: {source}")]
+    DeletionCost {
+        pod: String,
+        source: Box<kube::Error>,
+    },
+    #[error("status of {0} kept conflicting")]
+    Conflicts(String),
+}
+
+/// `apps.kruise.io/v1beta1` `workloadspreads`.
+pub fn workloadspread_resource() -> ApiResource {
+    ApiResource {
+        group: "apps.kruise.io".into(),
+        version: "v1beta1".into(),
+        api_version: "apps.kruise.io/v1beta1".into(),
+        kind: "WorkloadSpread".into(),
+        plural: "workloadspreads".into(),
+    }
+}
+
+/// Reconciles one WorkloadSpread.
+pub async fn run(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_object(&object, &ctx).await;
+    ctx.metrics
+        .observe_reconcile(started.elapsed(), result.is_err());
+    result
+}
+
+/// Backoff on errors.
+pub fn error_policy(object: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(workloadspread = %object.name_any(), namespace = ?object.namespace(), "reconcile failed: {error}");
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
+    let ns = object.namespace().unwrap_or_default();
+    let name = object.name_any();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &ns, &workloadspread_resource());
+    let mut current = object.clone();
+    for attempt in 0..STATUS_ATTEMPTS {
+        if current.metadata.deletion_timestamp.is_some() {
+            return Ok(Action::await_change());
+        }
+        let ws = decode(&current)?;
+        if ws.spec.target_ref.is_none() {
+            return Ok(Action::await_change());
+        }
+        let output = compute(&ws, ctx).await?;
+        if attempt == 0 {
+            apply_pod_patches(&ws, &output, ctx).await?;
+        }
+        let new_status = serde_json::to_value(&output.status).map_err(|e| Error::Decode {
+            what: "status".into(),
+            source: e,
+        })?;
+        if ws.status.as_ref() != Some(&output.status) {
+            let mut updated = current.clone();
+            if let Some(map) = updated.data.as_object_mut() {
+                map.insert("status".into(), new_status);
+            }
+            match api
+                .replace_status(&name, &PostParams::default(), &updated)
+                .await
+            {
+                Ok(_) => {
+                    ctx.metrics.status_writes.inc();
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    ctx.metrics.conflicts.inc();
+                    match api.get_opt(&name).await? {
+                        Some(fresh) => {
+                            current = fresh;
+                            continue;
+                        }
+                        None => return Ok(Action::await_change()),
+                    }
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Action::await_change()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        ctx.metrics.record_subsets(&ns, &name, &output.status);
+        delete_unschedulable(&ws, &output, ctx).await?;
+        publish_events(&current, &output.events, ctx).await;
+        return Ok(match output.requeue_after {
+            Some(d) => Action::requeue(d.max(Duration::from_millis(100))),
+            None => Action::await_change(),
+        });
+    }
+    Err(Error::Conflicts(format!("{ns}/{name}")))
+}
+
+fn decode(object: &DynamicObject) -> Result<WorkloadSpread, Error> {
+    let mut v = serde_json::to_value(object).map_err(|e| Error::Decode {
+        what: object.name_any(),
+        source: e,
+    })?;
+    v["apiVersion"] = "apps.kruise.io/v1beta1".into();
+    v["kind"] = "WorkloadSpread".into();
+    serde_json::from_value(v).map_err(|e| Error::Decode {
+        what: format!("WorkloadSpread {}", object.name_any()),
+        source: e,
+    })
+}
+
+/// Gathers the inputs and runs `core`'s reconcile.
+async fn compute(ws: &WorkloadSpread, ctx: &Context) -> Result<ReconcileOutput, Error> {
+    let ns = ws.metadata.namespace.clone().unwrap_or_default();
+    let workload = get_workload(ws, ctx).await?;
+    let is_deployment = ws
+        .spec
+        .target_ref
+        .as_ref()
+        .is_some_and(|t| t.kind == "Deployment");
+    let replica_sets = if is_deployment && workload.is_some() {
+        list_replica_sets(&ns, ctx).await?
+    } else {
+        vec![]
+    };
+    let pods: Vec<Pod> = ctx
+        .pods
+        .state()
+        .iter()
+        .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
+        .map(|p| Pod::clone(p))
+        .collect();
+    let view = workload_view(
+        ws,
+        workload.as_ref(),
+        &replica_sets,
+        &pods,
+        &ctx.kinds,
+        &ctx.versioned,
+    )?;
+    let nodes = node_infos(ctx.nodes.state().iter().map(|n| n.as_ref()));
+    let input = ReconcileInput {
+        ws,
+        pods: &view.pods,
+        workload_replicas: view.replicas,
+        latest_version: &view.latest_version,
+        nodes: &nodes,
+        versioned_kinds: &ctx.versioned,
+        now: (ctx.clock)(),
+        options: &ctx.options,
+    };
+    Ok(reconcile(&input))
+}
+
+async fn get_workload(ws: &WorkloadSpread, ctx: &Context) -> Result<Option<Value>, Error> {
+    let Some(target) = ws.spec.target_ref.as_ref() else {
+        return Ok(None);
+    };
+    let Some(resource) = resource_for(ctx, &target.api_version, &target.kind).await? else {
+        return Ok(None);
+    };
+    let ns = ws.metadata.namespace.clone().unwrap_or_default();
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &resource);
+    let Some(object) = api.get_opt(&target.name).await? else {
+        return Ok(None);
+    };
+    let mut v = serde_json::to_value(&object).map_err(|e| Error::Decode {
+        what: target.name.clone(),
+        source: e,
+    })?;
+    v["apiVersion"] = resource.api_version.clone().into();
+    v["kind"] = resource.kind.clone().into();
+    Ok(Some(v))
+}
+
+async fn list_replica_sets(ns: &str, ctx: &Context) -> Result<Vec<Value>, Error> {
+    let api: Api<k8s_openapi::api::apps::v1::ReplicaSet> = Api::namespaced(ctx.client.clone(), ns);
+    let list = api.list(&ListParams::default()).await?;
+    list.items
+        .iter()
+        .map(|rs| {
+            let mut v = serde_json::to_value(rs).map_err(|e| Error::Decode {
+                what: "ReplicaSet".into(),
+                source: e,
+            })?;
+            v["apiVersion"] = "apps/v1".into();
+            v["kind"] = "ReplicaSet".into();
+            Ok(v)
+        })
+        .collect()
+}
+
+/// The API resource of a kind, discovered once; `None` when the cluster does not serve it.
+async fn resource_for(
+    ctx: &Context,
+    api_version: &str,
+    kind: &str,
+) -> Result<Option<ApiResource>, Error> {
+    let key = (api_version.to_string(), kind.to_string());
+    if let Some(r) = ctx
+        .resources
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&key)
+    {
+        return Ok(Some(r.clone()));
+    }
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+    match pinned_kind(&ctx.client, &gvk).await {
+        Ok((resource, _)) => {
+            ctx.resources
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key, resource.clone());
+            Ok(Some(resource))
+        }
+        Err(kube::Error::Discovery(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn apply_pod_patches(
+    ws: &WorkloadSpread,
+    output: &ReconcileOutput,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let ns = ws.metadata.namespace.clone().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pp = PatchParams::default();
+    for adoption in &output.adoptions {
+        pods.patch(&adoption.pod, &pp, &Patch::Strategic(&adoption.patch))
+            .await?;
+        ctx.metrics.patches.adoption.inc();
+    }
+    for cost in &output.deletion_costs {
+        let patch = json!({"metadata": {"annotations": {
+            workloadspread_core::api::POD_DELETION_COST_ANNOTATION: cost.cost.to_string()}}});
+        if let Err(e) = pods.patch(&cost.pod, &pp, &Patch::Strategic(&patch)).await {
+            let event = Event::warning(
+                "PatchPodDeletionCostFailed",
+                format!(
+                    "Failed to patch the deletion cost of Pod {ns}/{}: {e}",
+                    cost.pod
+                ),
+            );
+            publish(ws_reference(ws), &event, ctx).await;
+            return Err(Error::DeletionCost {
+                pod: cost.pod.clone(),
+                source: Box::new(e),
+            });
+        }
+        ctx.metrics.patches.deletion_cost.inc();
+    }
+    Ok(())
+}
+
+async fn delete_unschedulable(
+    ws: &WorkloadSpread,
+    output: &ReconcileOutput,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let ns = ws.metadata.namespace.clone().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    for pod in &output.pods_to_delete {
+        match pods.delete(pod, &DeleteParams::default()).await {
+            Ok(_) => {
+                ctx.metrics.rescheduled.inc();
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                let event = Event::warning(
+                    "DeletePodFailed",
+                    format!(
+                        "Failed to delete unschedulabe Pod {ns}/{pod} in WorkloadSpread {}",
+                        ws.metadata.name.clone().unwrap_or_default()
+                    ),
+                );
+                publish(ws_reference(ws), &event, ctx).await;
+                return Err(e.into());
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn publish_events(object: &DynamicObject, events: &[Event], ctx: &Context) {
+    let reference = ObjectReference {
+        api_version: Some("apps.kruise.io/v1beta1".into()),
+        kind: Some("WorkloadSpread".into()),
+        name: object.metadata.name.clone(),
+        namespace: object.metadata.namespace.clone(),
+        uid: object.metadata.uid.clone(),
+        resource_version: object.metadata.resource_version.clone(),
+        field_path: None,
+    };
+    for e in events {
+        publish(reference.clone(), e, ctx).await;
+    }
+}
+
+fn ws_reference(ws: &WorkloadSpread) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("apps.kruise.io/v1beta1".into()),
+        kind: Some("WorkloadSpread".into()),
+        name: ws.metadata.name.clone(),
+        namespace: ws.metadata.namespace.clone(),
+        uid: ws.metadata.uid.clone(),
+        ..Default::default()
+    }
+}
+
+async fn publish(reference: ObjectReference, e: &Event, ctx: &Context) {
+    let event = KubeEvent {
+        type_: if e.type_ == "Warning" {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: e.reason.to_string(),
+        note: Some(e.message.clone()),
+        action: e.reason.to_string(),
+        secondary: None,
+    };
+    if let Err(err) = ctx.recorder.publish(&event, &reference).await {
+        tracing::warn!("recording event {}: {err}", e.reason);
+    }
+}
+
+impl From<kube::Error> for Error {
+    fn from(e: kube::Error) -> Self {
+        Error::Kube(Box::new(e))
+    }
+}

@@ -1,0 +1,321 @@
+//! Online mode: watches, leader election, the kube-runtime Controller and the
+//! metrics/health endpoint.
+
+use crate::leader::LeaderElector;
+use crate::metrics::Metrics;
+use crate::reconciler::{self, workloadspread_resource, Context};
+use crate::RunArgs;
+use anyhow::{Context as _, Result};
+use axum::routing::get;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, Controller, WatchStreamExt};
+use kube::{Api, Client, Resource, ResourceExt};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use workloadspread_core::annotation::MatchedWorkloadSpread;
+use workloadspread_core::api::MATCHED_WORKLOADSPREAD_ANNOTATION;
+
+async fn client(path: Option<&std::path::PathBuf>) -> Result<Client> {
+    let config = match path {
+        Some(p) => {
+            let kc = kube::config::Kubeconfig::read_from(p)
+                .with_context(|| format!("reading {}", p.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    Ok(Client::try_from(config)?)
+}
+
+/// Runs until SIGTERM/Ctrl-C (or until leadership is lost).
+pub async fn run(args: RunArgs) -> Result<()> {
+    let client = client(args.kubeconfig.as_ref()).await?;
+    let metrics = Arc::new(Metrics::new());
+    let ready = Arc::new(AtomicBool::new(false));
+    tokio::spawn(serve_metrics(
+        args.metrics_listen,
+        metrics.clone(),
+        ready.clone(),
+    ));
+    let elector = args.leader_elect.then(|| {
+        LeaderElector::new(
+            client.clone(),
+            &args.lease_namespace,
+            &args.lease_name,
+            &args.identity,
+            Duration::from_secs(args.lease_duration_seconds),
+        )
+    });
+    let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
+    if let Some(e) = &elector {
+        tracing::info!(identity = %args.identity, lease = %args.lease_name, "waiting for leadership");
+        wait_for_leadership(e).await;
+        tracing::info!("leading");
+        tokio::spawn(keep_leading(
+            LeaderElector::new(
+                client.clone(),
+                &args.lease_namespace,
+                &args.lease_name,
+                &args.identity,
+                Duration::from_secs(args.lease_duration_seconds),
+            ),
+            Duration::from_secs(args.lease_duration_seconds),
+            lost_tx,
+        ));
+    }
+    let result = run_controller(&args, client, metrics, ready, lost_rx).await;
+    if let Some(e) = &elector {
+        if let Err(err) = e.release().await {
+            tracing::warn!("releasing the Lease: {err}");
+        }
+    }
+    result
+}
+
+async fn wait_for_leadership(e: &LeaderElector) {
+    loop {
+        match e.try_acquire(crate::now()).await {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(err) => tracing::warn!("leader election: {err}"),
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// Renews every third of the lease; signals `lost` when renewal has failed for a
+/// whole lease duration (another replica may be leading by then).
+async fn keep_leading(
+    e: LeaderElector,
+    duration: Duration,
+    lost: tokio::sync::oneshot::Sender<()>,
+) {
+    let mut last_ok = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(duration / 3).await;
+        match e.try_acquire(crate::now()).await {
+            Ok(true) => last_ok = tokio::time::Instant::now(),
+            Ok(false) => {
+                tracing::error!("leadership lost to another replica");
+                break;
+            }
+            Err(err) => tracing::warn!("renewing the Lease: {err}"),
+        }
+        if last_ok.elapsed() > duration {
+            tracing::error!("could not renew the Lease for {duration:?}");
+            break;
+        }
+    }
+    let _ = lost.send(());
+}
+
+async fn run_controller(
+    args: &RunArgs,
+    client: Client,
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+    lost: tokio::sync::oneshot::Receiver<()>,
+) -> Result<()> {
+    let resource = workloadspread_resource();
+    let wc = watcher::Config::default();
+    let (pods, pod_stream) = reflect::<Pod>(client.clone());
+    let (nodes, node_stream) = reflect::<Node>(client.clone());
+    tokio::spawn(async move {
+        futures::pin_mut!(node_stream);
+        while node_stream.next().await.is_some() {}
+    });
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        pods.clone(),
+        nodes.clone(),
+        args.rules.kinds()?,
+        args.rules.versioned(),
+        args.rules.options()?,
+        Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "workloadspread-controller".into(),
+                instance: Some(args.identity.clone()),
+            },
+        ),
+        metrics,
+        crate::now,
+    ));
+    let ws_api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let controller = Controller::new_with(ws_api, wc.clone(), resource.clone());
+    let spreads = controller.store();
+    let pod_resource = resource.clone();
+    let controller = controller
+        .watches_stream(pod_stream, move |pod: Pod| pod_trigger(&pod, &pod_resource))
+        .watches(
+            Api::<Deployment>::all(client.clone()),
+            wc.clone(),
+            workload_mapper(spreads.clone()),
+        )
+        .watches(
+            Api::<ReplicaSet>::all(client.clone()),
+            wc.clone(),
+            workload_mapper(spreads.clone()),
+        )
+        .watches(
+            Api::<StatefulSet>::all(client.clone()),
+            wc.clone(),
+            workload_mapper(spreads.clone()),
+        )
+        .watches(
+            Api::<Job>::all(client.clone()),
+            wc,
+            workload_mapper(spreads.clone()),
+        )
+        .with_config(kube::runtime::controller::Config::default().concurrency(args.concurrency))
+        .graceful_shutdown_on(async move {
+            let lost = async move {
+                let _ = lost.await;
+            };
+            tokio::select! {
+                _ = shutdown_signal() => tracing::info!("shutting down"),
+                _ = lost => tracing::error!("stopping: not the leader any more"),
+            }
+        });
+    let (p, n, s) = (pods.clone(), nodes.clone(), spreads.clone());
+    tokio::spawn(async move {
+        let _ = p.wait_until_ready().await;
+        let _ = n.wait_until_ready().await;
+        let _ = s.wait_until_ready().await;
+        ready.store(true, Ordering::Relaxed);
+        tracing::info!("caches synced");
+    });
+    controller
+        .run(reconciler::run, reconciler::error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!("reconcile: {e}");
+            }
+        })
+        .await;
+    Ok(())
+}
+
+/// A cluster-wide reflector (managedFields dropped) and its event stream, which
+/// must be polled for the store to fill.
+fn reflect<K>(
+    client: Client,
+) -> (
+    Store<K>,
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send,
+)
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (store, writer) = reflector::store();
+    let stream = watcher(Api::<K>::all(client), watcher::Config::default())
+        .default_backoff()
+        .modify(|o: &mut K| o.managed_fields_mut().clear())
+        .reflect(writer)
+        .touched_objects();
+    (store, stream)
+}
+
+/// A pod change reconciles the WorkloadSpread named in its matched annotation.
+fn pod_trigger(pod: &Pod, resource: &ApiResource) -> Option<ObjectRef<DynamicObject>> {
+    let value = pod.annotations().get(MATCHED_WORKLOADSPREAD_ANNOTATION)?;
+    let matched = MatchedWorkloadSpread::parse(value).ok()?;
+    let ns = pod.namespace()?;
+    Some(ObjectRef::new_with(&matched.name, resource.clone()).within(&ns))
+}
+
+/// A workload change reconciles the WorkloadSpreads targeting it (or, for a
+/// ReplicaSet, its Deployment).
+fn workload_mapper<K: Resource<DynamicType = ()> + ResourceExt>(
+    spreads: Store<DynamicObject>,
+) -> impl Fn(K) -> Vec<ObjectRef<DynamicObject>> + Send + Sync + 'static {
+    move |w: K| {
+        let ns = w.namespace().unwrap_or_default();
+        let mut targets = vec![(K::kind(&()).to_string(), w.name_any())];
+        for o in w
+            .owner_references()
+            .iter()
+            .filter(|o| o.controller == Some(true))
+        {
+            if o.kind == "Deployment" {
+                targets.push(("Deployment".into(), o.name.clone()));
+            }
+        }
+        spreads
+            .state()
+            .iter()
+            .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
+            .filter(|s| {
+                let t = &s.data["spec"]["targetRef"];
+                targets
+                    .iter()
+                    .any(|(kind, name)| t["kind"] == kind.as_str() && t["name"] == name.as_str())
+            })
+            .map(|s| ObjectRef::from_obj_with(s.as_ref(), workloadspread_resource()))
+            .collect()
+    }
+}
+
+async fn serve_metrics(addr: std::net::SocketAddr, metrics: Arc<Metrics>, ready: Arc<AtomicBool>) {
+    let app = axum::Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready.clone();
+                async move {
+                    if ready.load(Ordering::Relaxed) {
+                        (axum::http::StatusCode::OK, "ok")
+                    } else {
+                        (
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                            "caches are syncing",
+                        )
+                    }
+                }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(move || {
+                let metrics = metrics.clone();
+                async move { metrics.encode() }
+            }),
+        );
+    match tokio::net::TcpListener::bind(addr).await {
+        Ok(listener) => {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!("metrics server: {e}");
+            }
+        }
+        Err(e) => tracing::error!("metrics server cannot listen on {addr}: {e}"),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
