@@ -39,6 +39,7 @@ unit:
 integration: policy
 	@kubeconfig="$$(bash $(CLUSTER) up | sed -n 's/^export KUBECONFIG=//p')"; \
 	trap 'bash $(CLUSTER) down' EXIT; \
+	$(CARGO) build --workspace --locked --bins && \
 	WS_TEST_KUBECONFIG="$$kubeconfig" WS_REQUIRE_WASM=1 \
 	  $(CARGO) test --workspace --locked --test '*'
 	bats e2e/policy.bats

@@ -98,6 +98,9 @@ pub struct RunArgs {
     /// kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    /// Only watch and reconcile this namespace (default: all namespaces).
+    #[arg(long)]
+    namespace: Option<String>,
     /// Address for /metrics, /healthz and /readyz (plain HTTP).
     #[arg(long, default_value = "0.0.0.0:8080")]
     metrics_listen: std::net::SocketAddr,

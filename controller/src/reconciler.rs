@@ -30,6 +30,8 @@ use workloadspread_core::Timestamp;
 
 /// Status write attempts per reconcile (each after a fresh read).
 const STATUS_ATTEMPTS: usize = 5;
+/// How long a reconcile waits for the pod and node caches' first list.
+const CACHE_WAIT: Duration = Duration::from_secs(30);
 
 /// Shared state of the reconciler.
 pub struct Context {
@@ -90,6 +92,8 @@ pub enum Error {
         pod: String,
         source: Box<kube::Error>,
     },
+    #[error("pod and node caches are not synced yet")]
+    CachesNotSynced,
     #[error("status of {0} kept conflicting")]
     Conflicts(String),
 }
@@ -121,6 +125,14 @@ pub fn error_policy(object: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context
 }
 
 async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
+    // Deciding on empty caches would drop every pod from the status.
+    let synced = async {
+        let _ = ctx.pods.wait_until_ready().await;
+        let _ = ctx.nodes.wait_until_ready().await;
+    };
+    if tokio::time::timeout(CACHE_WAIT, synced).await.is_err() {
+        return Err(Error::CachesNotSynced);
+    }
     let ns = object.namespace().unwrap_or_default();
     let name = object.name_any();
     let api: Api<DynamicObject> =
@@ -169,6 +181,16 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
             }
         }
         ctx.metrics.record_subsets(&ns, &name, &output.status);
+        tracing::debug!(
+            workloadspread = %name, namespace = %ns,
+            adoptions = output.adoptions.len(), costs = output.deletion_costs.len(),
+            reschedule = ?output.pods_to_delete, requeue = ?output.requeue_after,
+            "reconciled"
+        );
+        if !output.pods_to_delete.is_empty() {
+            tracing::info!(workloadspread = %name, namespace = %ns, pods = ?output.pods_to_delete,
+                "deleting pods unschedulable past rescheduleCriticalSeconds");
+        }
         delete_unschedulable(&ws, &output, ctx).await?;
         publish_events(&current, &output.events, ctx).await;
         return Ok(match output.requeue_after {

@@ -7,7 +7,7 @@ use crate::reconciler::{self, workloadspread_resource, Context};
 use crate::RunArgs;
 use anyhow::{Context as _, Result};
 use axum::routing::get;
-use futures::StreamExt;
+use futures::{FutureExt as _, StreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -125,8 +125,9 @@ async fn run_controller(
 ) -> Result<()> {
     let resource = workloadspread_resource();
     let wc = watcher::Config::default();
-    let (pods, pod_stream) = reflect::<Pod>(client.clone());
-    let (nodes, node_stream) = reflect::<Node>(client.clone());
+    let scope = args.namespace.as_deref();
+    let (pods, pod_stream) = reflect(scoped::<Pod>(&client, scope));
+    let (nodes, node_stream) = reflect(Api::<Node>::all(client.clone()));
     tokio::spawn(async move {
         futures::pin_mut!(node_stream);
         while node_stream.next().await.is_some() {}
@@ -148,29 +149,32 @@ async fn run_controller(
         metrics,
         crate::now,
     ));
-    let ws_api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let ws_api: Api<DynamicObject> = match scope {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
     let controller = Controller::new_with(ws_api, wc.clone(), resource.clone());
     let spreads = controller.store();
     let pod_resource = resource.clone();
     let controller = controller
         .watches_stream(pod_stream, move |pod: Pod| pod_trigger(&pod, &pod_resource))
         .watches(
-            Api::<Deployment>::all(client.clone()),
+            scoped::<Deployment>(&client, scope),
             wc.clone(),
             workload_mapper(spreads.clone()),
         )
         .watches(
-            Api::<ReplicaSet>::all(client.clone()),
+            scoped::<ReplicaSet>(&client, scope),
             wc.clone(),
             workload_mapper(spreads.clone()),
         )
         .watches(
-            Api::<StatefulSet>::all(client.clone()),
+            scoped::<StatefulSet>(&client, scope),
             wc.clone(),
             workload_mapper(spreads.clone()),
         )
         .watches(
-            Api::<Job>::all(client.clone()),
+            scoped::<Job>(&client, scope),
             wc,
             workload_mapper(spreads.clone()),
         )
@@ -184,14 +188,14 @@ async fn run_controller(
                 _ = lost => tracing::error!("stopping: not the leader any more"),
             }
         });
-    let (p, n, s) = (pods.clone(), nodes.clone(), spreads.clone());
-    tokio::spawn(async move {
-        let _ = p.wait_until_ready().await;
-        let _ = n.wait_until_ready().await;
-        let _ = s.wait_until_ready().await;
-        ready.store(true, Ordering::Relaxed);
-        tracing::info!("caches synced");
-    });
+    tokio::spawn(mark_ready(
+        [
+            owned_ready(pods.clone()),
+            owned_ready(nodes.clone()),
+            owned_ready(spreads.clone()),
+        ],
+        ready,
+    ));
     controller
         .run(reconciler::run, reconciler::error_policy, ctx)
         .for_each(|r| async move {
@@ -203,10 +207,42 @@ async fn run_controller(
     Ok(())
 }
 
+/// Sets `ready` once every cache has its first list. Polls instead of awaiting: the
+/// pod and WorkloadSpread streams are driven inside the controller's future.
+async fn mark_ready<F>(caches: [F; 3], ready: Arc<AtomicBool>)
+where
+    F: std::future::Future + Unpin,
+{
+    let mut caches: Vec<Option<F>> = caches.into_iter().map(Some).collect();
+    while caches.iter().any(Option::is_some) {
+        for slot in caches.iter_mut() {
+            if let Some(f) = slot.as_mut() {
+                if futures::FutureExt::now_or_never(f).is_some() {
+                    *slot = None;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    ready.store(true, Ordering::Relaxed);
+    tracing::info!("caches synced");
+}
+
+fn owned_ready<K>(store: Store<K>) -> futures::future::BoxFuture<'static, ()>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    async move {
+        let _ = store.wait_until_ready().await;
+    }
+    .boxed()
+}
+
 /// A cluster-wide reflector (managedFields dropped) and its event stream, which
 /// must be polled for the store to fill.
 fn reflect<K>(
-    client: Client,
+    api: Api<K>,
 ) -> (
     Store<K>,
     impl futures::Stream<Item = Result<K, watcher::Error>> + Send,
@@ -216,12 +252,24 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let (store, writer) = reflector::store();
-    let stream = watcher(Api::<K>::all(client), watcher::Config::default())
+    let stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .modify(|o: &mut K| o.managed_fields_mut().clear())
         .reflect(writer)
         .touched_objects();
     (store, stream)
+}
+
+/// All namespaces, or only `namespace`.
+fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
 }
 
 /// A pod change reconciles the WorkloadSpread named in its matched annotation.

@@ -144,8 +144,10 @@ fn deployment_version(deployment: &Value, replica_sets: &[Value]) -> Option<Stri
         .map(str::to_owned)
 }
 
+/// The template without the hash label and without nulls (`creationTimestamp: null`
+/// is in raw API JSON but not in re-serialised typed objects; both mean "unset").
 fn template_without_hash(template: &Value) -> Value {
-    let mut t = template.clone();
+    let mut t = without_nulls(template);
     if let Some(labels) = t
         .get_mut("metadata")
         .and_then(|m| m.get_mut("labels"))
@@ -161,10 +163,33 @@ fn template_without_hash(template: &Value) -> Value {
     t
 }
 
+fn without_nulls(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), without_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(without_nulls).collect()),
+        other => other.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn deployment_version_ignores_nulls() {
+        let d = json!({"kind": "Deployment", "metadata": {"uid": "d"},
+            "spec": {"template": {"metadata": {"creationTimestamp": null, "labels": {"app": "w"}}, "spec": {"containers": []}}}});
+        let rs = json!({"kind": "ReplicaSet", "metadata": {"labels": {"pod-template-hash": "h"},
+                "ownerReferences": [{"controller": true, "uid": "d"}]},
+            "spec": {"template": {"metadata": {"labels": {"app": "w", "pod-template-hash": "h"}}, "spec": {"containers": []}}}});
+        assert_eq!(deployment_version(&d, &[rs]).as_deref(), Some("h"));
+    }
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs

@@ -202,9 +202,10 @@ pub struct SubsetCondition {
     pub observed_generation: i64,
     #[serde(default)]
     pub last_transition_time: Option<Time>,
-    #[serde(default)]
+    // omitempty as in the reference: API servers reject an empty message here.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
 }
 

@@ -280,6 +280,97 @@ pub async fn apply_crd(client: &Client, crd: &Value) -> Result<()> {
     .await
 }
 
+/// A `workloadspread-controller run` process, killed on drop.
+pub struct ControllerProcess {
+    child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl ControllerProcess {
+    /// Starts `bin run --metrics-listen 127.0.0.1:<free port> <args>` and waits
+    /// until `/readyz` answers.
+    pub async fn start(bin: &Path, kubeconfig: &Path, args: &[String]) -> Result<Self> {
+        let port = free_port()?;
+        let log = std::env::temp_dir().join(format!("{}.log", crate::unique_name("controller")));
+        let child = Command::new(bin)
+            .arg("run")
+            .args(["--metrics-listen", &format!("127.0.0.1:{port}")])
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .env(
+                "RUST_LOG",
+                std::env::var("WS_CONTROLLER_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let mut c = ControllerProcess { child, port, log };
+        for _ in 0..300 {
+            if let Some(status) = c.child.try_wait()? {
+                bail!("controller exited with {status}: {}", c.log_text());
+            }
+            if c.get("/readyz").await.is_ok_and(|b| b == "ok") {
+                return Ok(c);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        bail!("controller not ready after 60 s: {}", c.log_text())
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// GET `path` on the metrics port.
+    pub async fn get(&self, path: &str) -> Result<String> {
+        let out = tokio::process::Command::new("curl")
+            .args(["-sS", "--max-time", "5"])
+            .arg(format!("http://127.0.0.1:{}{path}", self.port))
+            .output()
+            .await?;
+        if !out.status.success() {
+            bail!("curl: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Sum of metric `name` in `/metrics`.
+    pub async fn metric(&self, name: &str) -> Result<f64> {
+        Ok(sum_metric(&self.get("/metrics").await?, name))
+    }
+
+    /// Sends SIGKILL.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A binary of this workspace (`cargo test --workspace` builds them all); missing
+/// is an error under `WS_REQUIRE_WASM` (CI), else `None` with a message.
+pub fn workspace_binary(name: &str) -> Result<Option<PathBuf>> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::repo_root().join("target"));
+    let path = target.join("debug").join(name);
+    if path.exists() {
+        return Ok(Some(path));
+    }
+    if std::env::var_os("WS_REQUIRE_WASM").is_some() {
+        bail!("{} is missing (cargo build --workspace)", path.display());
+    }
+    eprintln!("SKIP: {} not built", path.display());
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

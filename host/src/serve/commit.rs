@@ -22,6 +22,9 @@ use workloadspread_core::Timestamp;
 const MAX_BATCH: usize = 512;
 /// Write attempts per batch (409s and transient errors) before giving up.
 const MAX_ATTEMPTS: u32 = 30;
+/// A batch is answered (with an error if need be) within this long, below the
+/// guest's 8 s wait and the API server's 10 s webhook timeout.
+const COMMIT_DEADLINE: Duration = Duration::from_secs(6);
 /// An idle queue stops after this long.
 const IDLE: Duration = Duration::from_secs(60);
 
@@ -176,7 +179,12 @@ impl Committer {
         self.metrics.batch_size.observe(batch.len() as f64);
         let ops: Vec<&Op> = batch.iter().map(|p| &p.op).collect();
         let mut last_error = String::new();
+        let deadline = tokio::time::Instant::now() + COMMIT_DEADLINE;
         for attempt in 0..MAX_ATTEMPTS {
+            if tokio::time::Instant::now() >= deadline {
+                last_error = format!("{last_error} (gave up after {COMMIT_DEADLINE:?})");
+                break;
+            }
             let object = match cached.take() {
                 Some(o) => o,
                 None => match api.get_opt(name).await {
@@ -218,6 +226,11 @@ impl Committer {
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => {
                     last_error = format!("WorkloadSpread {name} was deleted");
+                    break;
+                }
+                // Invalid, Forbidden, ...: retrying cannot help.
+                Err(kube::Error::Api(s)) if s.code < 500 && s.code != 429 => {
+                    last_error = format!("writing WorkloadSpread {name} status: {}", s.message);
                     break;
                 }
                 Err(e) => {

@@ -1,0 +1,322 @@
+//! The controller on the local control plane: adoption of existing pods, status and
+//! deletion costs (§4.5), and adaptive rescheduling together with the admission host.
+
+use anyhow::{ensure, Context, Result};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::Api;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+use workloadspread_testkit::webhook::{
+    apply_crd, policy_wasm, workspace_binary, ControllerProcess, HostProcess, WebhookConfigs,
+};
+use workloadspread_testkit::{cluster, unique_name, wait_for, TestNamespace};
+
+const COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+const MATCHED: &str = "apps.kruise.io/matched-workloadspread";
+
+fn controller_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_workloadspread-controller"))
+}
+
+fn ws_resource() -> ApiResource {
+    ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        "apps.kruise.io",
+        "v1beta1",
+        "WorkloadSpread",
+    ))
+}
+
+async fn setup(hint: &str) -> Result<TestNamespace> {
+    let ns = cluster()?.namespace(hint).await?;
+    let crd = workloadspread_core::crd::workloadspread_crd().map_err(anyhow::Error::msg)?;
+    apply_crd(&ns.client(), &serde_json::to_value(&crd)?).await?;
+    Ok(ns)
+}
+
+fn zone(name: &str, zone: &str, max: Option<i32>) -> Value {
+    let mut s = json!({"name": name, "requiredNodeSelector": {"matchExpressions": [
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}});
+    if let Some(m) = max {
+        s["maxReplicas"] = json!(m);
+    }
+    s
+}
+
+async fn create_ws(ns: &TestNamespace, spec: Value) -> Result<Api<DynamicObject>> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ns.client(), ns.name(), &ws_resource());
+    let ws: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+        "metadata": {"name": "web"}, "spec": spec}))?;
+    api.create(&PostParams::default(), &ws).await?;
+    Ok(api)
+}
+
+async fn create_deployment(ns: &TestNamespace, replicas: i32) -> Result<()> {
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}}))?;
+    ns.api::<Deployment>()
+        .create(&PostParams::default(), &d)
+        .await?;
+    Ok(())
+}
+
+fn annotation<'a>(p: &'a Pod, key: &str) -> Option<&'a String> {
+    p.metadata.annotations.as_ref()?.get(key)
+}
+
+fn subset_of(p: &Pod) -> Option<String> {
+    let v: Value = serde_json::from_str(annotation(p, MATCHED)?).ok()?;
+    v["subset"].as_str().map(str::to_string)
+}
+
+/// Costs per subset, sorted (pods without annotations are skipped).
+fn costs_by_subset(pods: &[Pod]) -> BTreeMap<String, Vec<i64>> {
+    let mut out: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for p in pods {
+        if let (Some(s), Some(c)) = (subset_of(p), annotation(p, COST)) {
+            out.entry(s)
+                .or_default()
+                .push(c.parse().unwrap_or(i64::MIN));
+        }
+    }
+    for v in out.values_mut() {
+        v.sort_unstable();
+    }
+    out
+}
+
+#[tokio::test]
+async fn existing_pods_are_adopted_and_scale_in_is_ordered() -> Result<()> {
+    let ns = setup("ctl-adopt").await?;
+    // Pods first (scheduled by the scheduler across zones), the WorkloadSpread later.
+    create_deployment(&ns, 6).await?;
+    let pods: Api<Pod> = ns.api();
+    wait_for("6 scheduled pods", Duration::from_secs(60), || async {
+        let list = pods.list(&ListParams::default()).await?.items;
+        let bound = list
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+            .count();
+        Ok((bound == 6).then_some(()))
+    })
+    .await?;
+    let nodes_by_pod: BTreeMap<String, String> = pods
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter_map(|p| {
+            Some((
+                p.metadata.name.clone()?,
+                p.spec.as_ref()?.node_name.clone()?,
+            ))
+        })
+        .collect();
+    let ws_api = create_ws(
+        &ns,
+        json!({"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "subsets": [zone("a", "zone-a", Some(1)), zone("b", "zone-b", Some(1)), zone("c", "zone-c", None)]}),
+    )
+    .await?;
+    let _controller =
+        ControllerProcess::start(controller_bin(), cluster()?.kubeconfig(), &[]).await?;
+    let costs = wait_for(
+        "deletion costs on all pods",
+        Duration::from_secs(60),
+        || async {
+            let list = pods.list(&ListParams::default()).await?.items;
+            let all = list
+                .iter()
+                .all(|p| annotation(p, COST).is_some() && subset_of(p).is_some());
+            Ok(all.then_some(list))
+        },
+    )
+    .await?;
+    // Every pod adopted into its node's zone.
+    for p in &costs {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let node = &nodes_by_pod[&name];
+        let subset = subset_of(p).unwrap_or_default();
+        ensure!(
+            node.starts_with(&format!("node-{subset}-")),
+            "{name} on {node} adopted into {subset}"
+        );
+    }
+    // §4.5: within max → 100·(n−i); over max → −100·(i+1); n = 3.
+    let mut per_zone: BTreeMap<String, usize> = BTreeMap::new();
+    for node in nodes_by_pod.values() {
+        *per_zone.entry(node[5..6].to_string()).or_default() += 1;
+    }
+    let expected = |subset: &str, positive: i64, negative: i64, max: Option<usize>| {
+        let n = per_zone.get(subset).copied().unwrap_or(0);
+        let keep = max.map_or(n, |m| m.min(n));
+        let mut v = vec![negative; n - keep];
+        v.extend(vec![positive; keep]);
+        v.sort_unstable();
+        (subset.to_string(), v)
+    };
+    let want: BTreeMap<String, Vec<i64>> = [
+        expected("a", 300, -100, Some(1)),
+        expected("b", 200, -200, Some(1)),
+        expected("c", 100, -300, None),
+    ]
+    .into_iter()
+    .filter(|(_, v)| !v.is_empty())
+    .collect();
+    ensure!(
+        costs_by_subset(&costs) == want,
+        "costs {:?}, want {want:?}",
+        costs_by_subset(&costs)
+    );
+    let status = wait_for("status", Duration::from_secs(30), || async {
+        let s = ws_api.get("web").await?.data["status"].clone();
+        let replicas: i64 = s["subsetStatuses"]
+            .as_array()
+            .map(|a| a.iter().map(|x| x["replicas"].as_i64().unwrap_or(0)).sum())
+            .unwrap_or(0);
+        Ok((replicas == 6).then_some(s))
+    })
+    .await?;
+    ensure!(status["observedGeneration"] == 1, "{status}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn unschedulable_subset_is_rescheduled_and_recovers() -> Result<()> {
+    let (Some(policy), Some(host_bin)) = (policy_wasm()?, workspace_binary("workloadspread-host")?)
+    else {
+        return Ok(());
+    };
+    let ns = setup("ctl-resched").await?;
+    let client = ns.client();
+    let kubeconfig = cluster()?.kubeconfig();
+    let port = workloadspread_testkit::webhook::free_port()?;
+    let name = unique_name("ws-resched");
+    let configs =
+        WebhookConfigs::create(&client, &name, &format!("https://127.0.0.1:{port}")).await?;
+    let _host = HostProcess::start_on(
+        &host_bin,
+        kubeconfig,
+        port,
+        &[
+            "--policy".into(),
+            policy.display().to_string(),
+            "--webhook-config".into(),
+            name.clone(),
+        ],
+    )
+    .await?;
+    configs.enroll(ns.name()).await?;
+    let controller = ControllerProcess::start(
+        controller_bin(),
+        kubeconfig,
+        &[
+            "--reschedule-hold-seconds".into(),
+            "6".into(),
+            "--namespace".into(),
+            ns.name().into(),
+        ],
+    )
+    .await?;
+    // Subset "x" has no nodes: its pods stay Pending/Unschedulable.
+    let ws_api = create_ws(
+        &ns,
+        json!({"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "scheduleStrategy": {"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 2}},
+            "subsets": [zone("x", "zone-x", Some(2)), zone("b", "zone-b", None)]}),
+    )
+    .await?;
+    create_deployment(&ns, 2).await?;
+    let pods: Api<Pod> = ns.api();
+    let condition = |s: &Value| -> Option<String> {
+        s["subsetStatuses"][0]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Schedulable")
+            .and_then(|c| c["status"].as_str().map(str::to_string))
+    };
+    wait_for(
+        "subset x marked unschedulable",
+        Duration::from_secs(60),
+        || async {
+            let s = ws_api.get("web").await?.data["status"].clone();
+            Ok((condition(&s).as_deref() == Some("False")).then_some(()))
+        },
+    )
+    .await
+    .with_context(|| controller.log_text())?;
+    let placed = wait_for(
+        "2 pods scheduled in zone-b",
+        Duration::from_secs(60),
+        || async {
+            let list = pods.list(&ListParams::default()).await?.items;
+            let in_b: Vec<&Pod> = list
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter(|p| subset_of(p).as_deref() == Some("b"))
+                .filter(|p| {
+                    p.spec
+                        .as_ref()
+                        .and_then(|s| s.node_name.as_deref())
+                        .is_some_and(|n| n.starts_with("node-b-"))
+                })
+                .collect();
+            Ok((in_b.len() == 2).then_some(in_b.len()))
+        },
+    )
+    .await;
+    let placed = match placed {
+        Ok(n) => n,
+        Err(e) => {
+            let list: Vec<Value> = pods.list(&ListParams::default()).await?.items.iter()
+                .map(|p| json!({"name": p.metadata.name, "subset": subset_of(p), "deleting": p.metadata.deletion_timestamp.is_some(),
+                    "node": p.spec.as_ref().and_then(|s| s.node_name.clone())})).collect();
+            let status = ws_api.get("web").await?.data["status"].clone();
+            return Err(e.context(format!("pods {}\nstatus {status}", json!(list))));
+        }
+    };
+    ensure!(placed == 2);
+    ensure!(
+        controller
+            .metric("workloadspread_controller_pods_rescheduled_total")
+            .await?
+            >= 2.0
+    );
+    wait_for(
+        "subset x recovered after the hold",
+        Duration::from_secs(60),
+        || async {
+            let s = ws_api.get("web").await?.data["status"].clone();
+            Ok((condition(&s).as_deref() == Some("True")).then_some(()))
+        },
+    )
+    .await?;
+    let events: Api<k8s_openapi::api::events::v1::Event> = ns.api();
+    let reasons: Vec<String> = events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter_map(|e| e.reason.clone())
+        .collect();
+    ensure!(
+        reasons.iter().any(|r| r == "RecoverSchedulable"),
+        "events: {reasons:?}"
+    );
+    // Scale-in afterwards removes nothing from the recovered subset's accounting.
+    ns.api::<Deployment>()
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await?;
+    configs.delete().await
+}
