@@ -31,6 +31,7 @@ fmt-check:
 
 lint:
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	python3 e2e/chart/test_chart.py lint
 
 unit:
 	$(CARGO) test --workspace --locked --lib --bins
@@ -41,7 +42,8 @@ integration: policy
 	trap 'bash $(CLUSTER) down' EXIT; \
 	$(CARGO) build --workspace --locked --bins && \
 	WS_TEST_KUBECONFIG="$$kubeconfig" WS_REQUIRE_WASM=1 \
-	  $(CARGO) test --workspace --locked --test '*'
+	  $(CARGO) test --workspace --locked --test '*' && \
+	KUBECONFIG="$$kubeconfig" python3 e2e/chart/test_chart.py apply
 	bats e2e/policy.bats
 
 test: fmt-check lint unit integration

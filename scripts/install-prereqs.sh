@@ -7,7 +7,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 
 APT_PKGS=(rustc-web cargo-web rust-web-src wasi-libc golang-1.19-go
-  golang-github-modern-go-reflect2-dev rsync jq make bats openssl curl dpkg-dev)
+  golang-github-modern-go-reflect2-dev rsync jq make bats openssl curl dpkg-dev bsdextrautils)
 
 missing_pkgs() {
   local p
@@ -38,5 +38,11 @@ fi
 if [ -n "${todo// /}" ]; then
   echo "[prereqs] installing: $todo"
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $todo >/dev/null
+fi
+# Helm's SDK (chart lint/render) and YAML for the chart tests.
+if ! python3 -c 'import helm_python, yaml' 2>/dev/null; then
+  echo "[prereqs] pip install helm-python-sdk pyyaml"
+  python3 -m pip install -q --disable-pip-version-check helm-python-sdk pyyaml 2>&1 | grep -v WARNING || true
+  python3 -c 'import helm_python, yaml'
 fi
 [ "${1:-}" = "--no-cluster" ] || "$here/../e2e/cluster/cluster.sh" install
