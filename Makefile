@@ -62,8 +62,9 @@ demo:
 	bash scripts/demo.sh
 
 ## Criterion benchmarks of every crate that has them (figures go to docs/benchmarks.md).
+## Regenerates docs/benchmarks.md (starts and stops a local control plane).
 bench:
-	$(CARGO) bench --workspace --locked
+	bash scripts/bench.sh
 
 clean:
 	$(CARGO) clean

@@ -1,6 +1,7 @@
 //! `workloadspread-host`: runs the WorkloadSpread policy module outside Kubewarden.
 #![forbid(unsafe_code)]
 
+mod bench;
 mod capabilities;
 mod engine;
 mod run;
@@ -35,6 +36,30 @@ enum Command {
     Run(RunArgs),
     /// Serve the policy as an HTTPS admission webhook with exact counters.
     Serve(ServeArgs),
+    /// Evaluate one request N times through the module and natively; print p50/p99.
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// AdmissionRequest or AdmissionReview JSON.
+    #[arg(short = 'r', long)]
+    request_path: PathBuf,
+    #[command(flatten)]
+    policy_args: PolicyArgs,
+    /// Objects answering the policy's reads (as for `run`); repeatable.
+    #[arg(long)]
+    cluster_state: Vec<PathBuf>,
+    /// Do not offer the counter capability.
+    #[arg(long)]
+    no_counter: bool,
+    #[arg(short = 'n', long, default_value_t = 2000)]
+    iterations: usize,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// The policy module (default: policy/policy.wasm of this workspace).
+    policy: Option<PathBuf>,
 }
 
 /// Options shared by every command that evaluates the policy.
@@ -144,6 +169,7 @@ fn main() {
     let result = match Cli::parse().command {
         Command::Run(args) => cmd_run(args),
         Command::Serve(args) => cmd_serve(args),
+        Command::Bench(args) => cmd_bench(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
@@ -185,7 +211,7 @@ fn settings(args: &PolicyArgs) -> Result<Value> {
     }
 }
 
-fn now() -> workloadspread_core::Timestamp {
+pub(crate) fn now() -> workloadspread_core::Timestamp {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
@@ -355,4 +381,57 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+fn cmd_bench(args: BenchArgs) -> Result<()> {
+    let input: Value =
+        serde_json::from_str(&read_input(&args.request_path)?).context("request is not JSON")?;
+    let request = run::admission_request(&input)?;
+    let settings = settings(&args.policy_args)?;
+    let policy = args.policy.clone().unwrap_or_else(default_policy);
+    let engine = PolicyEngine::from_file(&policy, engine_options(&args.policy_args, 0)?)?;
+    let mut objects = vec![];
+    for path in &args.cluster_state {
+        objects.extend(ClusterState::load_objects(path)?);
+    }
+    let bench_input = bench::BenchInput {
+        engine: &engine,
+        request: &request,
+        settings: &settings,
+        objects: &objects,
+        counter: !args.no_counter,
+        iterations: args.iterations.max(1),
+    };
+    // Warm-up: page in the compiled module and the allocator.
+    let _ = bench::wasm(&bench::BenchInput {
+        iterations: 20,
+        ..bench_input
+    });
+    let wasm = bench::wasm(&bench_input);
+    let native = bench::native(&bench_input)?;
+    let ratio = wasm.p50.as_secs_f64() / native.p50.as_secs_f64().max(1e-9);
+    if args.json {
+        let s = |x: &bench::Summary| {
+            serde_json::json!({"iterations": x.iterations,
+            "p50_us": x.p50.as_secs_f64() * 1e6, "p99_us": x.p99.as_secs_f64() * 1e6,
+            "mean_us": x.mean.as_secs_f64() * 1e6, "per_second": x.per_second()})
+        };
+        println!(
+            "{}",
+            serde_json::json!({"wasm": s(&wasm), "native": s(&native), "p50_ratio": ratio})
+        );
+    } else {
+        for (name, x) in [("wasm", &wasm), ("native", &native)] {
+            println!(
+                "{name:<7} n={} p50={:?} p99={:?} mean={:?} ({:.0}/s on one thread)",
+                x.iterations,
+                x.p50,
+                x.p99,
+                x.mean,
+                x.per_second()
+            );
+        }
+        println!("wasm/native p50 ratio: {ratio:.2}");
+    }
+    Ok(())
 }

@@ -371,6 +371,35 @@ pub fn workspace_binary(name: &str) -> Result<Option<PathBuf>> {
     Ok(None)
 }
 
+/// `burst.workloadspread.test/v1` `Fleet`: a workload kind no controller acts on, so
+/// only the test creates its pods (declare it in the policy's `customWorkloads`).
+pub fn fleet_crd() -> Value {
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "fleets.burst.workloadspread.test"},
+        "spec": {"group": "burst.workloadspread.test", "scope": "Namespaced",
+            "names": {"plural": "fleets", "singular": "fleet", "kind": "Fleet", "listKind": "FleetList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {"replicas": {"type": "integer"}}}}}}}]}})
+}
+
+/// Policy settings declaring the Fleet kind.
+pub fn fleet_settings() -> Value {
+    json!({"customWorkloads": [
+        {"group": "burst.workloadspread.test", "kind": "Fleet", "replicasPath": "spec.replicas"}]})
+}
+
+/// A pod owned by Fleet `uid`.
+pub fn fleet_pod(name: &str, fleet_uid: &str) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": "fleet"},
+            "ownerReferences": [{"apiVersion": "burst.workloadspread.test/v1", "kind": "Fleet",
+                "name": "fleet", "uid": fleet_uid, "controller": true}]},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]}
+    }))
+    .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
