@@ -11,7 +11,7 @@ CARGO ?= cargo
 CLUSTER := e2e/cluster/cluster.sh
 POLICY_WASM := policy/policy.wasm
 
-.PHONY: all build policy fmt fmt-check lint unit integration test test-integration \
+.PHONY: all build policy annotated-policy fmt fmt-check lint unit integration test test-integration \
         cluster-up cluster-down cluster-status demo bench clean
 
 all: build policy
@@ -22,6 +22,11 @@ build:
 ## The waPC policy module for wasm32-wasip1 (rustup target, or Debian's offline fallback).
 policy:
 	scripts/build-wasm.sh workloadspread-policy wasm32-wasip1 $(POLICY_WASM)
+
+## The module with its metadata embedded (what Kubewarden loads; `kwctl annotate` equivalent).
+annotated-policy: policy
+	$(CARGO) run --locked -q -p workloadspread-host -- annotate -m metadata.yml -u README.md \
+	  -o policy/annotated-policy.wasm $(POLICY_WASM)
 
 fmt:
 	$(CARGO) fmt --all

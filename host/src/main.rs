@@ -1,6 +1,7 @@
 //! `workloadspread-host`: runs the WorkloadSpread policy module outside Kubewarden.
 #![forbid(unsafe_code)]
 
+mod annotate;
 mod bench;
 mod capabilities;
 mod engine;
@@ -38,6 +39,23 @@ enum Command {
     Serve(ServeArgs),
     /// Evaluate one request N times through the module and natively; print p50/p99.
     Bench(BenchArgs),
+    /// Embed metadata in the module (`io.kubewarden.metadata`), as `kwctl annotate`.
+    Annotate(AnnotateArgs),
+}
+
+#[derive(Args)]
+struct AnnotateArgs {
+    /// metadata.yml
+    #[arg(short = 'm', long)]
+    metadata_path: PathBuf,
+    /// README to embed as `io.kubewarden.policy.usage`.
+    #[arg(short = 'u', long)]
+    usage_path: Option<PathBuf>,
+    /// Output file.
+    #[arg(short = 'o', long)]
+    output_path: PathBuf,
+    /// The module to annotate.
+    wasm_path: PathBuf,
 }
 
 #[derive(Args)]
@@ -170,6 +188,7 @@ fn main() {
         Command::Run(args) => cmd_run(args),
         Command::Serve(args) => cmd_serve(args),
         Command::Bench(args) => cmd_bench(args),
+        Command::Annotate(args) => cmd_annotate(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
@@ -300,14 +319,31 @@ async fn tls_bundle(args: &ServeArgs, client: &kube::Client) -> Result<serve::tl
     }
 }
 
-fn policy_metadata(path: Option<&PathBuf>) -> Result<Value> {
-    let text = match path {
-        Some(p) => {
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
-        }
-        None => include_str!("../../metadata.yml").to_string(),
-    };
-    serde_yaml::from_str(&text).context("parsing policy metadata")
+/// `--metadata`, else the module's embedded metadata, else the metadata.yml this
+/// binary was built with.
+fn policy_metadata(path: Option<&PathBuf>, module: &std::path::Path) -> Result<Value> {
+    if let Some(p) = path {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        return serde_yaml::from_str(&text).context("parsing policy metadata");
+    }
+    let wasm = std::fs::read(module).with_context(|| format!("reading {}", module.display()))?;
+    if let Some(embedded) = annotate::embedded_metadata(&wasm)? {
+        return Ok(embedded);
+    }
+    serde_yaml::from_str(include_str!("../../metadata.yml")).context("parsing policy metadata")
+}
+
+fn cmd_annotate(args: AnnotateArgs) -> Result<()> {
+    let wasm = std::fs::read(&args.wasm_path)
+        .with_context(|| format!("reading {}", args.wasm_path.display()))?;
+    let metadata: Value = serde_yaml::from_str(&read_input(&args.metadata_path)?)
+        .with_context(|| format!("parsing {}", args.metadata_path.display()))?;
+    let usage = args.usage_path.as_ref().map(read_input).transpose()?;
+    let engine = PolicyEngine::new(&wasm, EngineOptions::default())?;
+    let annotated = annotate::annotate(&wasm, &engine, metadata, usage)?;
+    std::fs::write(&args.output_path, annotated)
+        .with_context(|| format!("writing {}", args.output_path.display()))
 }
 
 async fn serve_main(args: ServeArgs) -> Result<()> {
@@ -327,7 +363,8 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
             now,
         )
     });
-    let allow = serve::allow_list_from_metadata(&policy_metadata(args.metadata.as_ref())?)
+    let module = args.policy.clone().unwrap_or_else(default_policy);
+    let allow = serve::allow_list_from_metadata(&policy_metadata(args.metadata.as_ref(), &module)?)
         .with_custom_workloads(&settings);
     let caps = Arc::new(
         serve::kube_state::KubeCapabilities::start(client.clone(), allow, committer).await?,

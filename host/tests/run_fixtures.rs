@@ -217,3 +217,47 @@ fn admission_review_on_stdin() -> Result<()> {
     assert_eq!(response["allowed"], true);
     Ok(())
 }
+
+#[test]
+fn annotated_module_embeds_metadata_and_still_runs() -> Result<()> {
+    let Some(p) = policy()? else { return Ok(()) };
+    let out = tempfile_path("annotated.wasm");
+    let status = Command::new(env!("CARGO_BIN_EXE_workloadspread-host"))
+        .arg("annotate")
+        .arg("-m")
+        .arg(root().join("metadata.yml"))
+        .arg("-u")
+        .arg(root().join("README.md"))
+        .arg("-o")
+        .arg(&out)
+        .arg(&p)
+        .status()?;
+    ensure!(status.success(), "annotate failed");
+    let wasm = std::fs::read(&out)?;
+    let section = wasmparser::Parser::new(0)
+        .parse_all(&wasm)
+        .filter_map(|p| match p {
+            Ok(wasmparser::Payload::CustomSection(c)) if c.name() == "io.kubewarden.metadata" => {
+                Some(c.data().to_vec())
+            }
+            _ => None,
+        })
+        .next()
+        .context("no io.kubewarden.metadata section")?;
+    let embedded: Value = serde_json::from_slice(&section)?;
+    let source: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(root().join("metadata.yml"))?)?;
+    assert_eq!(embedded["protocolVersion"], "v1");
+    assert_eq!(embedded["rules"], source["rules"]);
+    assert_eq!(
+        embedded["contextAwareResources"],
+        source["contextAwareResources"]
+    );
+    assert_eq!(embedded["mutating"], true);
+    assert!(embedded["annotations"]["io.kubewarden.policy.usage"]
+        .as_str()
+        .is_some_and(|u| u.starts_with("# WorkloadSpread")));
+    let ran = run(&out, "pod-create.json", &[CONTEXT])?;
+    assert_eq!(ran.response["patchType"], "JSONPatch");
+    Ok(())
+}
