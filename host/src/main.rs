@@ -5,6 +5,7 @@ mod annotate;
 mod bench;
 mod capabilities;
 mod engine;
+mod replay;
 mod run;
 mod serve;
 mod state;
@@ -173,6 +174,9 @@ struct RunArgs {
     /// Do not offer the counter capability (behave like Kubewarden's policy-server).
     #[arg(long)]
     no_counter: bool,
+    /// Answer the policy's reads from a kwctl session file (FIFO; requests must match).
+    #[arg(long, conflicts_with = "cluster_state")]
+    replay_host_capabilities_interactions: Option<PathBuf>,
     /// The policy module (default: policy/policy.wasm of this workspace).
     policy: Option<PathBuf>,
 }
@@ -267,6 +271,19 @@ fn cmd_run(args: RunArgs) -> Result<()> {
         resources: (!args.allow_context_aware).then(Vec::new),
         group_kinds: vec![],
     };
+    if let Some(session) = &args.replay_host_capabilities_interactions {
+        let replay = Arc::new(replay::Replay::load(&read_input(session)?)?);
+        run::validate_settings(&engine, &settings, replay.clone())?;
+        let response = run::evaluate(&engine, &request, &settings, replay.clone());
+        println!("{}", serde_json::to_string(&response)?);
+        if replay.leftovers() > 0 {
+            eprintln!(
+                "warning: {} recorded exchanges were not used",
+                replay.leftovers()
+            );
+        }
+        return Ok(());
+    }
     let state = Arc::new(ClusterState::new(objects, allow, !args.no_counter, now()));
     run::validate_settings(&engine, &settings, state.clone())?;
     let response = run::evaluate(&engine, &request, &settings, state.clone());

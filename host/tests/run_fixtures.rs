@@ -261,3 +261,59 @@ fn annotated_module_embeds_metadata_and_still_runs() -> Result<()> {
     assert_eq!(ran.response["patchType"], "JSONPatch");
     Ok(())
 }
+
+/// The kwctl session files (the same ones `e2e/policy.bats` gives kwctl) replayed.
+#[test]
+fn kwctl_sessions_replay() -> Result<()> {
+    let Some(p) = policy()? else { return Ok(()) };
+    let data = root().join("policy/test_data");
+    let replay = |request: &str, session: &str| -> Result<(Value, String)> {
+        let out = Command::new(env!("CARGO_BIN_EXE_workloadspread-host"))
+            .arg("run")
+            .arg("--request-path")
+            .arg(data.join("requests").join(request))
+            .arg("--allow-context-aware")
+            .arg("--replay-host-capabilities-interactions")
+            .arg(data.join("sessions").join(session)) // an absolute path replaces the base
+            .arg(&p)
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok((
+            serde_json::from_slice(&out.stdout)?,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    };
+    let (created, warnings) = replay("pod-create.json", "pod-create.yml")?;
+    assert_eq!(created["allowed"], true);
+    assert_eq!(
+        created["auditAnnotations"]["workloadspread/mode"],
+        "best-effort"
+    );
+    assert_eq!(
+        created["auditAnnotations"]["workloadspread/subset"],
+        "web-spread/zone-b"
+    );
+    assert!(!warnings.contains("not used"), "{warnings}");
+    let (invalid, _) = replay(
+        "workloadspread-create-invalid.json",
+        "workloadspread-create-invalid.yml",
+    )?;
+    assert_eq!(invalid["allowed"], false);
+    // A session whose first request differs from the policy's first call.
+    let wrong = tempfile_path("session.yml");
+    std::fs::write(
+        &wrong,
+        "- type: Exchange\n  request: |\n    !KubernetesGetResource\n    api_version: v1\n    kind: Namespace\n    name: x\n  response:\n    type: Success\n    payload: '{}'\n",
+    )?;
+    let (mismatch, _) = replay("pod-create.json", wrong.to_str().unwrap_or_default())?;
+    let message = mismatch["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        mismatch["allowed"] == false && message.contains("Replay error"),
+        "{mismatch}"
+    );
+    Ok(())
+}
