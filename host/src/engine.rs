@@ -331,6 +331,22 @@ mod tests {
     }
 
     #[test]
+    fn pooled_instances_are_reused_cleanly() {
+        let wat = format!("(module {IMPORTS} {ECHO_THROUGH_HOST})");
+        let wasm = wat::parse_str(&wat).expect("test module");
+        let options = EngineOptions {
+            max_memory_bytes: 16 << 20,
+            pool_instances: 2,
+            ..EngineOptions::default()
+        };
+        let e = PolicyEngine::new(&wasm, options).expect("pooling engine");
+        for i in 0..10u8 {
+            let payload = [b'a' + i, b'z'];
+            assert_eq!(call(&e, &payload).unwrap(), [b'z', b'a' + i]);
+        }
+    }
+
+    #[test]
     fn an_endless_loop_times_out_and_the_engine_keeps_working() {
         let e = engine(
             r#"(func (export "__guest_call") (param i32 i32) (result i32)
