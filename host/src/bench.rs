@@ -1,15 +1,15 @@
 //! `bench`: evaluates one admission request many times through the Wasm module and,
-//! for comparison, through the same policy code compiled natively, each against a
-//! fresh copy of the cluster state; reports p50/p99 and throughput.
+//! for comparison, through the same policy code compiled natively (same host-call
+//! payloads), each against a fresh copy of the cluster state; reports p50/p99 and
+//! throughput.
 
 use crate::capabilities::{AllowList, Capabilities};
 use crate::engine::PolicyEngine;
 use crate::state::ClusterState;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use workloadspread_core::counter;
-use workloadspread_policy::host::{Host, HostError};
+use workloadspread_policy::host::CallHost;
 
 /// Latency summary of one series.
 #[derive(Clone, Debug, PartialEq)]
@@ -85,83 +85,14 @@ pub fn native(input: &BenchInput<'_>) -> anyhow::Result<Summary> {
         serde_json::from_value(input.request.clone())?;
     let mut samples = Vec::with_capacity(input.iterations);
     for _ in 0..input.iterations {
-        let host = NativeHost(fresh_state(input));
+        let state = fresh_state(input);
+        let call = |b: &str, n: &str, o: &str, p: &[u8]| state.call(b, n, o, p);
+        let host = CallHost(&call);
         let started = Instant::now();
         let _ = workloadspread_policy::evaluate(&settings, &request, &host, crate::now());
         samples.push(started.elapsed());
     }
     Ok(Summary::of(samples))
-}
-
-/// The policy's `Host` over the host's capabilities (JSON in, JSON out, like waPC).
-struct NativeHost(Arc<ClusterState>);
-
-impl NativeHost {
-    fn call(
-        &self,
-        binding: &str,
-        ns: &str,
-        op: &str,
-        payload: &Value,
-        what: String,
-    ) -> Result<Value, HostError> {
-        let err = |reason: String| HostError {
-            what: what.clone(),
-            reason,
-        };
-        let bytes = serde_json::to_vec(payload).map_err(|e| err(e.to_string()))?;
-        let answer = self.0.call(binding, ns, op, &bytes).map_err(err)?;
-        serde_json::from_slice(&answer).map_err(|e| err(e.to_string()))
-    }
-}
-
-impl Host for NativeHost {
-    fn get(
-        &self,
-        api_version: &str,
-        kind: &str,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Value, HostError> {
-        let payload =
-            json!({"api_version": api_version, "kind": kind, "name": name, "namespace": namespace});
-        self.call(
-            "kubewarden",
-            "kubernetes",
-            "get_resource",
-            &payload,
-            format!("get {kind} {name}"),
-        )
-    }
-
-    fn list(
-        &self,
-        api_version: &str,
-        kind: &str,
-        namespace: &str,
-        label_selector: Option<&str>,
-    ) -> Result<Vec<Value>, HostError> {
-        let payload = json!({"api_version": api_version, "kind": kind, "namespace": namespace,
-            "label_selector": label_selector});
-        let list = self.call(
-            "kubewarden",
-            "kubernetes",
-            "list_resources_by_namespace",
-            &payload,
-            format!("list {kind}"),
-        )?;
-        Ok(list["items"].as_array().cloned().unwrap_or_default())
-    }
-
-    fn counter(&self, operation: &str, payload: &Value) -> Result<Value, HostError> {
-        self.call(
-            counter::BINDING,
-            counter::NAMESPACE,
-            operation,
-            payload,
-            format!("counter {operation}"),
-        )
-    }
 }
 
 #[cfg(test)]

@@ -49,28 +49,41 @@ pub trait Host {
     fn counter(&self, operation: &str, payload: &Value) -> Result<Value, HostError>;
 }
 
-/// The real host, through waPC host calls.
-pub struct WapcHost;
+/// A waPC-style host call: (binding, namespace, operation, payload) → answer bytes.
+pub type CallFn<'a> = dyn Fn(&str, &str, &str, &[u8]) -> Result<Vec<u8>, String> + 'a;
 
-fn call(
-    binding: &str,
-    namespace: &str,
-    operation: &str,
-    payload: &Value,
-    what: &str,
-) -> Result<Value, HostError> {
-    let err = |reason: String| HostError {
-        what: what.to_string(),
-        reason,
-    };
-    let bytes = serde_json::to_vec(payload).map_err(|e| err(e.to_string()))?;
-    let answer =
-        kubewarden_policy_sdk::wapc_guest::host_call(binding, namespace, operation, &bytes)
-            .map_err(|e| err(e.to_string()))?;
-    serde_json::from_slice(&answer).map_err(|e| err(format!("invalid answer: {e}")))
+/// The `Host` over a host-call function: builds Kubewarden's payloads and decodes the
+/// answers. The guest passes waPC's `host_call`; a native embedder (e.g. the bundled
+/// host's benchmark) passes its capabilities directly.
+pub struct CallHost<'a>(pub &'a CallFn<'a>);
+
+/// The real host, through waPC host calls.
+pub fn wapc_host() -> CallHost<'static> {
+    CallHost(&|b, n, o, p| {
+        kubewarden_policy_sdk::wapc_guest::host_call(b, n, o, p).map_err(|e| e.to_string())
+    })
 }
 
-impl Host for WapcHost {
+impl CallHost<'_> {
+    fn call(
+        &self,
+        binding: &str,
+        namespace: &str,
+        operation: &str,
+        payload: &Value,
+        what: &str,
+    ) -> Result<Value, HostError> {
+        let err = |reason: String| HostError {
+            what: what.to_string(),
+            reason,
+        };
+        let bytes = serde_json::to_vec(payload).map_err(|e| err(e.to_string()))?;
+        let answer = (self.0)(binding, namespace, operation, &bytes).map_err(err)?;
+        serde_json::from_slice(&answer).map_err(|e| err(format!("invalid answer: {e}")))
+    }
+}
+
+impl Host for CallHost<'_> {
     fn get(
         &self,
         api_version: &str,
@@ -87,7 +100,7 @@ impl Host for WapcHost {
             "get {api_version} {kind} {}{name}",
             namespace.map(|n| format!("{n}/")).unwrap_or_default()
         );
-        call("kubewarden", "kubernetes", "get_resource", &payload, &what)
+        self.call("kubewarden", "kubernetes", "get_resource", &payload, &what)
     }
 
     fn list(
@@ -101,7 +114,7 @@ impl Host for WapcHost {
             "api_version": api_version, "kind": kind, "namespace": namespace, "label_selector": label_selector,
         });
         let what = format!("list {api_version} {kind} in {namespace}");
-        let list = call(
+        let list = self.call(
             "kubewarden",
             "kubernetes",
             "list_resources_by_namespace",
@@ -113,7 +126,7 @@ impl Host for WapcHost {
 
     fn counter(&self, operation: &str, payload: &Value) -> Result<Value, HostError> {
         use workloadspread_core::counter::{BINDING, NAMESPACE};
-        call(
+        self.call(
             BINDING,
             NAMESPACE,
             operation,

@@ -13,7 +13,7 @@ pub mod workloadspreads;
 
 pub use settings::Settings;
 
-use host::{Host, WapcHost};
+use host::{wapc_host, Host};
 use kubewarden_policy_sdk::request::{KubernetesAdmissionRequest, ValidationRequest};
 use kubewarden_policy_sdk::response::ValidationResponse;
 use kubewarden_policy_sdk::wapc_guest::{register_function, CallResult};
@@ -45,7 +45,7 @@ fn validate(payload: &[u8]) -> CallResult {
     respond(evaluate(
         &request.settings,
         &request.request,
-        &WapcHost,
+        &wapc_host(),
         wall_clock(),
     ))
 }
