@@ -254,17 +254,50 @@ fn engine_options(args: &PolicyArgs, pool_instances: u32) -> Result<EngineOption
     })
 }
 
-fn cmd_run(args: RunArgs) -> Result<()> {
-    let input: Value =
-        serde_json::from_str(&read_input(&args.request_path)?).context("request is not JSON")?;
-    let request = run::admission_request(&input)?;
-    let settings = settings(&args.policy_args)?;
-    let policy = args.policy.clone().unwrap_or_else(default_policy);
-    let engine = PolicyEngine::from_file(&policy, engine_options(&args.policy_args, 0)?)?;
-    let mut objects = vec![];
-    for path in &args.cluster_state {
-        objects.extend(ClusterState::load_objects(path)?);
+/// What `run` and `bench` evaluate: the request, settings, compiled module and the
+/// objects answering its reads.
+struct Offline {
+    request: Value,
+    settings: Value,
+    engine: PolicyEngine,
+    objects: Vec<Value>,
+}
+
+impl Offline {
+    fn load(
+        request_path: &PathBuf,
+        policy_args: &PolicyArgs,
+        policy: Option<&PathBuf>,
+        cluster_state: &[PathBuf],
+    ) -> Result<Self> {
+        let input: Value =
+            serde_json::from_str(&read_input(request_path)?).context("request is not JSON")?;
+        let policy = policy.cloned().unwrap_or_else(default_policy);
+        let mut objects = vec![];
+        for path in cluster_state {
+            objects.extend(ClusterState::load_objects(path)?);
+        }
+        Ok(Offline {
+            request: run::admission_request(&input)?,
+            settings: settings(policy_args)?,
+            engine: PolicyEngine::from_file(&policy, engine_options(policy_args, 0)?)?,
+            objects,
+        })
     }
+}
+
+fn cmd_run(args: RunArgs) -> Result<()> {
+    let Offline {
+        request,
+        settings,
+        engine,
+        objects,
+    } = Offline::load(
+        &args.request_path,
+        &args.policy_args,
+        args.policy.as_ref(),
+        &args.cluster_state,
+    )?;
     let allow = AllowList {
         capabilities: vec![],
         // Without --allow-context-aware no Kubernetes read is granted (as kwctl).
@@ -438,16 +471,17 @@ async fn shutdown_signal() {
 }
 
 fn cmd_bench(args: BenchArgs) -> Result<()> {
-    let input: Value =
-        serde_json::from_str(&read_input(&args.request_path)?).context("request is not JSON")?;
-    let request = run::admission_request(&input)?;
-    let settings = settings(&args.policy_args)?;
-    let policy = args.policy.clone().unwrap_or_else(default_policy);
-    let engine = PolicyEngine::from_file(&policy, engine_options(&args.policy_args, 0)?)?;
-    let mut objects = vec![];
-    for path in &args.cluster_state {
-        objects.extend(ClusterState::load_objects(path)?);
-    }
+    let Offline {
+        request,
+        settings,
+        engine,
+        objects,
+    } = Offline::load(
+        &args.request_path,
+        &args.policy_args,
+        args.policy.as_ref(),
+        &args.cluster_state,
+    )?;
     let bench_input = bench::BenchInput {
         engine: &engine,
         request: &request,
