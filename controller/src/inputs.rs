@@ -119,20 +119,10 @@ fn owner_uids(workload: &Value, replica_sets: &[Value]) -> BTreeSet<String> {
 pub fn node_infos<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> BTreeMap<String, NodeInfo> {
     nodes
         .into_iter()
-        .filter_map(|n| {
-            let name = n.metadata.name.clone()?;
-            Some((
-                name.clone(),
-                NodeInfo {
-                    name,
-                    labels: n.metadata.labels.clone().unwrap_or_default(),
-                    taints: n
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.taints.clone())
-                        .unwrap_or_default(),
-                },
-            ))
+        .filter(|n| n.metadata.name.is_some())
+        .map(|n| {
+            let info = NodeInfo::from(n);
+            (info.name.clone(), info)
         })
         .collect()
 }

@@ -12,6 +12,7 @@ use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::controller::{
     reconcile as core_reconcile, ReconcileInput, ReconcileOutput,
 };
+use workloadspread_core::selector::NodeInfo;
 use workloadspread_core::Timestamp;
 
 #[derive(Args)]
@@ -38,6 +39,10 @@ pub struct PlanArgs {
     /// Replica counts to step through from 0, e.g. `10,4,0`.
     #[arg(long, value_delimiter = ',', required = true)]
     replicas: Vec<i32>,
+    /// Nodes (YAML/JSON file or directory, e.g. `kubectl get nodes -o yaml`): pods are
+    /// scheduled onto them and stay Pending where none fits; Adaptive reschedules.
+    #[arg(long)]
+    nodes: Option<PathBuf>,
     /// The WorkloadSpread (YAML/JSON).
     file: PathBuf,
 }
@@ -96,12 +101,7 @@ pub fn load_workloadspread(path: &Path) -> Result<WorkloadSpread> {
 }
 
 fn decode_workloadspread(doc: Value) -> Result<WorkloadSpread> {
-    if doc["apiVersion"] == "apps.kruise.io/v1alpha1" {
-        let alpha: workloadspread_core::api::v1alpha1::WorkloadSpread =
-            serde_json::from_value(doc).context("decoding the v1alpha1 WorkloadSpread")?;
-        return Ok(alpha.into());
-    }
-    serde_json::from_value(doc).context("decoding the WorkloadSpread")
+    workloadspread_core::api::decode_workloadspread(&doc).context("decoding the WorkloadSpread")
 }
 
 pub fn reconcile(args: ReconcileArgs) -> Result<()> {
@@ -190,7 +190,21 @@ pub fn output_json(o: &ReconcileOutput) -> Value {
 
 pub fn plan(args: PlanArgs) -> Result<()> {
     let ws = load_workloadspread(&args.file)?;
-    let steps = workloadspread_core::plan::plan(&ws, &args.replicas);
+    let steps = match &args.nodes {
+        Some(path) => {
+            let nodes: Vec<NodeInfo> = load_objects(path)?
+                .into_iter()
+                .filter(|o| o["kind"] == "Node")
+                .map(|o| serde_json::from_value::<Node>(o).map(|n| NodeInfo::from(&n)))
+                .collect::<Result<_, _>>()
+                .context("decoding nodes")?;
+            if nodes.is_empty() {
+                bail!("no Node objects in {}", path.display());
+            }
+            workloadspread_core::plan::plan_on_nodes(&ws, &args.replicas, &nodes)
+        }
+        None => workloadspread_core::plan::plan(&ws, &args.replicas),
+    };
     for step in &steps {
         println!("replicas {}:", step.replicas);
         println!(
@@ -199,10 +213,27 @@ pub fn plan(args: PlanArgs) -> Result<()> {
         );
         for s in &step.subsets {
             let max = s.max_replicas.map_or("-".to_string(), |m| m.to_string());
+            let mark = if s.unschedulable {
+                "  unschedulable"
+            } else {
+                ""
+            };
             println!(
-                "  {:<24} {:>5} {:>8} {:>8}",
+                "  {:<24} {:>5} {:>8} {:>8}{mark}",
                 s.name, s.pods, max, s.missing_replicas
             );
+        }
+        let pending: Vec<&str> = step
+            .pods
+            .iter()
+            .filter(|p| p.pending)
+            .map(|p| p.name.as_str())
+            .collect();
+        if !pending.is_empty() {
+            println!("  pending (no node fits): {}", pending.join(", "));
+        }
+        if !step.rescheduled.is_empty() {
+            println!("  rescheduled: {}", step.rescheduled.join(", "));
         }
         if step.unplaced > 0 {
             println!("  (unplaced: {})", step.unplaced);

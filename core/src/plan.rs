@@ -5,15 +5,21 @@
 //! The simulated workload controller behaves like a ReplicaSet: it creates pods one by
 //! one (each admitted by `admission`), and on scale-in deletes the pods with the lowest
 //! deletion cost first (newest first among equals). StatefulSets create and delete by
-//! ordinal. Every pod is assumed to schedule and become ready.
+//! ordinal. Without nodes every pod is assumed to schedule and become ready; with
+//! nodes ([`plan_on_nodes`]) each pod is bound by [`schedule::pick_node`] or stays
+//! Pending/Unschedulable, and an `Adaptive` strategy reschedules it after
+//! `rescheduleCriticalSeconds` the way the controller does.
 
 use crate::admission::{decide_create, decide_release, PodKey};
 use crate::annotation::MatchedWorkloadSpread;
 use crate::api::v1beta1::WorkloadSpread;
-use crate::api::{FAKE_SUBSET_NAME, POD_DELETION_COST_ANNOTATION, VERSION_IGNORED};
+use crate::api::{
+    CONDITION_SCHEDULABLE, FAKE_SUBSET_NAME, POD_DELETION_COST_ANNOTATION, VERSION_IGNORED,
+};
 use crate::controller::{reconcile, ReconcileInput, ReconcileOptions};
 use crate::inject::inject;
 use crate::percent::scaled_value;
+use crate::selector::NodeInfo;
 use crate::version::VersionedKinds;
 use crate::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
@@ -30,6 +36,10 @@ pub struct PlannedPod {
     /// Subset it was admitted into; `None` when no subset had room (admitted unchanged).
     pub subset: Option<String>,
     pub deletion_cost: Option<i64>,
+    /// Node it is bound to (`None` without simulated nodes, or while Pending).
+    pub node: Option<String>,
+    /// No simulated node can hold it (Pending, Unschedulable).
+    pub pending: bool,
 }
 
 /// Per-subset summary after a step.
@@ -42,6 +52,8 @@ pub struct SubsetPlan {
     pub max_replicas: Option<i32>,
     pub min_replicas: Option<i32>,
     pub missing_replicas: i32,
+    /// The controller marked the subset unschedulable (Adaptive strategy).
+    pub unschedulable: bool,
 }
 
 /// State after reaching one replica count.
@@ -55,13 +67,22 @@ pub struct PlanStep {
     pub pods: Vec<PlannedPod>,
     /// Pods removed to reach this step, in deletion order.
     pub deleted: Vec<String>,
+    /// Pods the controller deleted because they stayed unschedulable (recreated by the
+    /// workload, usually in a later subset).
+    pub rescheduled: Vec<String>,
     /// The order in which the next scale-in would remove the current pods.
     pub scale_in_order: Vec<String>,
 }
 
 /// Simulates `steps` (replica counts) from zero.
 pub fn plan(ws: &WorkloadSpread, steps: &[i32]) -> Vec<PlanStep> {
-    let mut sim = Simulation::new(ws);
+    let mut sim = Simulation::new(ws, None);
+    steps.iter().map(|&r| sim.step(r.max(0))).collect()
+}
+
+/// Like [`plan`], but pods are scheduled onto `nodes` (see the module doc).
+pub fn plan_on_nodes(ws: &WorkloadSpread, steps: &[i32], nodes: &[NodeInfo]) -> Vec<PlanStep> {
+    let mut sim = Simulation::new(ws, Some(nodes.to_vec()));
     steps.iter().map(|&r| sim.step(r.max(0))).collect()
 }
 
@@ -72,10 +93,11 @@ struct Simulation {
     now: Timestamp,
     kinds: VersionedKinds,
     options: ReconcileOptions,
+    nodes: Option<Vec<NodeInfo>>,
 }
 
 impl Simulation {
-    fn new(ws: &WorkloadSpread) -> Self {
+    fn new(ws: &WorkloadSpread, nodes: Option<Vec<NodeInfo>>) -> Self {
         let mut ws = ws.clone();
         ws.status = None;
         if ws.metadata.name.is_none() {
@@ -88,6 +110,7 @@ impl Simulation {
             now: Timestamp::UNIX_EPOCH + SignedDuration::from_hours(24 * 365 * 30),
             kinds: VersionedKinds::default(),
             options: ReconcileOptions::default(),
+            nodes,
         }
     }
 
@@ -111,9 +134,36 @@ impl Simulation {
         } else if replicas < current {
             deleted = self.scale_in((current - replicas) as usize, replicas);
         }
+        let rescheduled = self.reschedule(replicas);
         self.tick();
         self.reconcile(replicas);
-        self.summary(replicas, deleted)
+        self.summary(replicas, deleted, rescheduled)
+    }
+
+    /// Lets the controller delete pods stuck past `rescheduleCriticalSeconds` and the
+    /// workload recreate them, until nothing is stuck (bounded by the subset count:
+    /// each round marks at least one more subset unschedulable).
+    fn reschedule(&mut self, replicas: i32) -> Vec<String> {
+        let mut rescheduled = vec![];
+        let Some(secs) = self.ws.spec.schedule_strategy.reschedule_seconds() else {
+            return rescheduled;
+        };
+        if self.nodes.is_none() {
+            return rescheduled;
+        }
+        for _ in 0..=self.ws.spec.subsets.len() {
+            self.now += SignedDuration::from_secs(secs + 1);
+            let stuck = self.reconcile(replicas);
+            if stuck.is_empty() {
+                break;
+            }
+            self.remove_pods(&stuck, replicas);
+            for _ in 0..stuck.len() {
+                self.create_pod(replicas);
+            }
+            rescheduled.extend(stuck);
+        }
+        rescheduled
     }
 
     fn tick(&mut self) {
@@ -127,7 +177,9 @@ impl Simulation {
             .collect()
     }
 
-    fn reconcile(&mut self, replicas: i32) {
+    /// Applies the controller's status and deletion costs; returns the pods it would
+    /// delete as unschedulable.
+    fn reconcile(&mut self, replicas: i32) -> Vec<String> {
         let pods = if replicas == 0 {
             vec![]
         } else {
@@ -155,6 +207,7 @@ impl Simulation {
             }
         }
         self.ws.status = Some(out.status);
+        out.pods_to_delete
     }
 
     fn create_pod(&mut self, replicas: i32) {
@@ -189,7 +242,31 @@ impl Simulation {
                 pod["metadata"]["annotations"] = json!({});
             }
         }
+        self.bind(&mut pod);
         self.pods.push(pod);
+    }
+
+    /// With simulated nodes: binds the pod, or leaves it Pending and Unschedulable.
+    fn bind(&self, pod: &mut Value) {
+        let Some(nodes) = &self.nodes else {
+            return;
+        };
+        let mut load = BTreeMap::new();
+        for p in &self.pods {
+            if let Some(n) = p["spec"]["nodeName"].as_str() {
+                *load.entry(n.to_string()).or_insert(0) += 1;
+            }
+        }
+        let spec = serde_json::from_value(pod["spec"].clone()).unwrap_or_default();
+        match schedule::pick_node(&spec, nodes, &load) {
+            Some(node) => pod["spec"]["nodeName"] = json!(node.name),
+            None => {
+                pod["spec"]["nodeName"] = Value::Null;
+                pod["status"] = json!({"phase": "Pending", "conditions": [{
+                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                    "lastTransitionTime": self.now.to_string()}]});
+            }
+        }
     }
 
     fn target_name(&self) -> String {
@@ -203,7 +280,13 @@ impl Simulation {
     fn scale_in(&mut self, count: usize, replicas: i32) -> Vec<String> {
         let order = self.scale_in_order();
         let victims: Vec<String> = order.into_iter().take(count).collect();
-        for name in &victims {
+        self.remove_pods(&victims, replicas);
+        victims
+    }
+
+    /// Deletes pods and releases their subset slots, as the delete admission does.
+    fn remove_pods(&mut self, victims: &[String], replicas: i32) {
+        for name in victims {
             let Some(i) = self
                 .pods
                 .iter()
@@ -222,26 +305,29 @@ impl Simulation {
                 }
             }
         }
-        victims
     }
 
-    /// Lowest deletion cost first, newest first among equal costs; StatefulSets by ordinal.
+    /// Pending pods first (as the ReplicaSet controller ranks unbound pods), then the
+    /// lowest deletion cost, newest first among equals; StatefulSets by ordinal.
     fn scale_in_order(&self) -> Vec<String> {
-        let mut pods: Vec<(i64, usize, String)> = self
+        let mut pods: Vec<(bool, i64, usize, String)> = self
             .pods
             .iter()
             .enumerate()
-            .map(|(i, p)| (cost_of(p).unwrap_or(0), i, name_of(p)))
+            .map(|(i, p)| {
+                let bound = p["status"]["phase"] != "Pending";
+                (bound, cost_of(p).unwrap_or(0), i, name_of(p))
+            })
             .collect();
         if self.is_statefulset() {
-            pods.sort_by_key(|p| std::cmp::Reverse(p.1));
+            pods.sort_by_key(|p| std::cmp::Reverse(p.2));
         } else {
-            pods.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+            pods.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)).then(b.2.cmp(&a.2)));
         }
-        pods.into_iter().map(|(_, _, n)| n).collect()
+        pods.into_iter().map(|(_, _, _, n)| n).collect()
     }
 
-    fn summary(&self, replicas: i32, deleted: Vec<String>) -> PlanStep {
+    fn summary(&self, replicas: i32, deleted: Vec<String>, rescheduled: Vec<String>) -> PlanStep {
         let pods: Vec<PlannedPod> = self
             .pods
             .iter()
@@ -251,9 +337,17 @@ impl Simulation {
                     .map(|m| m.subset)
                     .filter(|s| self.ws.subset(s).is_some()),
                 deletion_cost: cost_of(p),
+                node: p["spec"]["nodeName"]
+                    .as_str()
+                    .filter(|_| self.nodes.is_some())
+                    .map(str::to_string),
+                pending: p["status"]["phase"] == "Pending",
             })
             .collect();
         let status = self.ws.status.as_ref();
+        let subset_status = |s: &crate::api::v1beta1::WorkloadSpreadSubset| {
+            status.and_then(|st| st.subset_statuses.iter().find(|x| x.name == s.name))
+        };
         let subsets = self
             .ws
             .spec
@@ -273,9 +367,10 @@ impl Simulation {
                     .min_replicas
                     .as_ref()
                     .and_then(|m| scaled_value(m, replicas).ok()),
-                missing_replicas: status
-                    .and_then(|st| st.subset_statuses.iter().find(|x| x.name == s.name))
-                    .map_or(0, |x| x.missing_replicas),
+                missing_replicas: subset_status(s).map_or(0, |x| x.missing_replicas),
+                unschedulable: subset_status(s)
+                    .and_then(|x| x.condition(CONDITION_SCHEDULABLE))
+                    .is_some_and(|c| c.status == "False"),
             })
             .collect();
         PlanStep {
@@ -284,6 +379,7 @@ impl Simulation {
             unplaced: pods.iter().filter(|p| p.subset.is_none()).count(),
             pods,
             deleted,
+            rescheduled,
             scale_in_order: self.scale_in_order(),
         }
     }
@@ -311,5 +407,6 @@ fn matched_of(p: &Value) -> Option<MatchedWorkloadSpread> {
 /// Name of the pseudo-subset for pods outside every subset (for displays).
 pub const UNPLACED: &str = FAKE_SUBSET_NAME;
 
+pub mod schedule;
 #[cfg(test)]
 mod tests;

@@ -106,6 +106,20 @@ pub struct NodeInfo {
     pub taints: Vec<Taint>,
 }
 
+impl From<&k8s_openapi::api::core::v1::Node> for NodeInfo {
+    fn from(n: &k8s_openapi::api::core::v1::Node) -> Self {
+        NodeInfo {
+            name: n.metadata.name.clone().unwrap_or_default(),
+            labels: n.metadata.labels.clone().unwrap_or_default(),
+            taints: n
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
 fn expression_matches(req: &NodeSelectorRequirement, value: Option<&String>) -> bool {
     let values = req.values.as_deref().unwrap_or_default();
     let int = |s: &str| s.parse::<i64>().ok();

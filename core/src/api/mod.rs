@@ -35,6 +35,18 @@ pub const STRATEGY_ADAPTIVE: &str = "Adaptive";
 /// Schedule strategy type without rescheduling (same as empty).
 pub const STRATEGY_FIXED: &str = "Fixed";
 
+/// Decodes a WorkloadSpread manifest of either served version (by its `apiVersion`;
+/// anything but `apps.kruise.io/v1alpha1` is read as v1beta1) into the storage version.
+pub fn decode_workloadspread(
+    object: &serde_json::Value,
+) -> Result<v1beta1::WorkloadSpread, serde_json::Error> {
+    if object["apiVersion"] == "apps.kruise.io/v1alpha1" {
+        serde_json::from_value::<v1alpha1::WorkloadSpread>(object.clone()).map(Into::into)
+    } else {
+        serde_json::from_value(object.clone())
+    }
+}
+
 #[cfg(feature = "crd")]
 pub(crate) fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({

@@ -93,6 +93,15 @@ impl ScheduleStrategy {
     fn is_empty(&self) -> bool {
         self.type_.is_empty() && self.adaptive.is_none()
     }
+
+    /// `rescheduleCriticalSeconds` when rescheduling is on (Adaptive, set, > 0).
+    pub fn reschedule_seconds(&self) -> Option<i64> {
+        if self.type_ != super::STRATEGY_ADAPTIVE {
+            return None;
+        }
+        let secs = self.adaptive.as_ref()?.reschedule_critical_seconds?;
+        (secs > 0).then_some(i64::from(secs))
+    }
 }
 
 /// Adaptive rescheduling settings.

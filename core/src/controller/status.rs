@@ -5,9 +5,7 @@ use super::{Event, ReconcileOptions};
 use crate::api::v1beta1::{
     SubsetCondition, WorkloadSpread, WorkloadSpreadSubset, WorkloadSpreadSubsetStatus,
 };
-use crate::api::{
-    CONDITION_SCHEDULABLE, REASON_POD_UNSCHEDULABLE, REASON_SUFFICIENT, STRATEGY_ADAPTIVE,
-};
+use crate::api::{CONDITION_SCHEDULABLE, REASON_POD_UNSCHEDULABLE, REASON_SUFFICIENT};
 use crate::percent::scaled_value;
 use crate::pods::{is_active, matched, name};
 use crate::Timestamp;
@@ -173,12 +171,7 @@ impl<'a> StatusCalc<'a> {
 
     /// `rescheduleCriticalSeconds` when rescheduling is on (Adaptive, set, > 0).
     fn reschedule_seconds(&self) -> Option<i64> {
-        let strategy = &self.ws.spec.schedule_strategy;
-        if strategy.type_ != STRATEGY_ADAPTIVE {
-            return None;
-        }
-        let secs = strategy.adaptive.as_ref()?.reschedule_critical_seconds?;
-        (secs > 0).then_some(i64::from(secs))
+        self.ws.spec.schedule_strategy.reschedule_seconds()
     }
 
     fn apply_schedulable(

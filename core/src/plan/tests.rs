@@ -1,4 +1,5 @@
 use super::*;
+use crate::selector::NodeInfo;
 use proptest::prelude::*;
 
 fn ws(kind: &str, subsets: Value) -> WorkloadSpread {
@@ -139,4 +140,66 @@ proptest! {
             }
         }
     }
+}
+
+fn zone_nodes(zones: &[&str]) -> Vec<NodeInfo> {
+    zones
+        .iter()
+        .map(|z| NodeInfo {
+            name: format!("node-{z}"),
+            labels: [("zone".to_string(), z.to_string())].into(),
+            taints: vec![],
+        })
+        .collect()
+}
+
+fn zone_subsets() -> Value {
+    let term =
+        |z: &str| json!({"matchExpressions": [{"key": "zone", "operator": "In", "values": [z]}]});
+    json!([{"name": "a", "maxReplicas": 3, "requiredNodeSelector": term("a")},
+           {"name": "b", "maxReplicas": 3, "requiredNodeSelector": term("b")},
+           {"name": "c", "requiredNodeSelector": term("c")}])
+}
+
+#[test]
+fn nodes_bind_pods_in_their_subset_zone() {
+    let w = ws("Deployment", zone_subsets());
+    let s = plan_on_nodes(&w, &[6], &zone_nodes(&["a", "b", "c"]));
+    assert_eq!(counts(&s[0]), vec![3, 3, 0]);
+    for p in &s[0].pods {
+        let zone = p.subset.as_deref().unwrap();
+        assert_eq!(p.node.as_deref(), Some(format!("node-{zone}").as_str()));
+        assert!(!p.pending);
+    }
+    // Without nodes nothing is bound.
+    assert!(plan(&w, &[6])[0].pods.iter().all(|p| p.node.is_none()));
+}
+
+#[test]
+fn fixed_strategy_leaves_pods_pending_in_a_zone_without_nodes() {
+    let w = ws("Deployment", zone_subsets());
+    let s = plan_on_nodes(&w, &[6, 4], &zone_nodes(&["b", "c"]));
+    assert_eq!(counts(&s[0]), vec![3, 3, 0]);
+    assert_eq!(s[0].pods.iter().filter(|p| p.pending).count(), 3);
+    assert!(s[0].rescheduled.is_empty());
+    assert!(s[0].subsets.iter().all(|x| !x.unschedulable));
+    // Scale-in removes the pending pods first, whatever their cost.
+    assert_eq!(counts(&s[1]), vec![1, 3, 0]);
+}
+
+#[test]
+fn adaptive_strategy_reschedules_into_the_next_subsets() {
+    let mut w = ws("Deployment", zone_subsets());
+    w.spec.schedule_strategy = serde_json::from_value(
+        json!({"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 30}}),
+    )
+    .unwrap();
+    let s = plan_on_nodes(&w, &[6, 8], &zone_nodes(&["b", "c"]));
+    assert_eq!(counts(&s[0]), vec![0, 3, 3]);
+    assert_eq!(s[0].rescheduled.len(), 3);
+    assert!(s[0].subsets[0].unschedulable);
+    assert!(s[0].pods.iter().all(|p| !p.pending));
+    // The next step (60 s later, inside the 5 min hold) keeps avoiding subset a.
+    assert_eq!(counts(&s[1]), vec![0, 3, 5]);
+    assert!(s[1].rescheduled.is_empty());
 }
