@@ -1,7 +1,9 @@
 # WorkloadSpread: build, test and demo entry points.
 #
 #   make demo   - local control plane + webhook + controller, a workload spread across zones
-#   make test   - everything CI runs: fmt, clippy, unit tests, Wasm build, integration tests
+#   make test   - everything CI runs: fmt, clippy, unit tests, Wasm build, integration tests,
+#                 the playground in headless Chromium
+#   make playground-serve - the browser planner on http://127.0.0.1:8090/
 #
 # CARGO_TARGET_DIR is honoured (CI keeps it outside the repo as a cache).
 
@@ -12,7 +14,8 @@ CLUSTER := e2e/cluster/cluster.sh
 POLICY_WASM := policy/policy.wasm
 
 .PHONY: all build policy annotated-policy fmt fmt-check lint unit integration test test-integration \
-        cluster-up cluster-down cluster-status demo bench clean
+        cluster-up cluster-down cluster-status demo bench clean playground playground-serve \
+        playground-test
 
 all: build policy
 
@@ -51,7 +54,23 @@ integration: policy
 	KUBECONFIG="$$kubeconfig" python3 e2e/chart/test_chart.py apply
 	bats e2e/policy.bats
 
-test: fmt-check lint unit integration
+## The browser planner (core via wasm-bindgen) into playground/dist.
+playground:
+	scripts/build-playground.sh
+
+PLAYGROUND_PORT ?= 8090
+## Serves the planner on localhost (static files only; works offline).
+playground-serve: playground
+	@echo "playground: open http://127.0.0.1:$(PLAYGROUND_PORT)/  (Ctrl-C to stop)"
+	python3 -m http.server --bind 127.0.0.1 $(PLAYGROUND_PORT) -d playground/dist
+
+## The page in headless Chromium, checked against the native planner.
+playground-test: playground
+	$(CARGO) build --locked -p workloadspread-controller
+	npm ci --prefix playground --no-audit --no-fund --loglevel=error
+	node playground/tests/browser.mjs
+
+test: fmt-check lint unit integration playground-test
 	@echo "make test: all checks passed"
 
 cluster-up:

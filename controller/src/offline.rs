@@ -43,11 +43,15 @@ pub struct PlanArgs {
     /// scheduled onto them and stay Pending where none fits; Adaptive reschedules.
     #[arg(long)]
     nodes: Option<PathBuf>,
+    /// `text` (tables) or `json` (the planner's steps, as the playground receives them).
+    #[arg(short, long, default_value = "text", value_parser = ["text", "json"])]
+    output: String,
     /// The WorkloadSpread (YAML/JSON).
     file: PathBuf,
 }
 
-/// Reads every YAML/JSON document of a file or directory (`List`s flattened).
+/// Reads every YAML/JSON document of a file or directory (`List`s and top-level
+/// sequences flattened).
 pub fn load_objects(path: &Path) -> Result<Vec<Value>> {
     let mut files = vec![];
     if path.is_dir() {
@@ -79,6 +83,10 @@ pub fn load_objects(path: &Path) -> Result<Vec<Value>> {
 
 fn flatten(v: Value, out: &mut Vec<Value>) {
     if v.is_null() {
+        return;
+    }
+    if let Value::Array(items) = v {
+        items.into_iter().for_each(|i| flatten(i, out));
         return;
     }
     if v["kind"].as_str().is_some_and(|k| k.ends_with("List")) && v["items"].is_array() {
@@ -205,7 +213,16 @@ pub fn plan(args: PlanArgs) -> Result<()> {
         }
         None => workloadspread_core::plan::plan(&ws, &args.replicas),
     };
-    for step in &steps {
+    if args.output == "json" {
+        println!("{}", serde_json::to_string_pretty(&steps)?);
+        return Ok(());
+    }
+    print_plan(&steps);
+    Ok(())
+}
+
+fn print_plan(steps: &[workloadspread_core::plan::PlanStep]) {
+    for step in steps {
         println!("replicas {}:", step.replicas);
         println!(
             "  {:<24} {:>5} {:>8} {:>8}",
@@ -243,7 +260,6 @@ pub fn plan(args: PlanArgs) -> Result<()> {
         }
         println!("  scale-in order: {}", step.scale_in_order.join(", "));
     }
-    Ok(())
 }
 
 #[cfg(test)]

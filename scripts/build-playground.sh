@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds the browser planner into OUT (default playground/dist): core + the playground
+# crate for wasm32-unknown-unknown (scripts/build-wasm.sh picks the toolchain), bound by
+# wasm-bindgen-cli of exactly the wasm-bindgen version in Cargo.lock (installed once
+# into ~/.cache/workloadspread/tools), plus the static page.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="${1:-$root/playground/dist}"
+cache="${WS_CACHE_DIR:-$HOME/.cache/workloadspread}"
+target_dir="${CARGO_TARGET_DIR:-$root/target}"
+log() { echo "[playground] $*" >&2; }
+
+version="$(awk '$0 == "name = \"wasm-bindgen\"" {getline; gsub(/version = |"/, ""); print; exit}' "$root/Cargo.lock")"
+[ -n "$version" ] || { log "error: wasm-bindgen not found in Cargo.lock"; exit 1; }
+tools="$cache/tools/wasm-bindgen-$version"
+bindgen="$tools/bin/wasm-bindgen"
+if ! [ -x "$bindgen" ] || [ "$("$bindgen" --version)" != "wasm-bindgen $version" ]; then
+  log "installing wasm-bindgen-cli $version into $tools (once; about 3 minutes)"
+  # --locked first; a crates.io mirror that lags behind the CLI's lockfile needs the fallback.
+  cargo install --quiet --locked wasm-bindgen-cli --version "=$version" --root "$tools" ||
+    { log "locked install failed; resolving the CLI's dependencies afresh"
+      cargo install --quiet wasm-bindgen-cli --version "=$version" --root "$tools"; }
+fi
+
+wasm="$target_dir/playground/playground.wasm"
+"$root/scripts/build-wasm.sh" workloadspread-playground wasm32-unknown-unknown "$wasm" playground
+rm -rf "$out"
+mkdir -p "$out/pkg"
+"$bindgen" --target web --no-typescript --remove-name-section --remove-producers-section \
+  --out-dir "$out/pkg" --out-name playground "$wasm"
+cp "$root"/playground/web/* "$out/"
+log "wrote $out (page + pkg/playground_bg.wasm $(stat -c %s "$out/pkg/playground_bg.wasm") bytes)"
