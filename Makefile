@@ -68,6 +68,7 @@ playground-serve: playground
 playground-test: playground
 	$(CARGO) build --locked -p workloadspread-controller
 	npm ci --prefix playground --no-audit --no-fund --loglevel=error
+	node --test playground/tests/locate.test.mjs
 	node playground/tests/browser.mjs
 
 test: fmt-check lint unit integration playground-test
