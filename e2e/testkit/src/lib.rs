@@ -240,4 +240,5 @@ mod tests {
         );
     }
 }
+pub mod stack;
 pub mod webhook;

@@ -1,0 +1,603 @@
+//! The reference e2e scenarios (§5.7 of the OpenKruise spec), adapted to a control
+//! plane without kubelets: every test runs the admission host, the controller and a fake
+//! kubelet (pods become Ready; deleted pods go away) for its own namespace.
+//!
+//! Scale-out shapes are compared with `core`'s planner for the same WorkloadSpread.
+//! Scale-in: kube-controller-manager v1.20 predates `pod-deletion-cost` (alpha in 1.21),
+//! so which pods the ReplicaSet removes is not the reference's choice; those steps check
+//! the deletion costs that a ≥ 1.22 controller would follow, that status matches the
+//! pods that remain, and that the next scale-out respects every subset's limit.
+
+use anyhow::{ensure, Context, Result};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::Api;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use workloadspread_core::api::v1beta1::WorkloadSpread;
+use workloadspread_testkit::stack::Stack;
+use workloadspread_testkit::{unique_name, wait_for};
+
+const COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+const MATCHED: &str = "apps.kruise.io/matched-workloadspread";
+const ZONE: &str = "topology.kubernetes.io/zone";
+const SETTLE: Duration = Duration::from_secs(90);
+
+fn ws_resource() -> ApiResource {
+    ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        "apps.kruise.io",
+        "v1beta1",
+        "WorkloadSpread",
+    ))
+}
+
+fn zone(name: &str, zone: &str, max: Value) -> Value {
+    let mut s = json!({"name": name, "requiredNodeSelector": {"matchExpressions": [
+        {"key": ZONE, "operator": "In", "values": [zone]}]}});
+    if !max.is_null() {
+        s["maxReplicas"] = max;
+    }
+    s
+}
+
+fn target(kind: &str) -> Value {
+    let api_version = if kind == "Job" { "batch/v1" } else { "apps/v1" };
+    json!({"apiVersion": api_version, "kind": kind, "name": "web"})
+}
+
+async fn create_ws(stack: &Stack, spec: Value) -> Result<Api<DynamicObject>> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(stack.ns.client(), stack.ns.name(), &ws_resource());
+    let ws: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+        "metadata": {"name": "web"}, "spec": spec}))?;
+    api.create(&PostParams::default(), &ws).await?;
+    Ok(api)
+}
+
+fn pod_template(extra: Value) -> Value {
+    let mut spec = json!({"containers": [{"name": "web", "image": "nginx:1"}],
+        "terminationGracePeriodSeconds": 0});
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    json!({"metadata": {"labels": {"app": "web"}}, "spec": spec})
+}
+
+async fn create_deployment(stack: &Stack, replicas: i32, pod_spec: Value) -> Result<()> {
+    let d: Deployment = serde_json::from_value(json!({"metadata": {"name": "web"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+            "template": pod_template(pod_spec)}}))?;
+    stack
+        .ns
+        .api::<Deployment>()
+        .create(&PostParams::default(), &d)
+        .await?;
+    Ok(())
+}
+
+async fn scale<K>(api: &Api<K>, replicas: i32) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = json!({"spec": {"replicas": replicas}});
+    api.patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+fn annotation<'a>(p: &'a Pod, key: &str) -> Option<&'a String> {
+    p.metadata.annotations.as_ref()?.get(key)
+}
+
+fn subset_of(p: &Pod) -> Option<String> {
+    let v: Value = serde_json::from_str(annotation(p, MATCHED)?).ok()?;
+    v["subset"].as_str().map(str::to_string)
+}
+
+fn cost_of(p: &Pod) -> Option<i64> {
+    annotation(p, COST)?.parse().ok()
+}
+
+fn node_of(p: &Pod) -> Option<&str> {
+    p.spec.as_ref()?.node_name.as_deref()
+}
+
+/// Live pods (not being deleted).
+async fn live_pods(stack: &Stack) -> Result<Vec<Pod>> {
+    let mut pods = stack
+        .ns
+        .api::<Pod>()
+        .list(&ListParams::default())
+        .await?
+        .items;
+    pods.retain(|p| p.metadata.deletion_timestamp.is_none());
+    pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    Ok(pods)
+}
+
+/// Pods per subset ("" = admitted without a subset).
+fn counts(pods: &[Pod]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for p in pods {
+        *out.entry(subset_of(p).unwrap_or_default()).or_insert(0) += 1;
+    }
+    out
+}
+
+fn expect(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
+    pairs
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(s, n)| (s.to_string(), *n))
+        .collect()
+}
+
+/// Waits until `total` live pods are Running with deletion costs set on the placed ones.
+async fn settled(stack: &Stack, total: usize) -> Result<Vec<Pod>> {
+    settled_with(stack, total, true).await
+}
+
+/// As [`settled`]; `costs` = false for kinds the controller sets no deletion cost on
+/// (StatefulSet, Job: their controllers ignore it).
+async fn settled_with(stack: &Stack, total: usize, costs: bool) -> Result<Vec<Pod>> {
+    let what = format!("{total} running pods with deletion costs");
+    let result = wait_for(&what, SETTLE, || async {
+        let pods = live_pods(stack).await?;
+        let running = pods
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        let costed = pods
+            .iter()
+            .all(|p| !costs || subset_of(p).is_none() || cost_of(p).is_some());
+        Ok((pods.len() == total && running == total && costed).then_some(pods))
+    })
+    .await;
+    match result {
+        Ok(p) => Ok(p),
+        Err(e) => {
+            let pods = live_pods(stack).await.unwrap_or_default();
+            Err(e.context(format!(
+                "pods per subset {:?}\ncontroller log tail:\n{}",
+                counts(&pods),
+                tail(&stack.controller.log_text(), 15)
+            )))
+        }
+    }
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Waits until the status counts exactly the live pods of each subset and holds no
+/// creating/deleting entries; returns the status.
+async fn status_matches(ws: &Api<DynamicObject>, want: &BTreeMap<String, usize>) -> Result<Value> {
+    let last = std::cell::RefCell::new(Value::Null);
+    let got = wait_for("status equal to the pods", SETTLE, || {
+        let last = &last;
+        async move {
+            let status = ws.get("web").await?.data["status"].clone();
+            *last.borrow_mut() = status.clone();
+            let subsets = status["subsetStatuses"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let exact = subsets.iter().all(|s| {
+                let name = s["name"].as_str().unwrap_or_default();
+                let n = want.get(name).copied().unwrap_or(0) as i64;
+                s["replicas"].as_i64().unwrap_or(0) == n
+                    && empty(&s["creatingPods"])
+                    && empty(&s["deletingPods"])
+            });
+            Ok((exact && !subsets.is_empty()).then_some(status))
+        }
+    })
+    .await;
+    got.with_context(|| format!("want {want:?}, last status {}", last.borrow()))
+}
+
+fn empty(v: &Value) -> bool {
+    v.as_object().is_none_or(|o| o.is_empty())
+}
+
+fn missing(status: &Value, subset: &str) -> Option<i64> {
+    status["subsetStatuses"]
+        .as_array()?
+        .iter()
+        .find(|s| s["name"] == subset)?["missingReplicas"]
+        .as_i64()
+}
+
+/// `core`'s planner for the same spec: the pods per subset after each scale-out step.
+fn planned(spec: &Value, steps: &[i32]) -> Result<Vec<BTreeMap<String, usize>>> {
+    let ws: WorkloadSpread =
+        serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": spec}))?;
+    Ok(workloadspread_core::plan::plan(&ws, steps)
+        .iter()
+        .map(|step| {
+            let mut m: BTreeMap<String, usize> = step
+                .subsets
+                .iter()
+                .filter(|s| s.pods > 0)
+                .map(|s| (s.name.clone(), s.pods))
+                .collect();
+            if step.unplaced > 0 {
+                m.insert(String::new(), step.unplaced);
+            }
+            m
+        })
+        .collect())
+}
+
+fn costs_by_subset(pods: &[Pod]) -> BTreeMap<String, Vec<i64>> {
+    let mut out: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for p in pods {
+        let key = subset_of(p).unwrap_or_default();
+        out.entry(key)
+            .or_default()
+            .push(cost_of(p).unwrap_or(i64::MIN));
+    }
+    out.values_mut().for_each(|v| v.sort_unstable());
+    out
+}
+
+/// §5.7 (1): two zones 3/3 → costs 200/100, each pod bound in its zone with the
+/// subset's term in its affinity; a rolling update (image change) ends 3/3 again with
+/// versioned statuses while both versions coexist.
+#[tokio::test]
+async fn two_zones_three_each_then_a_rolling_update() -> Result<()> {
+    let Some(stack) = Stack::start("scn-two-zones", &[]).await? else {
+        return Ok(());
+    };
+    let spec = json!({"targetRef": target("Deployment"),
+        "subsets": [zone("a", "zone-a", json!(3)), zone("b", "zone-b", json!(3))]});
+    let ws = create_ws(&stack, spec.clone()).await?;
+    create_deployment(&stack, 6, json!({})).await?;
+    let pods = settled(&stack, 6).await?;
+    ensure!(
+        counts(&pods) == planned(&spec, &[6])?[0],
+        "{:?}",
+        counts(&pods)
+    );
+    ensure!(
+        costs_by_subset(&pods)
+            == BTreeMap::from([("a".into(), vec![200; 3]), ("b".into(), vec![100; 3])])
+    );
+    for p in &pods {
+        let subset = subset_of(p).unwrap_or_default();
+        let node = node_of(p).unwrap_or_default();
+        ensure!(
+            node.starts_with(&format!("node-{subset}-")),
+            "{subset} pod on {node}"
+        );
+        let terms = &p
+            .spec
+            .as_ref()
+            .and_then(|s| s.affinity.clone())
+            .and_then(|a| a.node_affinity)
+            .and_then(|n| n.required_during_scheduling_ignored_during_execution)
+            .map(|r| r.node_selector_terms)
+            .unwrap_or_default();
+        ensure!(
+            serde_json::to_value(terms)?[0]["matchExpressions"][0]["values"][0]
+                == format!("zone-{subset}")
+        );
+    }
+    let status = status_matches(&ws, &counts(&pods)).await?;
+    ensure!(
+        missing(&status, "a") == Some(0) && missing(&status, "b") == Some(0),
+        "{status}"
+    );
+
+    // Rolling update: record whether versioned statuses show up while versions coexist.
+    let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "nginx:2"}]}}}});
+    stack
+        .ns
+        .api::<Deployment>()
+        .patch("web", &PatchParams::default(), &Patch::Strategic(&patch))
+        .await?;
+    let versioned_seen = std::cell::Cell::new(false);
+    let rolled = wait_for("rollout to nginx:2 with 3/3", SETTLE, || {
+        let (ws, stack, seen) = (&ws, &stack, &versioned_seen);
+        async move {
+            let status = ws.get("web").await?.data["status"].clone();
+            let versioned = status["versionedSubsetStatuses"]
+                .as_object()
+                .is_some_and(|m| !m.is_empty());
+            seen.set(seen.get() || versioned);
+            let pods = live_pods(stack).await?;
+            let new = pods.iter().all(|p| {
+                p.spec
+                    .as_ref()
+                    .is_some_and(|s| s.containers[0].image.as_deref() == Some("nginx:2"))
+            });
+            Ok(
+                (new && pods.len() == 6 && counts(&pods) == expect(&[("a", 3), ("b", 3)]))
+                    .then_some(pods),
+            )
+        }
+    })
+    .await?;
+    ensure!(
+        versioned_seen.get(),
+        "no versionedSubsetStatuses during the rollout"
+    );
+    status_matches(&ws, &counts(&rolled)).await?;
+    stack.finish().await
+}
+
+/// §5.7 (2)/(10): elastic a=2, b unlimited: 2 → 2/0 (b missing −1); 6 → 2/4 with b's
+/// pods cheapest to delete; back to 2 and up to 6 again without a exceeding 2.
+#[tokio::test]
+async fn elastic_two_then_unlimited() -> Result<()> {
+    let Some(stack) = Stack::start("scn-elastic", &[]).await? else {
+        return Ok(());
+    };
+    let spec = json!({"targetRef": target("Deployment"),
+        "subsets": [zone("a", "zone-a", json!(2)), zone("b", "zone-b", Value::Null)]});
+    let ws = create_ws(&stack, spec.clone()).await?;
+    let plan = planned(&spec, &[2, 6])?;
+    create_deployment(&stack, 2, json!({})).await?;
+    let pods = settled(&stack, 2).await?;
+    ensure!(counts(&pods) == plan[0]);
+    let status = status_matches(&ws, &counts(&pods)).await?;
+    ensure!(missing(&status, "b") == Some(-1), "{status}");
+    let deployments = stack.ns.api::<Deployment>();
+    scale(&deployments, 6).await?;
+    let pods = settled(&stack, 6).await?;
+    ensure!(counts(&pods) == plan[1], "{:?}", counts(&pods));
+    let costs = costs_by_subset(&pods);
+    ensure!(
+        costs["a"] == vec![200; 2] && costs["b"] == vec![100; 4],
+        "{costs:?}"
+    );
+    scale(&deployments, 2).await?;
+    let pods = settled(&stack, 2).await?;
+    status_matches(&ws, &counts(&pods)).await?;
+    scale(&deployments, 6).await?;
+    let pods = settled(&stack, 6).await?;
+    ensure!(
+        counts(&pods).get("a").copied().unwrap_or(0) <= 2,
+        "{:?}",
+        counts(&pods)
+    );
+    status_matches(&ws, &counts(&pods)).await?;
+    stack.finish().await
+}
+
+/// §5.7 (5)/(6): one subset with max 2 and a `priorityClassName` patch: 2 pods are
+/// admitted into it with the class and cost 100; at 6 replicas the other 4 are admitted
+/// unchanged. The controller then adopts them (§4.4: no required term, so every node
+/// matches) without patching their spec, with the over-maximum cost −100 — scale-in
+/// removes them first. (§5.7 (6) expects them left without a cost; §4.4 is followed.)
+#[tokio::test]
+async fn single_subset_with_a_priority_class_patch() -> Result<()> {
+    let Some(stack) = Stack::start("scn-single", &[]).await? else {
+        return Ok(());
+    };
+    let class = unique_name("test-priority");
+    let pc: PriorityClass =
+        serde_json::from_value(json!({"metadata": {"name": class}, "value": 100}))?;
+    let classes: Api<PriorityClass> = Api::all(stack.ns.client());
+    classes.create(&PostParams::default(), &pc).await?;
+    let spec = json!({"targetRef": target("Deployment"), "subsets": [{"name": "only", "maxReplicas": 2,
+        "patch": {"spec": {"priorityClassName": class}}}]});
+    let ws = create_ws(&stack, spec.clone()).await?;
+    create_deployment(&stack, 6, json!({})).await?;
+    let pods = settled(&stack, 6).await?;
+    let admitted = |p: &Pod| annotation(p, MATCHED).is_some_and(|a| a.contains("\"uid\""));
+    let injected: Vec<&Pod> = pods.iter().filter(|p| admitted(p)).collect();
+    ensure!(
+        injected.len() == planned(&spec, &[6])?[0]["only"],
+        "{} admitted into the subset",
+        injected.len()
+    );
+    for p in &pods {
+        let class_of = p.spec.as_ref().and_then(|s| s.priority_class_name.clone());
+        if admitted(p) {
+            ensure!(class_of.as_deref() == Some(class.as_str()) && cost_of(p) == Some(100));
+        } else {
+            ensure!(
+                class_of.is_none() && cost_of(p) == Some(-100),
+                "{:?}",
+                p.metadata
+            );
+        }
+    }
+    status_matches(&ws, &counts(&pods)).await?;
+    let _ = classes.delete(&class, &Default::default()).await;
+    stack.finish().await
+}
+
+/// §5.7 (8): a StatefulSet with max 2/2/unlimited and 5 replicas fills by ordinal.
+#[tokio::test]
+async fn statefulset_fills_subsets_by_ordinal() -> Result<()> {
+    let Some(stack) = Stack::start("scn-sts", &[]).await? else {
+        return Ok(());
+    };
+    let spec = json!({"targetRef": target("StatefulSet"), "subsets": [
+        zone("a", "zone-a", json!(2)), zone("b", "zone-b", json!(2)), zone("c", "zone-c", Value::Null)]});
+    let ws = create_ws(&stack, spec).await?;
+    let sts: StatefulSet = serde_json::from_value(json!({"metadata": {"name": "web"},
+        "spec": {"replicas": 5, "serviceName": "web", "selector": {"matchLabels": {"app": "web"}},
+            "template": pod_template(json!({}))}}))?;
+    stack
+        .ns
+        .api::<StatefulSet>()
+        .create(&PostParams::default(), &sts)
+        .await?;
+    let pods = settled_with(&stack, 5, false).await?;
+    let by_pod: BTreeMap<String, String> = pods
+        .iter()
+        .map(|p| {
+            (
+                p.metadata.name.clone().unwrap_or_default(),
+                subset_of(p).unwrap_or_default(),
+            )
+        })
+        .collect();
+    let want: BTreeMap<String, String> = [
+        ("web-0", "a"),
+        ("web-1", "a"),
+        ("web-2", "b"),
+        ("web-3", "b"),
+        ("web-4", "c"),
+    ]
+    .map(|(p, s)| (p.to_string(), s.to_string()))
+    .into();
+    ensure!(by_pod == want, "{by_pod:?}");
+    status_matches(&ws, &counts(&pods)).await?;
+    stack.finish().await
+}
+
+/// A Job with parallelism 4 over a=1 / b unlimited.
+#[tokio::test]
+async fn job_pods_are_spread() -> Result<()> {
+    let Some(stack) = Stack::start("scn-job", &[]).await? else {
+        return Ok(());
+    };
+    let spec = json!({"targetRef": target("Job"),
+        "subsets": [zone("a", "zone-a", json!(1)), zone("b", "zone-b", Value::Null)]});
+    let ws = create_ws(&stack, spec).await?;
+    let job: Job = serde_json::from_value(json!({"metadata": {"name": "web"},
+        "spec": {"parallelism": 4, "completions": 4, "template": {"metadata": {"labels": {"app": "web"}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "web", "image": "busybox"}]}}}}))?;
+    stack
+        .ns
+        .api::<Job>()
+        .create(&PostParams::default(), &job)
+        .await?;
+    let pods = settled_with(&stack, 4, false).await?;
+    ensure!(
+        counts(&pods) == expect(&[("a", 1), ("b", 3)]),
+        "{:?}",
+        counts(&pods)
+    );
+    status_matches(&ws, &counts(&pods)).await?;
+    stack.finish().await
+}
+
+/// Percent subsets (20% / 30% / rest) under repeated scaling: scale-out steps equal the
+/// planner; after any step no subset exceeds its scaled maximum and status is exact.
+#[tokio::test]
+async fn percent_subsets_under_repeated_scaling() -> Result<()> {
+    let Some(stack) = Stack::start("scn-percent", &[]).await? else {
+        return Ok(());
+    };
+    let spec = json!({"targetRef": target("Deployment"), "subsets": [
+        zone("a", "zone-a", json!("20%")), zone("b", "zone-b", json!("30%")), zone("c", "zone-c", Value::Null)]});
+    let ws = create_ws(&stack, spec.clone()).await?;
+    let plan = planned(&spec, &[10])?;
+    create_deployment(&stack, 10, json!({})).await?;
+    let pods = settled(&stack, 10).await?;
+    ensure!(counts(&pods) == plan[0], "{:?}", counts(&pods));
+    let deployments = stack.ns.api::<Deployment>();
+    // Later steps race the ReplicaSet's pod creations against the controller's new
+    // `missingReplicas` (reference race, see docs/semantics.md): pods may spill to later
+    // subsets, never beyond a subset's scaled maximum. Scale-in victims are the 1.20
+    // ReplicaSet's choice (module doc).
+    let mut before = counts(&pods);
+    for replicas in [20usize, 5, 15, 7, 12] {
+        scale(&deployments, replicas as i32).await?;
+        let pods = settled(&stack, replicas).await?;
+        let after = counts(&pods);
+        for (subset, pct) in [("a", 20), ("b", 30)] {
+            let limit = (replicas * pct).div_ceil(100);
+            let (was, now) = (
+                before.get(subset).copied().unwrap_or(0),
+                after.get(subset).copied().unwrap_or(0),
+            );
+            ensure!(
+                now <= was.max(limit),
+                "{replicas} replicas: {subset} {was} → {now}, limit {limit}"
+            );
+        }
+        eprintln!("percent scaling: {replicas} replicas → {after:?}");
+        status_matches(&ws, &after).await?;
+        before = after;
+    }
+    stack.finish().await
+}
+
+/// `minReplicas` (extension): each zone gets its minimum before the rest is spread;
+/// the cluster's shapes equal the planner's.
+#[tokio::test]
+async fn min_replicas_are_served_first() -> Result<()> {
+    let Some(stack) = Stack::start("scn-min", &[]).await? else {
+        return Ok(());
+    };
+    let mut a = zone("a", "zone-a", json!(4));
+    a["minReplicas"] = json!(2);
+    let mut b = zone("b", "zone-b", json!(5));
+    b["minReplicas"] = json!(2);
+    let spec = json!({"targetRef": target("Deployment"), "subsets": [a, b, zone("c", "zone-c", Value::Null)]});
+    let ws = create_ws(&stack, spec.clone()).await?;
+    let plan = planned(&spec, &[4, 10])?;
+    ensure!(
+        plan[0] == expect(&[("a", 2), ("b", 2)]),
+        "planner: {:?}",
+        plan[0]
+    );
+    create_deployment(&stack, 4, json!({})).await?;
+    let pods = settled(&stack, 4).await?;
+    ensure!(counts(&pods) == plan[0], "{:?}", counts(&pods));
+    scale(&stack.ns.api::<Deployment>(), 10).await?;
+    let pods = settled(&stack, 10).await?;
+    ensure!(
+        counts(&pods) == plan[1],
+        "{:?} vs {:?}",
+        counts(&pods),
+        plan[1]
+    );
+    status_matches(&ws, &counts(&pods)).await?;
+    stack.finish().await
+}
+
+/// §5.7 (7): preferred-only subsets and existing pods: 3 pods already on zone-b are
+/// adopted into b (cost 100); after subset b is removed they fall into the fake subset
+/// (cost −200).
+#[tokio::test]
+async fn preferred_only_subsets_adopt_existing_pods() -> Result<()> {
+    let Some(stack) = Stack::start("scn-preferred", &[]).await? else {
+        return Ok(());
+    };
+    create_deployment(&stack, 3, json!({"nodeSelector": {ZONE: "zone-b"}})).await?;
+    settled(&stack, 3).await?;
+    let pref = |name: &str, wa: i32, wb: i32, max: Value| {
+        let term = |z: &str, w: i32| json!({"weight": w, "preference": {"matchExpressions": [{"key": ZONE, "operator": "In", "values": [z]}]}});
+        let mut s = json!({"name": name, "preferredNodeSelector": [term("zone-a", wa), term("zone-b", wb)]});
+        if !max.is_null() {
+            s["maxReplicas"] = max;
+        }
+        s
+    };
+    let spec = json!({"targetRef": target("Deployment"),
+        "subsets": [pref("a", 20, 10, json!(3)), pref("b", 10, 20, Value::Null)]});
+    let ws = create_ws(&stack, spec).await?;
+    let adopted = wait_for("3 pods adopted into b with cost 100", SETTLE, || async {
+        let pods = live_pods(&stack).await?;
+        let ok = pods.len() == 3
+            && pods
+                .iter()
+                .all(|p| subset_of(p).as_deref() == Some("b") && cost_of(p) == Some(100));
+        Ok(ok.then_some(pods))
+    })
+    .await?;
+    status_matches(&ws, &counts(&adopted)).await?;
+    let drop_b = json!({"spec": {"subsets": [pref("a", 20, 10, json!(3))]}});
+    ws.patch("web", &PatchParams::default(), &Patch::Merge(&drop_b))
+        .await?;
+    wait_for("fake-subset cost −200", SETTLE, || async {
+        let pods = live_pods(&stack).await?;
+        Ok(pods.iter().all(|p| cost_of(p) == Some(-200)).then_some(()))
+    })
+    .await?;
+    stack.finish().await
+}
