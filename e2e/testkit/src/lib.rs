@@ -240,5 +240,6 @@ mod tests {
         );
     }
 }
+pub mod faults;
 pub mod stack;
 pub mod webhook;

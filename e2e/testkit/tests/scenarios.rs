@@ -17,10 +17,17 @@ use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, Post
 use kube::Api;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
-use workloadspread_testkit::stack::Stack;
-use workloadspread_testkit::{unique_name, wait_for};
+use workloadspread_testkit::faults::{api_server_addr, fault_proxy, kubeconfig_via, Faults};
+use workloadspread_testkit::stack::{workloadspread_crd_json, FakeKubelet, Stack};
+use workloadspread_testkit::webhook::{
+    apply_crd, free_port, policy_wasm, round_robin_proxy, workspace_binary, ControllerProcess,
+    HostProcess, WebhookConfigs,
+};
+use workloadspread_testkit::{cluster, unique_name, wait_for, TestNamespace};
 
 const COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 const MATCHED: &str = "apps.kruise.io/matched-workloadspread";
@@ -108,13 +115,8 @@ fn node_of(p: &Pod) -> Option<&str> {
 }
 
 /// Live pods (not being deleted).
-async fn live_pods(stack: &Stack) -> Result<Vec<Pod>> {
-    let mut pods = stack
-        .ns
-        .api::<Pod>()
-        .list(&ListParams::default())
-        .await?
-        .items;
+async fn live_pods(ns: &TestNamespace) -> Result<Vec<Pod>> {
+    let mut pods = ns.api::<Pod>().list(&ListParams::default()).await?.items;
     pods.retain(|p| p.metadata.deletion_timestamp.is_none());
     pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     Ok(pods)
@@ -138,16 +140,16 @@ fn expect(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
 }
 
 /// Waits until `total` live pods are Running with deletion costs set on the placed ones.
-async fn settled(stack: &Stack, total: usize) -> Result<Vec<Pod>> {
-    settled_with(stack, total, true).await
+async fn settled(ns: &TestNamespace, total: usize) -> Result<Vec<Pod>> {
+    settled_with(ns, total, true).await
 }
 
 /// As [`settled`]; `costs` = false for kinds the controller sets no deletion cost on
 /// (StatefulSet, Job: their controllers ignore it).
-async fn settled_with(stack: &Stack, total: usize, costs: bool) -> Result<Vec<Pod>> {
+async fn settled_with(ns: &TestNamespace, total: usize, costs: bool) -> Result<Vec<Pod>> {
     let what = format!("{total} running pods with deletion costs");
     let result = wait_for(&what, SETTLE, || async {
-        let pods = live_pods(stack).await?;
+        let pods = live_pods(ns).await?;
         let running = pods
             .iter()
             .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
@@ -161,19 +163,10 @@ async fn settled_with(stack: &Stack, total: usize, costs: bool) -> Result<Vec<Po
     match result {
         Ok(p) => Ok(p),
         Err(e) => {
-            let pods = live_pods(stack).await.unwrap_or_default();
-            Err(e.context(format!(
-                "pods per subset {:?}\ncontroller log tail:\n{}",
-                counts(&pods),
-                tail(&stack.controller.log_text(), 15)
-            )))
+            let pods = live_pods(ns).await.unwrap_or_default();
+            Err(e.context(format!("pods per subset {:?}", counts(&pods))))
         }
     }
-}
-
-fn tail(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// Waits until the status counts exactly the live pods of each subset and holds no
@@ -260,7 +253,7 @@ async fn two_zones_three_each_then_a_rolling_update() -> Result<()> {
         "subsets": [zone("a", "zone-a", json!(3)), zone("b", "zone-b", json!(3))]});
     let ws = create_ws(&stack, spec.clone()).await?;
     create_deployment(&stack, 6, json!({})).await?;
-    let pods = settled(&stack, 6).await?;
+    let pods = settled(&stack.ns, 6).await?;
     ensure!(
         counts(&pods) == planned(&spec, &[6])?[0],
         "{:?}",
@@ -312,7 +305,7 @@ async fn two_zones_three_each_then_a_rolling_update() -> Result<()> {
                 .as_object()
                 .is_some_and(|m| !m.is_empty());
             seen.set(seen.get() || versioned);
-            let pods = live_pods(stack).await?;
+            let pods = live_pods(&stack.ns).await?;
             let new = pods.iter().all(|p| {
                 p.spec
                     .as_ref()
@@ -345,13 +338,13 @@ async fn elastic_two_then_unlimited() -> Result<()> {
     let ws = create_ws(&stack, spec.clone()).await?;
     let plan = planned(&spec, &[2, 6])?;
     create_deployment(&stack, 2, json!({})).await?;
-    let pods = settled(&stack, 2).await?;
+    let pods = settled(&stack.ns, 2).await?;
     ensure!(counts(&pods) == plan[0]);
     let status = status_matches(&ws, &counts(&pods)).await?;
     ensure!(missing(&status, "b") == Some(-1), "{status}");
     let deployments = stack.ns.api::<Deployment>();
     scale(&deployments, 6).await?;
-    let pods = settled(&stack, 6).await?;
+    let pods = settled(&stack.ns, 6).await?;
     ensure!(counts(&pods) == plan[1], "{:?}", counts(&pods));
     let costs = costs_by_subset(&pods);
     ensure!(
@@ -359,10 +352,10 @@ async fn elastic_two_then_unlimited() -> Result<()> {
         "{costs:?}"
     );
     scale(&deployments, 2).await?;
-    let pods = settled(&stack, 2).await?;
+    let pods = settled(&stack.ns, 2).await?;
     status_matches(&ws, &counts(&pods)).await?;
     scale(&deployments, 6).await?;
-    let pods = settled(&stack, 6).await?;
+    let pods = settled(&stack.ns, 6).await?;
     ensure!(
         counts(&pods).get("a").copied().unwrap_or(0) <= 2,
         "{:?}",
@@ -391,7 +384,7 @@ async fn single_subset_with_a_priority_class_patch() -> Result<()> {
         "patch": {"spec": {"priorityClassName": class}}}]});
     let ws = create_ws(&stack, spec.clone()).await?;
     create_deployment(&stack, 6, json!({})).await?;
-    let pods = settled(&stack, 6).await?;
+    let pods = settled(&stack.ns, 6).await?;
     let admitted = |p: &Pod| annotation(p, MATCHED).is_some_and(|a| a.contains("\"uid\""));
     let injected: Vec<&Pod> = pods.iter().filter(|p| admitted(p)).collect();
     ensure!(
@@ -433,7 +426,7 @@ async fn statefulset_fills_subsets_by_ordinal() -> Result<()> {
         .api::<StatefulSet>()
         .create(&PostParams::default(), &sts)
         .await?;
-    let pods = settled_with(&stack, 5, false).await?;
+    let pods = settled_with(&stack.ns, 5, false).await?;
     let by_pod: BTreeMap<String, String> = pods
         .iter()
         .map(|p| {
@@ -474,7 +467,7 @@ async fn job_pods_are_spread() -> Result<()> {
         .api::<Job>()
         .create(&PostParams::default(), &job)
         .await?;
-    let pods = settled_with(&stack, 4, false).await?;
+    let pods = settled_with(&stack.ns, 4, false).await?;
     ensure!(
         counts(&pods) == expect(&[("a", 1), ("b", 3)]),
         "{:?}",
@@ -496,7 +489,7 @@ async fn percent_subsets_under_repeated_scaling() -> Result<()> {
     let ws = create_ws(&stack, spec.clone()).await?;
     let plan = planned(&spec, &[10])?;
     create_deployment(&stack, 10, json!({})).await?;
-    let pods = settled(&stack, 10).await?;
+    let pods = settled(&stack.ns, 10).await?;
     ensure!(counts(&pods) == plan[0], "{:?}", counts(&pods));
     let deployments = stack.ns.api::<Deployment>();
     // Later steps race the ReplicaSet's pod creations against the controller's new
@@ -506,7 +499,7 @@ async fn percent_subsets_under_repeated_scaling() -> Result<()> {
     let mut before = counts(&pods);
     for replicas in [20usize, 5, 15, 7, 12] {
         scale(&deployments, replicas as i32).await?;
-        let pods = settled(&stack, replicas).await?;
+        let pods = settled(&stack.ns, replicas).await?;
         let after = counts(&pods);
         for (subset, pct) in [("a", 20), ("b", 30)] {
             let limit = (replicas * pct).div_ceil(100);
@@ -546,10 +539,10 @@ async fn min_replicas_are_served_first() -> Result<()> {
         plan[0]
     );
     create_deployment(&stack, 4, json!({})).await?;
-    let pods = settled(&stack, 4).await?;
+    let pods = settled(&stack.ns, 4).await?;
     ensure!(counts(&pods) == plan[0], "{:?}", counts(&pods));
     scale(&stack.ns.api::<Deployment>(), 10).await?;
-    let pods = settled(&stack, 10).await?;
+    let pods = settled(&stack.ns, 10).await?;
     ensure!(
         counts(&pods) == plan[1],
         "{:?} vs {:?}",
@@ -569,7 +562,7 @@ async fn preferred_only_subsets_adopt_existing_pods() -> Result<()> {
         return Ok(());
     };
     create_deployment(&stack, 3, json!({"nodeSelector": {ZONE: "zone-b"}})).await?;
-    settled(&stack, 3).await?;
+    settled(&stack.ns, 3).await?;
     let pref = |name: &str, wa: i32, wb: i32, max: Value| {
         let term = |z: &str, w: i32| json!({"weight": w, "preference": {"matchExpressions": [{"key": ZONE, "operator": "In", "values": [z]}]}});
         let mut s = json!({"name": name, "preferredNodeSelector": [term("zone-a", wa), term("zone-b", wb)]});
@@ -582,7 +575,7 @@ async fn preferred_only_subsets_adopt_existing_pods() -> Result<()> {
         "subsets": [pref("a", 20, 10, json!(3)), pref("b", 10, 20, Value::Null)]});
     let ws = create_ws(&stack, spec).await?;
     let adopted = wait_for("3 pods adopted into b with cost 100", SETTLE, || async {
-        let pods = live_pods(&stack).await?;
+        let pods = live_pods(&stack.ns).await?;
         let ok = pods.len() == 3
             && pods
                 .iter()
@@ -595,9 +588,211 @@ async fn preferred_only_subsets_adopt_existing_pods() -> Result<()> {
     ws.patch("web", &PatchParams::default(), &Patch::Merge(&drop_b))
         .await?;
     wait_for("fake-subset cost −200", SETTLE, || async {
-        let pods = live_pods(&stack).await?;
+        let pods = live_pods(&stack.ns).await?;
         Ok(pods.iter().all(|p| cost_of(p) == Some(-200)).then_some(()))
     })
     .await?;
     stack.finish().await
+}
+
+// ---------------------------------------------------------------------------------------
+// Burst and faults: two host replicas behind a round-robin proxy, a Deployment scaled
+// 0 → 300 in one step.
+
+struct Replicated {
+    ns: TestNamespace,
+    hosts: Vec<HostProcess>,
+    controller: ControllerProcess,
+    configs: WebhookConfigs,
+    _kubelet: FakeKubelet,
+}
+
+/// Two hosts sharing one TLS Secret (each started with `host_kubeconfig[i]`), the
+/// webhooks pointing at a round-robin proxy in front of them, the controller, a kubelet.
+async fn replicated(hint: &str, host_kubeconfigs: [&Path; 2]) -> Result<Option<Replicated>> {
+    let (Some(policy), Some(host_bin), Some(controller_bin)) = (
+        policy_wasm()?,
+        workspace_binary("workloadspread-host")?,
+        workspace_binary("workloadspread-controller")?,
+    ) else {
+        return Ok(None);
+    };
+    let ns = cluster()?.namespace(hint).await?;
+    let client = ns.client();
+    apply_crd(&client, &workloadspread_crd_json()?).await?;
+    let ports = [free_port()?, free_port()?];
+    let proxy = round_robin_proxy(
+        ports
+            .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
+            .to_vec(),
+    )
+    .await?;
+    let name = unique_name(hint);
+    let configs = WebhookConfigs::create(&client, &name, &format!("https://{proxy}")).await?;
+    let args: Vec<String> = [
+        "--policy",
+        &policy.display().to_string(),
+        "--tls-secret",
+        &format!("{}/host-tls", ns.name()),
+        "--webhook-config",
+        &name,
+        "--max-concurrency",
+        "128",
+    ]
+    .map(str::to_string)
+    .to_vec();
+    let mut hosts = vec![];
+    for (port, kubeconfig) in ports.into_iter().zip(host_kubeconfigs) {
+        hosts.push(HostProcess::start_on(&host_bin, kubeconfig, port, &args).await?);
+    }
+    configs.enroll(ns.name()).await?;
+    let controller_args = ["--namespace".to_string(), ns.name().to_string()];
+    let controller =
+        ControllerProcess::start(&controller_bin, cluster()?.kubeconfig(), &controller_args)
+            .await?;
+    let kubelet = FakeKubelet::start(client, ns.name());
+    Ok(Some(Replicated {
+        ns,
+        hosts,
+        controller,
+        configs,
+        _kubelet: kubelet,
+    }))
+}
+
+async fn burst_setup(r: &Replicated) -> Result<Api<DynamicObject>> {
+    let api: Api<DynamicObject> = Api::namespaced_with(r.ns.client(), r.ns.name(), &ws_resource());
+    let ws: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread", "metadata": {"name": "web"},
+        "spec": {"targetRef": target("Deployment"), "subsets": [
+            zone("a", "zone-a", json!(100)), zone("b", "zone-b", json!(100)), zone("c", "zone-c", Value::Null)]}}))?;
+    api.create(&PostParams::default(), &ws).await?;
+    let d: Deployment = serde_json::from_value(json!({"metadata": {"name": "web"},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}}, "template": pod_template(json!({}))}}))?;
+    r.ns.api::<Deployment>()
+        .create(&PostParams::default(), &d)
+        .await?;
+    // The hosts' caches must have seen both before the burst.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Ok(api)
+}
+
+async fn wait_pods(ns: &TestNamespace, at_least: usize) -> Result<()> {
+    wait_for(&format!("{at_least} pods"), SETTLE, || async {
+        Ok((live_pods(ns).await?.len() >= at_least).then_some(()))
+    })
+    .await
+}
+
+/// `FailedCreate` events of the namespace (pods the webhook or the API refused; the
+/// ReplicaSet retried them).
+async fn failed_creates(ns: &TestNamespace) -> Result<i32> {
+    let events: Api<k8s_openapi::api::core::v1::Event> = ns.api();
+    Ok(events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("FailedCreate"))
+        .map(|e| e.count.unwrap_or(1))
+        .sum())
+}
+
+/// Settled state after a burst: 300 Running pods, no subset over 100, status equal to
+/// the pods with no creating/deleting entry left (they expire after 30 s / 15 s).
+async fn burst_settled(
+    ns: &TestNamespace,
+    ws: &Api<DynamicObject>,
+) -> Result<BTreeMap<String, usize>> {
+    let pods = settled(ns, 300).await?;
+    let c = counts(&pods);
+    ensure!(
+        c.get("a").copied().unwrap_or(0) <= 100 && c.get("b").copied().unwrap_or(0) <= 100,
+        "{c:?}"
+    );
+    ensure!(!c.contains_key(""), "pods admitted without a subset: {c:?}");
+    status_matches(ws, &c).await?;
+    Ok(c)
+}
+
+/// Issue #7 burst + faults: one host replica is killed (SIGKILL) once 100 pods exist and
+/// the controller is killed and restarted at 200; the ReplicaSet retries what failed.
+#[tokio::test]
+async fn burst_of_300_survives_a_killed_host_and_a_controller_restart() -> Result<()> {
+    let kubeconfig = cluster()?.kubeconfig();
+    let Some(mut r) = replicated("fault-kill", [kubeconfig, kubeconfig]).await? else {
+        return Ok(());
+    };
+    let ws = burst_setup(&r).await?;
+    let started = std::time::Instant::now();
+    scale(&r.ns.api::<Deployment>(), 300).await?;
+    wait_pods(&r.ns, 100).await?;
+    r.hosts[0].kill();
+    wait_pods(&r.ns, 200).await?;
+    r.controller.kill();
+    let args = ["--namespace".to_string(), r.ns.name().to_string()];
+    let bin = workspace_binary("workloadspread-controller")?.context("controller binary")?;
+    r.controller = ControllerProcess::start(&bin, kubeconfig, &args).await?;
+    wait_pods(&r.ns, 300).await?;
+    let created = started.elapsed();
+    let c = burst_settled(&r.ns, &ws).await?;
+    let writes = r.hosts[1]
+        .metric("workloadspread_host_counter_status_writes_total")
+        .await?;
+    eprintln!(
+        "fault burst: 300 pods created in {:.1} s with host 1 of 2 killed at 100 and the controller \
+         restarted at 200; settled in {:.1} s; spread {c:?}; FailedCreate events {}; surviving host: \
+         {writes} status writes",
+        created.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        failed_creates(&r.ns).await?
+    );
+    r.configs.delete().await
+}
+
+/// Issue #7 faults: one host replica reaches the API server through a proxy that adds
+/// 20 ms per chunk and cuts every 4th connection after 3 s (watches, reads and status
+/// writes all break); the burst still settles exactly.
+#[tokio::test]
+async fn burst_of_300_settles_through_a_delaying_and_resetting_api_proxy() -> Result<()> {
+    let kubeconfig = cluster()?.kubeconfig();
+    let faults = Faults {
+        delay: Duration::from_millis(20),
+        reset_every: 4,
+        reset_after: Duration::from_secs(3),
+    };
+    let (via, stats) = fault_proxy(api_server_addr(kubeconfig)?, faults).await?;
+    let faulty = kubeconfig_via(kubeconfig, via)?;
+    let Some(r) = replicated("fault-proxy", [kubeconfig, &faulty]).await? else {
+        return Ok(());
+    };
+    let ws = burst_setup(&r).await?;
+    let started = std::time::Instant::now();
+    scale(&r.ns.api::<Deployment>(), 300).await?;
+    wait_pods(&r.ns, 300).await?;
+    let created = started.elapsed();
+    let c = burst_settled(&r.ns, &ws).await?;
+    let mut per_host = vec![];
+    for h in &r.hosts {
+        per_host.push(format!(
+            "{} evaluations / {} status writes / {} conflicts",
+            h.metric("workloadspread_host_evaluations_total").await?,
+            h.metric("workloadspread_host_counter_status_writes_total")
+                .await?,
+            h.metric("workloadspread_host_counter_conflicts_total")
+                .await?
+        ));
+    }
+    eprintln!(
+        "faulty API path: 300 pods created in {:.1} s, settled in {:.1} s; spread {c:?}; \
+         FailedCreate events {}; proxy {} connections, {} cut; direct host: {}; proxied host: {}",
+        created.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        failed_creates(&r.ns).await?,
+        stats.connections.load(std::sync::atomic::Ordering::Relaxed),
+        stats.resets.load(std::sync::atomic::Ordering::Relaxed),
+        per_host[0],
+        per_host[1]
+    );
+    r.configs.delete().await
 }

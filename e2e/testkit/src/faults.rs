@@ -1,0 +1,123 @@
+//! Fault injection on loopback: a TCP proxy that delays traffic and resets connections,
+//! and a kubeconfig that routes a process's API traffic through it.
+
+use anyhow::{Context, Result};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// What the proxy does to each connection.
+#[derive(Clone, Copy, Debug)]
+pub struct Faults {
+    /// Added before forwarding each chunk, in both directions.
+    pub delay: Duration,
+    /// Every `reset_every`-th connection (1-based; 0 = never) is cut after `reset_after`.
+    pub reset_every: usize,
+    pub reset_after: Duration,
+}
+
+/// Counters of what the proxy did.
+#[derive(Debug, Default)]
+pub struct FaultStats {
+    pub connections: AtomicUsize,
+    pub resets: AtomicUsize,
+}
+
+/// Starts a proxy on a loopback port forwarding to `upstream` with `faults`.
+pub async fn fault_proxy(
+    upstream: SocketAddr,
+    faults: Faults,
+) -> Result<(SocketAddr, Arc<FaultStats>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let stats = Arc::new(FaultStats::default());
+    let shared = stats.clone();
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = listener.accept().await {
+            let n = shared.connections.fetch_add(1, Ordering::Relaxed) + 1;
+            let reset = faults.reset_every > 0 && n.is_multiple_of(faults.reset_every);
+            let stats = shared.clone();
+            tokio::spawn(async move {
+                let Ok(outbound) = TcpStream::connect(upstream).await else {
+                    return;
+                };
+                let relay = relay(inbound, outbound, faults.delay);
+                if reset {
+                    if tokio::time::timeout(faults.reset_after, relay)
+                        .await
+                        .is_err()
+                    {
+                        stats.resets.fetch_add(1, Ordering::Relaxed);
+                    }
+                } else {
+                    relay.await;
+                }
+            });
+        }
+    });
+    Ok((addr, stats))
+}
+
+/// Copies both ways, sleeping `delay` before each forwarded chunk; dropping the
+/// future closes both sockets (a reset from either side's point of view).
+async fn relay(a: TcpStream, b: TcpStream, delay: Duration) {
+    let (mut ar, mut aw) = a.into_split();
+    let (mut br, mut bw) = b.into_split();
+    let up = async {
+        let mut buf = vec![0u8; 16 * 1024];
+        while let Ok(n) = ar.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            tokio::time::sleep(delay).await;
+            if bw.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+        let _ = bw.shutdown().await;
+    };
+    let down = async {
+        let mut buf = vec![0u8; 16 * 1024];
+        while let Ok(n) = br.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            tokio::time::sleep(delay).await;
+            if aw.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+        let _ = aw.shutdown().await;
+    };
+    tokio::join!(up, down);
+}
+
+/// The API server's address from a kubeconfig (`https://127.0.0.1:PORT`).
+pub fn api_server_addr(kubeconfig: &Path) -> Result<SocketAddr> {
+    let text = std::fs::read_to_string(kubeconfig)?;
+    let server = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server:"))
+        .context("no server in the kubeconfig")?
+        .trim()
+        .trim_start_matches("https://")
+        .to_string();
+    server
+        .parse()
+        .with_context(|| format!("server address {server:?}"))
+}
+
+/// A copy of `kubeconfig` whose server is `via` (same credentials and CA; the API
+/// server's certificate is valid for 127.0.0.1 on any port).
+pub fn kubeconfig_via(kubeconfig: &Path, via: SocketAddr) -> Result<PathBuf> {
+    let text = std::fs::read_to_string(kubeconfig)?;
+    let upstream = api_server_addr(kubeconfig)?;
+    let rewritten = text.replace(&upstream.to_string(), &via.to_string());
+    let path = std::env::temp_dir().join(format!("{}.kubeconfig", crate::unique_name("via")));
+    std::fs::write(&path, rewritten)?;
+    Ok(path)
+}
