@@ -84,6 +84,15 @@ impl Stack {
     /// `None` (with a message) when the policy module or binaries are not built and the
     /// run does not require them.
     pub async fn start(hint: &str, controller_args: &[&str]) -> Result<Option<Self>> {
+        Self::start_with(hint, &[], controller_args).await
+    }
+
+    /// As [`Stack::start`] with extra `serve` arguments for the host.
+    pub async fn start_with(
+        hint: &str,
+        host_args: &[&str],
+        controller_args: &[&str],
+    ) -> Result<Option<Self>> {
         let (Some(policy), Some(host_bin), Some(controller_bin)) = (
             policy_wasm()?,
             workspace_binary("workloadspread-host")?,
@@ -100,13 +109,14 @@ impl Stack {
         let name = unique_name(hint);
         let configs =
             WebhookConfigs::create(&client, &name, &format!("https://127.0.0.1:{port}")).await?;
-        let host_args = [
+        let mut args = vec![
             "--policy".to_string(),
             policy.display().to_string(),
             "--webhook-config".into(),
             name.clone(),
         ];
-        let host = HostProcess::start_on(&host_bin, kubeconfig, port, &host_args).await?;
+        args.extend(host_args.iter().map(|s| s.to_string()));
+        let host = HostProcess::start_on(&host_bin, kubeconfig, port, &args).await?;
         configs.enroll(ns.name()).await?;
         let mut args = vec!["--namespace".to_string(), ns.name().to_string()];
         args.extend(controller_args.iter().map(|s| s.to_string()));

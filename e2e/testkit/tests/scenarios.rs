@@ -796,3 +796,52 @@ async fn burst_of_300_settles_through_a_delaying_and_resetting_api_proxy() -> Re
     );
     r.configs.delete().await
 }
+
+/// Issue #7 Kubewarden path: the same module in best-effort mode (no counter capability,
+/// as under Kubewarden's read-only host) decides from the status and the pods it can
+/// list. A 0 → 60 burst over a=10 / b=10 / rest overshoots; the controller's status
+/// converges to the real pods, and the overshoot is reported.
+#[tokio::test]
+async fn best_effort_mode_converges_through_the_controller() -> Result<()> {
+    let settings = json!({"mode": "best-effort"}).to_string();
+    let Some(stack) =
+        Stack::start_with("scn-best-effort", &["--settings-json", &settings], &[]).await?
+    else {
+        return Ok(());
+    };
+    let spec = json!({"targetRef": target("Deployment"), "subsets": [
+        zone("a", "zone-a", json!(10)), zone("b", "zone-b", json!(10)), zone("c", "zone-c", Value::Null)]});
+    let ws = create_ws(&stack, spec).await?;
+    create_deployment(&stack, 0, json!({})).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let started = std::time::Instant::now();
+    scale(&stack.ns.api::<Deployment>(), 60).await?;
+    let pods = settled(&stack.ns, 60).await?;
+    let c = counts(&pods);
+    status_matches(&ws, &c).await?;
+    let over = |s: &str| c.get(s).copied().unwrap_or(0).saturating_sub(10);
+    eprintln!(
+        "best effort: 60 pods → {c:?}; overshoot a +{} b +{}; status exact after {:.1} s; \
+         host status writes {}",
+        over("a"),
+        over("b"),
+        started.elapsed().as_secs_f64(),
+        stack
+            .host
+            .metric("workloadspread_host_counter_status_writes_total")
+            .await?
+    );
+    // The over-maximum pods are the cheapest to delete (what a ≥ 1.22 scale-in follows).
+    let costs = costs_by_subset(&pods);
+    for s in ["a", "b"] {
+        let negative = costs
+            .get(s)
+            .map_or(0, |v| v.iter().filter(|c| **c < 0).count());
+        ensure!(
+            negative == over(s),
+            "{s}: {negative} negative costs for +{} over",
+            over(s)
+        );
+    }
+    stack.finish().await
+}
