@@ -15,7 +15,7 @@ POLICY_WASM := policy/policy.wasm
 
 .PHONY: all build policy annotated-policy fmt fmt-check lint unit integration test test-integration \
         cluster-up cluster-down cluster-status demo bench clean playground playground-serve \
-        playground-test
+        playground-test fuzz
 
 all: build policy
 
@@ -71,7 +71,12 @@ playground-test: playground
 	node --test playground/tests/locate.test.mjs
 	node playground/tests/browser.mjs
 
-test: fmt-check lint unit integration playground-test
+FUZZ_SECONDS ?= 20
+## Every cargo-fuzz target for FUZZ_SECONDS each (nightly toolchain; seeds from fixtures).
+fuzz:
+	bash scripts/fuzz.sh $(FUZZ_SECONDS)
+
+test: fmt-check lint unit integration playground-test fuzz
 	@echo "make test: all checks passed"
 
 cluster-up:
