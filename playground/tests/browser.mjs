@@ -108,7 +108,9 @@ async function main() {
   const server = await serve(resolve(dist));
   const url = `http://127.0.0.1:${server.address().port}/`;
   const browser = await chromium.launch({ executablePath: exe, headless: true,
-    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"] });
+    // No background networking: this machine (and CI) has no route to Google's services.
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"] });
   const errors = [];
   try {
     const page = await browser.newPage({ viewport: { width: 1440, height: 1000 } });
