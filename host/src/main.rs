@@ -152,6 +152,10 @@ struct ServeArgs {
     /// Pooling-allocator instance slots (0 = allocate on demand).
     #[arg(long, default_value_t = 0)]
     pool_instances: u32,
+    /// Largest AdmissionReview accepted (the API server sends objects up to its 3 MiB
+    /// request limit, and an UPDATE carries two); larger bodies get HTTP 413.
+    #[arg(long, default_value_t = 8 << 20)]
+    max_request_bytes: usize,
 }
 
 #[derive(Args)]
@@ -440,6 +444,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         capabilities: caps.clone(),
         metrics,
         slots: tokio::sync::Semaphore::new(args.max_concurrency.max(1)),
+        max_request_bytes: args.max_request_bytes,
     });
     tracing::info!(listen = %args.listen, "serving (admissions wait for the caches' first list)");
     serve::serve_tls(

@@ -317,3 +317,51 @@ fn kwctl_sessions_replay() -> Result<()> {
     );
     Ok(())
 }
+
+/// Hostile input to `run`: a body that is not JSON fails with the parse error; a kind
+/// the policy does not handle is allowed untouched; a 3 MB pod is evaluated.
+#[test]
+fn hostile_requests() -> Result<()> {
+    let Some(policy) = policy()? else {
+        return Ok(());
+    };
+    let host = |request: &[u8]| -> Result<std::process::Output> {
+        let path = tempfile_path("request.json");
+        std::fs::write(&path, request)?;
+        Ok(Command::new(env!("CARGO_BIN_EXE_workloadspread-host"))
+            .args(["run", "--request-path"])
+            .arg(&path)
+            .arg(&policy)
+            .output()?)
+    };
+    let out = host(b"{not json")?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        !out.status.success() && stderr.contains("request is not JSON"),
+        "{stderr}"
+    );
+    let request = |kind: &str, object: Value| {
+        serde_json::to_vec(
+            &serde_json::json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": kind},
+            "operation": "CREATE", "namespace": "demo", "object": object}),
+        )
+    };
+    for req in [
+        request("ConfigMap", serde_json::json!({"metadata": {"name": "cm"}}))?,
+        request(
+            "Pod",
+            serde_json::json!({"metadata": {"name": "p", "annotations": {"x": "y".repeat(3 << 20)}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}}),
+        )?,
+    ] {
+        let out = host(&req)?;
+        ensure!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let response: Value = serde_json::from_slice(&out.stdout)?;
+        ensure!(response["allowed"] == true, "{response}");
+    }
+    Ok(())
+}

@@ -117,6 +117,34 @@ impl HostProcess {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// POSTs `body` (JSON) over HTTPS; returns the HTTP status and the response body.
+    pub async fn post(&self, path: &str, body: &[u8]) -> Result<(u16, String)> {
+        let file = std::env::temp_dir().join(format!("{}.json", crate::unique_name("body")));
+        std::fs::write(&file, body)?;
+        let out = tokio::process::Command::new("curl")
+            .args([
+                "-sSk",
+                "--max-time",
+                "20",
+                "-H",
+                "Content-Type: application/json",
+            ])
+            .arg("--data-binary")
+            .arg(format!("@{}", file.display()))
+            .args(["-w", "\n%{http_code}"])
+            .arg(format!("https://127.0.0.1:{}{path}", self.port))
+            .output()
+            .await
+            .context("running curl")?;
+        let _ = std::fs::remove_file(&file);
+        if !out.status.success() {
+            bail!("curl: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').context("no status code")?;
+        Ok((code.trim().parse()?, body.to_string()))
+    }
+
     /// Sum of the samples of metric `name` (all label sets) in `/metrics`.
     pub async fn metric(&self, name: &str) -> Result<f64> {
         let text = self.get("/metrics").await?;

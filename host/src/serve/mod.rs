@@ -11,7 +11,8 @@ use crate::engine::PolicyEngine;
 use crate::run::{self, AdmissionResponse};
 use anyhow::{Context, Result};
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -37,25 +38,45 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// Bounds concurrent evaluations (each holds a blocking thread).
     pub slots: Semaphore,
+    /// Largest AdmissionReview body accepted.
+    pub max_request_bytes: usize,
 }
 
 /// The webhook's routes.
 pub fn router(app: Arc<App>) -> Router {
+    let limit = app.max_request_bytes;
     Router::new()
         .route("/mutate", post(mutate))
         .route("/validate", post(validate))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
+        .layer(DefaultBodyLimit::max(limit))
         .with_state(app)
 }
 
-async fn mutate(State(app): State<Arc<App>>, body: Bytes) -> Response {
+type Body = Result<Bytes, BytesRejection>;
+
+async fn mutate(State(app): State<Arc<App>>, body: Body) -> Response {
     admit(app, Endpoint::Mutate, body).await
 }
 
-async fn validate(State(app): State<Arc<App>>, body: Bytes) -> Response {
+async fn validate(State(app): State<Arc<App>>, body: Body) -> Response {
     admit(app, Endpoint::Validate, body).await
+}
+
+/// The body, or the answer to a body that could not be read (e.g. over the limit).
+fn read_body(app: &App, body: Body) -> Result<Bytes, Response> {
+    body.map_err(|e| {
+        let message = match e.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => format!(
+                "the AdmissionReview is larger than {} bytes (raise --max-request-bytes)",
+                app.max_request_bytes
+            ),
+            _ => format!("unreadable request body: {e}"),
+        };
+        (e.status(), message).into_response()
+    })
 }
 
 async fn readyz(State(app): State<Arc<App>>) -> Response {
@@ -77,8 +98,12 @@ async fn metrics_text(State(app): State<Arc<App>>) -> Response {
         .into_response()
 }
 
-async fn admit(app: Arc<App>, endpoint: Endpoint, body: Bytes) -> Response {
+async fn admit(app: Arc<App>, endpoint: Endpoint, body: Body) -> Response {
     let started = Instant::now();
+    let body = match read_body(&app, body) {
+        Ok(b) => b,
+        Err(response) => return response,
+    };
     let review: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return bad_request(format!("the body is not an AdmissionReview: {e}")),
