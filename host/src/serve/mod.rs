@@ -65,18 +65,16 @@ async fn validate(State(app): State<Arc<App>>, body: Body) -> Response {
     admit(app, Endpoint::Validate, body).await
 }
 
-/// The body, or the answer to a body that could not be read (e.g. over the limit).
-fn read_body(app: &App, body: Body) -> Result<Bytes, Response> {
-    body.map_err(|e| {
-        let message = match e.status() {
-            StatusCode::PAYLOAD_TOO_LARGE => format!(
-                "the AdmissionReview is larger than {} bytes (raise --max-request-bytes)",
-                app.max_request_bytes
-            ),
-            _ => format!("unreadable request body: {e}"),
-        };
-        (e.status(), message).into_response()
-    })
+/// The answer to a body that could not be read (e.g. over the limit).
+fn body_error(app: &App, e: BytesRejection) -> Response {
+    let message = match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => format!(
+            "the AdmissionReview is larger than {} bytes (raise --max-request-bytes)",
+            app.max_request_bytes
+        ),
+        _ => format!("unreadable request body: {e}"),
+    };
+    (e.status(), message).into_response()
 }
 
 async fn readyz(State(app): State<Arc<App>>) -> Response {
@@ -100,9 +98,9 @@ async fn metrics_text(State(app): State<Arc<App>>) -> Response {
 
 async fn admit(app: Arc<App>, endpoint: Endpoint, body: Body) -> Response {
     let started = Instant::now();
-    let body = match read_body(&app, body) {
+    let body = match body {
         Ok(b) => b,
-        Err(response) => return response,
+        Err(e) => return body_error(&app, e),
     };
     let review: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
