@@ -8,7 +8,7 @@ SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 
 APT_PKGS=(rustc-web cargo-web rust-web-src wasi-libc golang-1.19-go
   golang-github-modern-go-reflect2-dev rsync jq make bats openssl curl dpkg-dev bsdextrautils
-  chromium)
+  chromium docker-registry)
 # Node.js for the playground's browser test (any packaged node >= 18 will do).
 command -v npm >/dev/null || APT_PKGS+=(nodejs npm)
 

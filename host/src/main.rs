@@ -5,6 +5,7 @@ mod annotate;
 mod bench;
 mod capabilities;
 mod engine;
+mod oci;
 mod replay;
 mod run;
 mod serve;
@@ -42,6 +43,53 @@ enum Command {
     Bench(BenchArgs),
     /// Embed metadata in the module (`io.kubewarden.metadata`), as `kwctl annotate`.
     Annotate(AnnotateArgs),
+    /// Push the (annotated) module to an OCI registry, as `kwctl push`.
+    Push(PushArgs),
+    /// Pull a policy module from an OCI registry into a file, as `kwctl pull`.
+    Pull(PullArgs),
+}
+
+#[derive(Args)]
+struct RegistryArgs {
+    /// Talk plain HTTP to the registry (e.g. one on loopback without TLS).
+    #[arg(long)]
+    plain_http: bool,
+    /// Basic-auth credentials `user:password` (default: anonymous); also $WS_REGISTRY_AUTH.
+    #[arg(long, env = "WS_REGISTRY_AUTH", hide_env_values = true)]
+    registry_auth: Option<String>,
+}
+
+impl RegistryArgs {
+    fn registry(&self) -> oci::Registry {
+        oci::Registry {
+            plain_http: self.plain_http,
+            credentials: self.registry_auth.clone(),
+        }
+    }
+}
+
+#[derive(Args)]
+struct PushArgs {
+    #[command(flatten)]
+    registry: RegistryArgs,
+    /// `text` prints the immutable reference; `json` prints {"immutable_ref": …} like kwctl.
+    #[arg(short = 'o', long, default_value = "text", value_parser = ["text", "json"])]
+    output: String,
+    /// The module (annotated: `make annotated-policy`).
+    wasm_path: PathBuf,
+    /// Destination, e.g. registry://127.0.0.1:5000/policies/workloadspread:v0.1.0
+    uri: String,
+}
+
+#[derive(Args)]
+struct PullArgs {
+    #[command(flatten)]
+    registry: RegistryArgs,
+    /// Where to write the module.
+    #[arg(short = 'o', long)]
+    output_path: PathBuf,
+    /// Source, e.g. registry://127.0.0.1:5000/policies/workloadspread:v0.1.0
+    uri: String,
 }
 
 #[derive(Args)]
@@ -197,11 +245,42 @@ fn main() {
         Command::Serve(args) => cmd_serve(args),
         Command::Bench(args) => cmd_bench(args),
         Command::Annotate(args) => cmd_annotate(args),
+        Command::Push(args) => cmd_push(args),
+        Command::Pull(args) => cmd_pull(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
+}
+
+fn current_thread_runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+fn cmd_push(args: PushArgs) -> Result<()> {
+    let registry = args.registry.registry();
+    let immutable =
+        current_thread_runtime()?.block_on(oci::push(&args.wasm_path, &args.uri, &registry))?;
+    match args.output.as_str() {
+        "json" => println!("{}", serde_json::json!({ "immutable_ref": immutable })),
+        _ => println!("{immutable}"),
+    }
+    Ok(())
+}
+
+fn cmd_pull(args: PullArgs) -> Result<()> {
+    let registry = args.registry.registry();
+    let digest =
+        current_thread_runtime()?.block_on(oci::pull(&args.uri, &args.output_path, &registry))?;
+    println!(
+        "pulled {} ({digest}) to {}",
+        args.uri,
+        args.output_path.display()
+    );
+    Ok(())
 }
 
 fn default_cache_dir() -> PathBuf {
