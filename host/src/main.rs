@@ -175,6 +175,10 @@ struct ServeArgs {
     /// CA bundle to publish with --tls-cert-file (default: the chain's last certificate).
     #[arg(long, requires = "tls_cert_file")]
     tls_ca_file: Option<PathBuf>,
+    /// How often the certificate files are re-read (rotation by cert-manager or a
+    /// mounted Secret); 0 disables reloading.
+    #[arg(long, default_value_t = 30)]
+    tls_reload_seconds: u64,
     /// DNS names / IPs of the generated certificate (repeatable).
     #[arg(long = "tls-san", default_values_t = ["localhost".to_string(), "127.0.0.1".to_string()])]
     tls_sans: Vec<String>,
@@ -528,12 +532,33 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
     tracing::info!(listen = %args.listen, "serving (admissions wait for the caches' first list)");
     serve::serve_tls(
         listener,
-        bundle.server_config()?,
+        tls_config(&args, &bundle)?,
         serve::router(app),
         shutdown_signal(),
         Duration::from_secs(15),
     )
     .await
+}
+
+/// The TLS configuration; certificates from files are re-read periodically so a
+/// rotation needs no restart (new connections get the new certificate).
+fn tls_config(
+    args: &ServeArgs,
+    bundle: &serve::tls::CertBundle,
+) -> Result<Arc<rustls::ServerConfig>> {
+    match (
+        &args.tls_cert_file,
+        &args.tls_key_file,
+        args.tls_reload_seconds,
+    ) {
+        (Some(cert), Some(key), secs) if secs > 0 => {
+            let reloader = serve::tls::FileReloader::new(cert, key)?;
+            let config = serve::tls::server_config(reloader.resolver.clone())?;
+            tokio::spawn(reloader.watch(Duration::from_secs(secs)));
+            Ok(config)
+        }
+        _ => bundle.server_config(),
+    }
 }
 
 async fn shutdown_signal() {

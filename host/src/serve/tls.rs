@@ -14,9 +14,11 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
 };
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 /// PEM serving certificate chain, its key, and the CA that signed it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,9 +71,8 @@ impl CertBundle {
         })
     }
 
-    /// rustls server configuration (HTTP/1.1: the API server then opens one
-    /// connection per concurrent call, which a Service spreads over replicas).
-    pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>> {
+    /// The chain and key as rustls' signing material (checks that they match).
+    pub fn certified_key(&self) -> Result<Arc<CertifiedKey>> {
         let certs = rustls_pemfile::certs(&mut self.cert_pem.as_bytes())
             .collect::<Result<Vec<_>, _>>()
             .context("parsing the serving certificate")?;
@@ -81,14 +82,108 @@ impl CertBundle {
         let key = rustls_pemfile::private_key(&mut self.key_pem.as_bytes())
             .context("parsing the serving key")?
             .context("no private key in the key PEM")?;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
+        let provider = rustls::crypto::ring::default_provider();
+        let certified = CertifiedKey::from_der(certs, key, &provider)
             .context("serving certificate and key do not match")?;
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(Arc::new(config))
+        Ok(Arc::new(certified))
+    }
+
+    /// rustls server configuration with a fixed certificate.
+    pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>> {
+        server_config(Arc::new(CertResolver::new(self.certified_key()?)))
+    }
+}
+
+/// rustls server configuration over `resolver` (HTTP/1.1: the API server then opens one
+/// connection per concurrent call, which a Service spreads over replicas).
+pub fn server_config(resolver: Arc<CertResolver>) -> Result<Arc<rustls::ServerConfig>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The serving certificate, replaceable while serving (new handshakes get the new one).
+#[derive(Debug)]
+pub struct CertResolver(RwLock<Arc<CertifiedKey>>);
+
+impl CertResolver {
+    pub fn new(key: Arc<CertifiedKey>) -> Self {
+        CertResolver(RwLock::new(key))
+    }
+
+    fn current(&self) -> Arc<CertifiedKey> {
+        match self.0.read() {
+            Ok(k) => k.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn replace(&self, key: Arc<CertifiedKey>) {
+        match self.0.write() {
+            Ok(mut k) => *k = key,
+            Err(poisoned) => *poisoned.into_inner() = key,
+        }
+    }
+}
+
+impl ResolvesServerCert for CertResolver {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+/// Certificate files watched for rotation (cert-manager, kubelet-projected Secrets).
+pub struct FileReloader {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub resolver: Arc<CertResolver>,
+    loaded: (String, String),
+}
+
+impl FileReloader {
+    /// Loads the files once; [`FileReloader::reload_if_changed`] picks up rotations.
+    pub fn new(cert: &Path, key: &Path) -> Result<Self> {
+        let bundle = CertBundle::from_files(cert, key, None)?;
+        Ok(FileReloader {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            resolver: Arc::new(CertResolver::new(bundle.certified_key()?)),
+            loaded: (bundle.cert_pem, bundle.key_pem),
+        })
+    }
+
+    /// Re-reads the files; swaps the certificate when they changed and are a valid pair.
+    /// A half-written or mismatched pair keeps the old certificate (retried next time).
+    pub fn reload_if_changed(&mut self) -> Result<bool> {
+        let bundle = CertBundle::from_files(&self.cert, &self.key, None)?;
+        if (bundle.cert_pem.as_str(), bundle.key_pem.as_str())
+            == (self.loaded.0.as_str(), self.loaded.1.as_str())
+        {
+            return Ok(false);
+        }
+        self.resolver.replace(bundle.certified_key()?);
+        self.loaded = (bundle.cert_pem, bundle.key_pem);
+        Ok(true)
+    }
+
+    /// Polls every `period` until the process ends.
+    pub async fn watch(mut self, period: std::time::Duration) {
+        loop {
+            tokio::time::sleep(period).await;
+            match self.reload_if_changed() {
+                Ok(true) => {
+                    tracing::info!(cert = %self.cert.display(), "serving certificate reloaded")
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!("serving certificate not reloaded (keeping the old one): {e:#}")
+                }
+            }
+        }
     }
 }
 
@@ -230,5 +325,33 @@ mod tests {
         };
         let err = mixed.server_config().unwrap_err().to_string();
         assert!(err.contains("do not match"), "{err}");
+    }
+
+    #[test]
+    fn rotated_files_are_picked_up_and_bad_pairs_are_not() {
+        let dir = std::env::temp_dir().join(format!("ws-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        let write = |b: &CertBundle| {
+            std::fs::write(&cert, &b.cert_pem).unwrap();
+            std::fs::write(&key, &b.key_pem).unwrap();
+        };
+        let (first, second) = (
+            CertBundle::generate(&["a".into()]).unwrap(),
+            CertBundle::generate(&["a".into()]).unwrap(),
+        );
+        write(&first);
+        let mut reloader = FileReloader::new(&cert, &key).unwrap();
+        let served = |r: &FileReloader| r.resolver.current().cert[0].clone();
+        let before = served(&reloader);
+        assert!(!reloader.reload_if_changed().unwrap(), "unchanged files");
+        // Half a rotation (new cert, old key) is refused and the old pair kept.
+        std::fs::write(&cert, &second.cert_pem).unwrap();
+        assert!(reloader.reload_if_changed().is_err());
+        assert_eq!(served(&reloader), before);
+        write(&second);
+        assert!(reloader.reload_if_changed().unwrap());
+        assert_ne!(served(&reloader), before);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
