@@ -37,6 +37,13 @@ enum State {
     Terminating,
 }
 
+/// (pod suffix, age in seconds) entries of creatingPods / deletingPods.
+type Entries = Vec<(usize, i64)>;
+/// (subset, replicas, missingReplicas, creating suffixes, deleting suffixes)
+type SubsetState<S> = (S, i64, i64, Vec<usize>, Vec<usize>);
+/// Subset states and per-pod costs.
+type Observed = (Vec<SubsetState<String>>, Vec<(usize, Option<i64>)>);
+
 struct Case {
     name: &'static str,
     subsets: Value,
@@ -44,9 +51,9 @@ struct Case {
     /// (pod suffix, subset, state)
     pods: Vec<(usize, &'static str, State)>,
     /// Seeded status: subset → (creating pod suffixes with age in s, deleting ditto).
-    seed: Vec<(&'static str, Vec<(usize, i64)>, Vec<(usize, i64)>)>,
+    seed: Vec<(&'static str, Entries, Entries)>,
     /// subset → (replicas, missing, creating suffixes, deleting suffixes)
-    want: Vec<(&'static str, i64, i64, Vec<usize>, Vec<usize>)>,
+    want: Vec<SubsetState<&'static str>>,
     /// pod suffix → cost (None: no annotation)
     costs: Vec<(usize, Option<i64>)>,
 }
@@ -364,13 +371,7 @@ async fn seed_status(wss: &Api<DynamicObject>, c: &Case) -> Result<()> {
 }
 
 /// What the case looks like now, in the shape of `want`/`costs`.
-async fn observed(
-    ns: &TestNamespace,
-    c: &Case,
-) -> Result<(
-    Vec<(String, i64, i64, Vec<usize>, Vec<usize>)>,
-    Vec<(usize, Option<i64>)>,
-)> {
+async fn observed(ns: &TestNamespace, c: &Case) -> Result<Observed> {
     let wss: Api<DynamicObject> = Api::namespaced_with(
         ns.client(),
         ns.name(),
@@ -442,7 +443,7 @@ async fn reference_reconcile_cases_converge_on_real_objects() -> Result<()> {
     let controller = ControllerProcess::start(bin, cluster()?.kubeconfig(), &args).await?;
     let mut failures = vec![];
     for c in &cases {
-        let want: Vec<(String, i64, i64, Vec<usize>, Vec<usize>)> = c
+        let want: Vec<SubsetState<String>> = c
             .want
             .iter()
             .map(|(s, r, m, cr, de)| (s.to_string(), *r, *m, cr.clone(), de.clone()))
