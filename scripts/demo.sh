@@ -72,6 +72,7 @@ webhooks:
 EOF
 RUST_LOG=info "$target/debug/workloadspread-host" serve --listen "127.0.0.1:$port" \
   --tls-san 127.0.0.1 --webhook-config "$webhook" --ca-bundle-out "$state/ca.pem" \
+  --conversion-crd workloadspreads.apps.kruise.io --conversion-url "https://127.0.0.1:$port/convert" \
   --policy "$root/policy/policy.wasm" 2>"$state/host.log" &
 pids+=($!)
 RUST_LOG=info "$target/debug/workloadspread-controller" run --namespace "$ns" \

@@ -179,6 +179,9 @@ def apply():
             (host, "get", "secrets", "default", None, False),
             (host, "update", "mutatingwebhookconfigurations.admissionregistration.k8s.io", None, release, True),
             (host, "update", "mutatingwebhookconfigurations.admissionregistration.k8s.io", None, "other", False),
+            (host, "patch", "customresourcedefinitions.apiextensions.k8s.io", None,
+             "workloadspreads.apps.kruise.io", True),
+            (host, "patch", "customresourcedefinitions.apiextensions.k8s.io", None, "other.example.com", False),
         ]
         for sa, verb, resource, target, name, want in checks:
             got = can_i(ns, sa, verb, resource, target or ns, name)

@@ -38,7 +38,7 @@ enum Command {
     /// Evaluate one admission request offline (kwctl run compatible output).
     Run(RunArgs),
     /// Serve the policy as an HTTPS admission webhook with exact counters.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Evaluate one request N times through the module and natively; print p50/p99.
     Bench(BenchArgs),
     /// Embed metadata in the module (`io.kubewarden.metadata`), as `kwctl annotate`.
@@ -204,6 +204,21 @@ struct ServeArgs {
     /// Pooling-allocator instance slots (0 = allocate on demand).
     #[arg(long, default_value_t = 0)]
     pool_instances: u32,
+    /// CRD whose conversion (v1alpha1 ⇄ v1beta1) this host serves on `/convert`: the host
+    /// sets the CRD's conversion strategy to Webhook with its CA (e.g.
+    /// workloadspreads.apps.kruise.io). Needs --conversion-url or --conversion-service.
+    #[arg(long)]
+    conversion_crd: Option<String>,
+    /// How the API server reaches this host for conversion (outside the cluster).
+    #[arg(
+        long,
+        requires = "conversion_crd",
+        conflicts_with = "conversion_service"
+    )]
+    conversion_url: Option<String>,
+    /// NAMESPACE/SERVICE[:PORT] through which the API server reaches this host.
+    #[arg(long, requires = "conversion_crd")]
+    conversion_service: Option<String>,
     /// Largest AdmissionReview accepted (the API server sends objects up to its 3 MiB
     /// request limit, and an UPDATE carries two); larger bodies get HTTP 413.
     #[arg(long, default_value_t = 8 << 20)]
@@ -246,7 +261,7 @@ fn main() {
         .init();
     let result = match Cli::parse().command {
         Command::Run(args) => cmd_run(args),
-        Command::Serve(args) => cmd_serve(args),
+        Command::Serve(args) => cmd_serve(*args),
         Command::Bench(args) => cmd_bench(args),
         Command::Annotate(args) => cmd_annotate(args),
         Command::Push(args) => cmd_push(args),
@@ -520,6 +535,11 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         let n = serve::tls::patch_ca_bundle(&client, name, &bundle.ca_pem).await?;
         tracing::info!("CA bundle patched into {n} webhook configuration(s) named {name}");
     }
+    if let Some(crd) = &args.conversion_crd {
+        let endpoint = conversion_endpoint(&args)?;
+        serve::convert::enable_on_crd(&client, crd, &endpoint, &bundle.ca_pem).await?;
+        tracing::info!("conversion webhook enabled on CRD {crd}");
+    }
     let listener = serve::bind(args.listen).await?;
     let app = Arc::new(serve::App {
         engine,
@@ -538,6 +558,29 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         Duration::from_secs(15),
     )
     .await
+}
+
+fn conversion_endpoint(args: &ServeArgs) -> Result<serve::convert::Endpoint> {
+    use serve::convert::Endpoint;
+    if let Some(url) = &args.conversion_url {
+        return Ok(Endpoint::Url(url.clone()));
+    }
+    let spec = args
+        .conversion_service
+        .as_deref()
+        .context("--conversion-crd needs --conversion-url or --conversion-service")?;
+    let (namespace, rest) = spec
+        .split_once('/')
+        .context("--conversion-service must be NAMESPACE/SERVICE[:PORT]")?;
+    let (name, port) = match rest.split_once(':') {
+        Some((n, p)) => (n, p.parse().context("--conversion-service port")?),
+        None => (rest, 443),
+    };
+    Ok(Endpoint::Service {
+        namespace: namespace.into(),
+        name: name.into(),
+        port,
+    })
 }
 
 /// The TLS configuration; certificates from files are re-read periodically so a

@@ -2,6 +2,7 @@
 //! capabilities and exact counters.
 
 pub mod commit;
+pub mod convert;
 pub mod kube_state;
 pub mod metrics;
 pub mod tls;
@@ -48,6 +49,7 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
         .route("/validate", post(validate))
+        .route("/convert", post(convert_handler))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
@@ -56,6 +58,20 @@ pub fn router(app: Arc<App>) -> Router {
 }
 
 type Body = Result<Bytes, BytesRejection>;
+
+async fn convert_handler(State(app): State<Arc<App>>, body: Body) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return body_error(&app, e),
+    };
+    match serde_json::from_slice::<Value>(&body) {
+        Ok(review) if review["request"].is_object() => {
+            axum::Json(convert::review(&review)).into_response()
+        }
+        Ok(_) => bad_request("expected a ConversionReview with a request".into()),
+        Err(e) => bad_request(format!("the body is not a ConversionReview: {e}")),
+    }
+}
 
 async fn mutate(State(app): State<Arc<App>>, body: Body) -> Response {
     admit(app, Endpoint::Mutate, body).await

@@ -1,0 +1,160 @@
+//! The CRD conversion webhook (`/convert`): WorkloadSpread v1alpha1 ⇄ v1beta1 through
+//! `core`'s lossless conversions. Without it the API server (strategy `None`) only
+//! relabels the apiVersion, and v1alpha1's `requiredNodeSelectorTerm` /
+//! `preferredNodeSelectorTerms` are pruned from the stored v1beta1 object.
+
+use anyhow::{Context, Result};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+use workloadspread_core::api::{v1alpha1, v1beta1, GROUP};
+
+const V1ALPHA1: &str = "apps.kruise.io/v1alpha1";
+const V1BETA1: &str = "apps.kruise.io/v1beta1";
+
+/// Answers a `ConversionReview` (apiextensions.k8s.io/v1).
+pub fn review(review: &Value) -> Value {
+    let request = &review["request"];
+    let uid = request["uid"].clone();
+    let desired = request["desiredAPIVersion"].as_str().unwrap_or_default();
+    let objects = request["objects"].as_array().cloned().unwrap_or_default();
+    let converted: Result<Vec<Value>, String> =
+        objects.iter().map(|o| convert(o, desired)).collect();
+    let response = match converted {
+        Ok(objects) => {
+            json!({"uid": uid, "convertedObjects": objects, "result": {"status": "Success"}})
+        }
+        Err(message) => json!({"uid": uid, "convertedObjects": [],
+            "result": {"status": "Failure", "message": message}}),
+    };
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview", "response": response})
+}
+
+/// Converts one WorkloadSpread to `desired`; metadata is kept as sent.
+pub fn convert(object: &Value, desired: &str) -> Result<Value, String> {
+    let from = object["apiVersion"].as_str().unwrap_or_default();
+    let name = object["metadata"]["name"].as_str().unwrap_or("<unnamed>");
+    let fail = |e: serde_json::Error| format!("converting WorkloadSpread {name} from {from}: {e}");
+    let mut out = match (from, desired) {
+        (a, b) if a == b => return Ok(object.clone()),
+        (V1ALPHA1, V1BETA1) => {
+            let alpha: v1alpha1::WorkloadSpread =
+                serde_json::from_value(object.clone()).map_err(fail)?;
+            serde_json::to_value(v1beta1::WorkloadSpread::from(alpha)).map_err(fail)?
+        }
+        (V1BETA1, V1ALPHA1) => {
+            let beta: v1beta1::WorkloadSpread =
+                serde_json::from_value(object.clone()).map_err(fail)?;
+            serde_json::to_value(v1alpha1::WorkloadSpread::from(beta)).map_err(fail)?
+        }
+        _ => {
+            return Err(format!(
+                "cannot convert WorkloadSpread {name} from {from:?} to {desired:?}"
+            ))
+        }
+    };
+    // The API server requires the metadata back unchanged (typed decoding drops fields).
+    out["metadata"] = object["metadata"].clone();
+    out["apiVersion"] = json!(desired);
+    out["kind"] = object["kind"].clone();
+    Ok(out)
+}
+
+/// Where the API server reaches `/convert`.
+pub enum Endpoint {
+    Url(String),
+    Service {
+        namespace: String,
+        name: String,
+        port: i32,
+    },
+}
+
+/// Points CRD `crd`'s conversion at this host with `ca_pem` as the trusted CA.
+pub async fn enable_on_crd(
+    client: &Client,
+    crd: &str,
+    endpoint: &Endpoint,
+    ca_pem: &str,
+) -> Result<()> {
+    use base64::Engine as _;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let client_config = match endpoint {
+        Endpoint::Url(url) => json!({"url": url, "caBundle": ca}),
+        Endpoint::Service {
+            namespace,
+            name,
+            port,
+        } => json!({"caBundle": ca,
+            "service": {"namespace": namespace, "name": name, "path": "/convert", "port": port}}),
+    };
+    let patch = json!({"spec": {"conversion": {"strategy": "Webhook",
+        "webhook": {"clientConfig": client_config, "conversionReviewVersions": ["v1"]}}}});
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let current = api
+        .get(crd)
+        .await
+        .with_context(|| format!("reading CRD {crd}"))?;
+    anyhow::ensure!(
+        current.spec.group == GROUP,
+        "CRD {crd} is not in group {GROUP}; refusing to point its conversion at this host"
+    );
+    api.patch(crd, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .with_context(|| format!("enabling the conversion webhook on CRD {crd}"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alpha() -> Value {
+        json!({"apiVersion": V1ALPHA1, "kind": "WorkloadSpread",
+            "metadata": {"name": "ws", "namespace": "n", "uid": "u", "resourceVersion": "7", "labels": {"a": "b"}},
+            "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                "subsets": [{"name": "a", "maxReplicas": 3,
+                    "requiredNodeSelectorTerm": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                    "preferredNodeSelectorTerms": [{"weight": 5, "preference": {"matchExpressions": [{"key": "x", "operator": "Exists"}]}}]}]},
+            "status": {"observedGeneration": 2, "subsetStatuses": [{"name": "a", "replicas": 1, "missingReplicas": 2}]}})
+    }
+
+    #[test]
+    fn round_trip_keeps_fields_and_metadata() {
+        let beta = convert(&alpha(), V1BETA1).unwrap();
+        assert_eq!(beta["apiVersion"], V1BETA1);
+        assert_eq!(beta["metadata"], alpha()["metadata"]);
+        let subset = &beta["spec"]["subsets"][0];
+        assert_eq!(
+            subset["requiredNodeSelector"]["matchExpressions"][0]["key"],
+            "zone"
+        );
+        assert_eq!(subset["preferredNodeSelector"][0]["weight"], 5);
+        assert!(subset.get("requiredNodeSelectorTerm").is_none());
+        let back = convert(&beta, V1ALPHA1).unwrap();
+        assert_eq!(back["spec"], alpha()["spec"]);
+        assert_eq!(
+            back["status"]["subsetStatuses"],
+            alpha()["status"]["subsetStatuses"]
+        );
+    }
+
+    #[test]
+    fn reviews_answer_success_or_a_reason() {
+        let ok = review(
+            &json!({"request": {"uid": "r1", "desiredAPIVersion": V1BETA1, "objects": [alpha()]}}),
+        );
+        assert_eq!(ok["response"]["uid"], "r1");
+        assert_eq!(ok["response"]["result"]["status"], "Success");
+        assert_eq!(ok["response"]["convertedObjects"][0]["apiVersion"], V1BETA1);
+        let bad = review(
+            &json!({"request": {"uid": "r2", "desiredAPIVersion": "apps.kruise.io/v9", "objects": [alpha()]}}),
+        );
+        assert_eq!(bad["response"]["result"]["status"], "Failure");
+        assert!(bad["response"]["result"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("v9"));
+    }
+}
