@@ -102,8 +102,26 @@ cmd_install() {
 
 # ---------------------------------------------------------------- up / down
 
+# A free port below the kernel's ephemeral range, so outgoing connections of other
+# processes (tests running meanwhile) cannot take it between choosing and binding.
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+  python3 - <<'PY'
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(200):
+    port = random.randrange(20000, max(20001, min(low, 32768)))
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+else:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()
+PY
 }
 
 port_in_use() {
