@@ -366,10 +366,11 @@ async fn elastic_two_then_unlimited() -> Result<()> {
 }
 
 /// §5.7 (5)/(6): one subset with max 2 and a `priorityClassName` patch: 2 pods are
-/// admitted into it with the class and cost 100; at 6 replicas the other 4 are admitted
-/// unchanged. The controller then adopts them (§4.4: no required term, so every node
-/// matches) without patching their spec, with the over-maximum cost −100 — scale-in
-/// removes them first. (§5.7 (6) expects them left without a cost; §4.4 is followed.)
+/// admitted into it with the class; at 6 replicas the other 4 are admitted unchanged.
+/// The controller then adopts them (§4.4: no required term, so every node matches)
+/// without patching their spec; with 6 pods over a maximum of 2, four get the
+/// over-maximum cost −100. (§5.7 (6) expects the unchanged pods left without a cost;
+/// §4.4 is followed.)
 #[tokio::test]
 async fn single_subset_with_a_priority_class_patch() -> Result<()> {
     let Some(stack) = Stack::start("scn-single", &[]).await? else {
@@ -394,16 +395,19 @@ async fn single_subset_with_a_priority_class_patch() -> Result<()> {
     );
     for p in &pods {
         let class_of = p.spec.as_ref().and_then(|s| s.priority_class_name.clone());
-        if admitted(p) {
-            ensure!(class_of.as_deref() == Some(class.as_str()) && cost_of(p) == Some(100));
-        } else {
-            ensure!(
-                class_of.is_none() && cost_of(p) == Some(-100),
-                "{:?}",
-                p.metadata
-            );
-        }
+        let want = admitted(p).then_some(class.as_str());
+        ensure!(class_of.as_deref() == want, "{:?}", p.metadata.name);
     }
+    // Adoption follows; then the subset holds 6 pods over a maximum of 2: the two kept
+    // longest (the ranking decides which, not how they were admitted) cost 100.
+    let pods = wait_for("adoption and costs 100×2, −100×4", SETTLE, || async {
+        let pods = live_pods(&stack.ns).await?;
+        let mut costs: Vec<Option<i64>> = pods.iter().map(cost_of).collect();
+        costs.sort_unstable();
+        let want = [vec![Some(-100); 4], vec![Some(100); 2]].concat();
+        Ok((costs == want && pods.iter().all(|p| subset_of(p).is_some())).then_some(pods))
+    })
+    .await?;
     status_matches(&ws, &counts(&pods)).await?;
     let _ = classes.delete(&class, &Default::default()).await;
     stack.finish().await
