@@ -54,7 +54,37 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            refuse_oversized,
+        ))
         .with_state(app)
+}
+
+/// Answers 413 from the declared length before any of the body is read, so the client
+/// (which may wait on `Expect: 100-continue`) gets the reason instead of a reset.
+async fn refuse_oversized(
+    State(app): State<Arc<App>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    match declared {
+        Some(n) if n > app.max_request_bytes => too_large(&app),
+        _ => next.run(request).await,
+    }
+}
+
+fn too_large(app: &App) -> Response {
+    let message = format!(
+        "the AdmissionReview is larger than {} bytes (raise --max-request-bytes)",
+        app.max_request_bytes
+    );
+    (StatusCode::PAYLOAD_TOO_LARGE, message).into_response()
 }
 
 type Body = Result<Bytes, BytesRejection>;
@@ -83,14 +113,10 @@ async fn validate(State(app): State<Arc<App>>, body: Body) -> Response {
 
 /// The answer to a body that could not be read (e.g. over the limit).
 fn body_error(app: &App, e: BytesRejection) -> Response {
-    let message = match e.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => format!(
-            "the AdmissionReview is larger than {} bytes (raise --max-request-bytes)",
-            app.max_request_bytes
-        ),
-        _ => format!("unreadable request body: {e}"),
-    };
-    (e.status(), message).into_response()
+    match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => too_large(app),
+        status => (status, format!("unreadable request body: {e}")).into_response(),
+    }
 }
 
 async fn readyz(State(app): State<Arc<App>>) -> Response {
