@@ -10,13 +10,11 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
+use workloadspread_testkit::pods::{annotation, subset_of, COST};
 use workloadspread_testkit::webhook::{
     apply_crd, policy_wasm, workspace_binary, ControllerProcess, HostProcess, WebhookConfigs,
 };
 use workloadspread_testkit::{cluster, unique_name, wait_for, TestNamespace};
-
-const COST: &str = "controller.kubernetes.io/pod-deletion-cost";
-const MATCHED: &str = "apps.kruise.io/matched-workloadspread";
 
 fn controller_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_workloadspread-controller"))
@@ -65,15 +63,6 @@ async fn create_deployment(ns: &TestNamespace, replicas: i32) -> Result<()> {
         .create(&PostParams::default(), &d)
         .await?;
     Ok(())
-}
-
-fn annotation<'a>(p: &'a Pod, key: &str) -> Option<&'a String> {
-    p.metadata.annotations.as_ref()?.get(key)
-}
-
-fn subset_of(p: &Pod) -> Option<String> {
-    let v: Value = serde_json::from_str(annotation(p, MATCHED)?).ok()?;
-    v["subset"].as_str().map(str::to_string)
 }
 
 /// Costs per subset, sorted (pods without annotations are skipped).

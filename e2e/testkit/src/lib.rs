@@ -241,5 +241,6 @@ mod tests {
     }
 }
 pub mod faults;
+pub mod pods;
 pub mod stack;
 pub mod webhook;

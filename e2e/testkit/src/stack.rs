@@ -70,6 +70,38 @@ impl Drop for FakeKubelet {
     }
 }
 
+/// The policy module and the two binaries a stack runs.
+pub struct Binaries {
+    pub policy: std::path::PathBuf,
+    pub host: std::path::PathBuf,
+    pub controller: std::path::PathBuf,
+}
+
+impl Binaries {
+    /// `None` (with a message) when something is not built and the run does not require it.
+    pub fn find() -> Result<Option<Self>> {
+        let (Some(policy), Some(host), Some(controller)) = (
+            policy_wasm()?,
+            workspace_binary("workloadspread-host")?,
+            workspace_binary("workloadspread-controller")?,
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some(Binaries {
+            policy,
+            host,
+            controller,
+        }))
+    }
+}
+
+/// A fresh namespace with the WorkloadSpread CRD applied.
+pub async fn namespace_with_crd(hint: &str) -> Result<TestNamespace> {
+    let ns = cluster()?.namespace(hint).await?;
+    crate::webhook::apply_crd(&ns.client(), &workloadspread_crd_json()?).await?;
+    Ok(ns)
+}
+
 /// Host + controller + fake kubelet for one fresh namespace. Dropping it stops the
 /// processes; [`Stack::finish`] also removes the webhook configurations.
 pub struct Stack {
@@ -93,17 +125,11 @@ impl Stack {
         host_args: &[&str],
         controller_args: &[&str],
     ) -> Result<Option<Self>> {
-        let (Some(policy), Some(host_bin), Some(controller_bin)) = (
-            policy_wasm()?,
-            workspace_binary("workloadspread-host")?,
-            workspace_binary("workloadspread-controller")?,
-        ) else {
+        let Some(bins) = Binaries::find()? else {
             return Ok(None);
         };
-        let ns = cluster()?.namespace(hint).await?;
+        let ns = namespace_with_crd(hint).await?;
         let client = ns.client();
-        let crd = workloadspread_crd_json()?;
-        crate::webhook::apply_crd(&client, &crd).await?;
         let kubeconfig = cluster()?.kubeconfig();
         let port = free_port()?;
         let name = unique_name(hint);
@@ -111,16 +137,16 @@ impl Stack {
             WebhookConfigs::create(&client, &name, &format!("https://127.0.0.1:{port}")).await?;
         let mut args = vec![
             "--policy".to_string(),
-            policy.display().to_string(),
+            bins.policy.display().to_string(),
             "--webhook-config".into(),
             name.clone(),
         ];
         args.extend(host_args.iter().map(|s| s.to_string()));
-        let host = HostProcess::start_on(&host_bin, kubeconfig, port, &args).await?;
+        let host = HostProcess::start_on(&bins.host, kubeconfig, port, &args).await?;
         configs.enroll(ns.name()).await?;
         let mut args = vec!["--namespace".to_string(), ns.name().to_string()];
         args.extend(controller_args.iter().map(|s| s.to_string()));
-        let controller = ControllerProcess::start(&controller_bin, kubeconfig, &args)
+        let controller = ControllerProcess::start(&bins.controller, kubeconfig, &args)
             .await
             .context("starting the controller")?;
         let kubelet = FakeKubelet::start(client, ns.name());

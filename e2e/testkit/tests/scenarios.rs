@@ -22,15 +22,13 @@ use std::path::Path;
 use std::time::Duration;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_testkit::faults::{api_server_addr, fault_proxy, kubeconfig_via, Faults};
-use workloadspread_testkit::stack::{workloadspread_crd_json, FakeKubelet, Stack};
+use workloadspread_testkit::pods::{annotation, cost_of, subset_of, MATCHED};
+use workloadspread_testkit::stack::{namespace_with_crd, Binaries, FakeKubelet, Stack};
 use workloadspread_testkit::webhook::{
-    apply_crd, free_port, policy_wasm, round_robin_proxy, workspace_binary, ControllerProcess,
-    HostProcess, WebhookConfigs,
+    free_port, round_robin_proxy, ControllerProcess, HostProcess, WebhookConfigs,
 };
 use workloadspread_testkit::{cluster, unique_name, wait_for, TestNamespace};
 
-const COST: &str = "controller.kubernetes.io/pod-deletion-cost";
-const MATCHED: &str = "apps.kruise.io/matched-workloadspread";
 const ZONE: &str = "topology.kubernetes.io/zone";
 const SETTLE: Duration = Duration::from_secs(90);
 
@@ -95,19 +93,6 @@ where
     api.patch("web", &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(())
-}
-
-fn annotation<'a>(p: &'a Pod, key: &str) -> Option<&'a String> {
-    p.metadata.annotations.as_ref()?.get(key)
-}
-
-fn subset_of(p: &Pod) -> Option<String> {
-    let v: Value = serde_json::from_str(annotation(p, MATCHED)?).ok()?;
-    v["subset"].as_str().map(str::to_string)
-}
-
-fn cost_of(p: &Pod) -> Option<i64> {
-    annotation(p, COST)?.parse().ok()
 }
 
 fn node_of(p: &Pod) -> Option<&str> {
@@ -608,22 +593,18 @@ struct Replicated {
     hosts: Vec<HostProcess>,
     controller: ControllerProcess,
     configs: WebhookConfigs,
+    bins: Binaries,
     _kubelet: FakeKubelet,
 }
 
 /// Two hosts sharing one TLS Secret (each started with `host_kubeconfig[i]`), the
 /// webhooks pointing at a round-robin proxy in front of them, the controller, a kubelet.
 async fn replicated(hint: &str, host_kubeconfigs: [&Path; 2]) -> Result<Option<Replicated>> {
-    let (Some(policy), Some(host_bin), Some(controller_bin)) = (
-        policy_wasm()?,
-        workspace_binary("workloadspread-host")?,
-        workspace_binary("workloadspread-controller")?,
-    ) else {
+    let Some(bins) = Binaries::find()? else {
         return Ok(None);
     };
-    let ns = cluster()?.namespace(hint).await?;
+    let ns = namespace_with_crd(hint).await?;
     let client = ns.client();
-    apply_crd(&client, &workloadspread_crd_json()?).await?;
     let ports = [free_port()?, free_port()?];
     let proxy = round_robin_proxy(
         ports
@@ -635,7 +616,7 @@ async fn replicated(hint: &str, host_kubeconfigs: [&Path; 2]) -> Result<Option<R
     let configs = WebhookConfigs::create(&client, &name, &format!("https://{proxy}")).await?;
     let args: Vec<String> = [
         "--policy",
-        &policy.display().to_string(),
+        &bins.policy.display().to_string(),
         "--tls-secret",
         &format!("{}/host-tls", ns.name()),
         "--webhook-config",
@@ -647,12 +628,12 @@ async fn replicated(hint: &str, host_kubeconfigs: [&Path; 2]) -> Result<Option<R
     .to_vec();
     let mut hosts = vec![];
     for (port, kubeconfig) in ports.into_iter().zip(host_kubeconfigs) {
-        hosts.push(HostProcess::start_on(&host_bin, kubeconfig, port, &args).await?);
+        hosts.push(HostProcess::start_on(&bins.host, kubeconfig, port, &args).await?);
     }
     configs.enroll(ns.name()).await?;
     let controller_args = ["--namespace".to_string(), ns.name().to_string()];
     let controller =
-        ControllerProcess::start(&controller_bin, cluster()?.kubeconfig(), &controller_args)
+        ControllerProcess::start(&bins.controller, cluster()?.kubeconfig(), &controller_args)
             .await?;
     let kubelet = FakeKubelet::start(client, ns.name());
     Ok(Some(Replicated {
@@ -660,6 +641,7 @@ async fn replicated(hint: &str, host_kubeconfigs: [&Path; 2]) -> Result<Option<R
         hosts,
         controller,
         configs,
+        bins,
         _kubelet: kubelet,
     }))
 }
@@ -735,8 +717,7 @@ async fn burst_of_300_survives_a_killed_host_and_a_controller_restart() -> Resul
     wait_pods(&r.ns, 200).await?;
     r.controller.kill();
     let args = ["--namespace".to_string(), r.ns.name().to_string()];
-    let bin = workspace_binary("workloadspread-controller")?.context("controller binary")?;
-    r.controller = ControllerProcess::start(&bin, kubeconfig, &args).await?;
+    r.controller = ControllerProcess::start(&r.bins.controller, kubeconfig, &args).await?;
     wait_pods(&r.ns, 300).await?;
     let created = started.elapsed();
     let c = burst_settled(&r.ns, &ws).await?;
