@@ -241,6 +241,7 @@ mod tests {
     }
 }
 pub mod faults;
+pub mod measure;
 pub mod pods;
 pub mod stack;
 pub mod webhook;

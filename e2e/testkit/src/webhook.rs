@@ -2,6 +2,7 @@
 //! webhook configurations scoped to one namespace, a round-robin TCP proxy for
 //! several replicas, and CRDs.
 
+use crate::measure::sum_metric;
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -162,17 +163,6 @@ impl Drop for HostProcess {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// Sum of the samples of `name` (exact metric name, any labels).
-pub fn sum_metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// A loopback TCP proxy spreading connections round-robin over `backends`.
@@ -426,13 +416,4 @@ pub fn fleet_pod(name: &str, fleet_uid: &str) -> k8s_openapi::api::core::v1::Pod
         "spec": {"containers": [{"name": "c", "image": "nginx"}]}
     }))
     .unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn sums_metric_samples() {
-        let text = "# HELP x_total X\nx_total{a=\"1\"} 2\nx_total{a=\"2\"} 3\nx_total_other 9\nx_created 1\n";
-        assert_eq!(super::sum_metric(text, "x_total"), 5.0);
-    }
 }

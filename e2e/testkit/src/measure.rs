@@ -1,0 +1,127 @@
+//! Reading figures for benchmarks and tests: Prometheus samples from a `/metrics`
+//! text, histogram means between two readings, latency percentiles.
+
+use std::time::Duration;
+
+/// Sum of the samples of `name` (exact metric name, any labels).
+pub fn sum_metric(text: &str, name: &str) -> f64 {
+    sum_metric_with(text, name, "")
+}
+
+/// Sum of the samples of `name` whose label set contains `label` (e.g.
+/// `endpoint="Mutate"`; empty matches every sample).
+pub fn sum_metric_with(text: &str, name: &str, label: &str) -> f64 {
+    text.lines()
+        .filter_map(|l| l.strip_prefix(name))
+        .filter(|rest| match rest.strip_prefix('{') {
+            Some(labelled) => labelled.split('}').next().unwrap_or("").contains(label),
+            None => rest.starts_with(' ') && label.is_empty(),
+        })
+        .filter_map(|rest| rest.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// `_sum` and `_count` of a Prometheus histogram (seconds), one reading.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HistogramReading {
+    pub sum: f64,
+    pub count: f64,
+}
+
+impl HistogramReading {
+    /// The reading of `histogram` in `text`, over the label sets containing `label`.
+    pub fn from_text(text: &str, histogram: &str, label: &str) -> Self {
+        HistogramReading {
+            sum: sum_metric_with(text, &format!("{histogram}_sum"), label),
+            count: sum_metric_with(text, &format!("{histogram}_count"), label),
+        }
+    }
+
+    /// Mean of the observations made since `earlier` (zero when there were none).
+    pub fn mean_since(self, earlier: HistogramReading) -> Duration {
+        let count = self.count - earlier.count;
+        if count <= 0.0 {
+            return Duration::ZERO;
+        }
+        Duration::from_secs_f64(((self.sum - earlier.sum) / count).max(0.0))
+    }
+}
+
+/// Nearest-rank percentiles of one latency series.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Percentiles {
+    pub samples: usize,
+    pub p50: Duration,
+    pub p99: Duration,
+}
+
+impl Percentiles {
+    pub fn of(mut samples: Vec<Duration>) -> Self {
+        samples.sort_unstable();
+        let rank = |q: f64| (samples.len() as f64 * q).ceil() as usize;
+        let at = |q: f64| samples.get(rank(q).saturating_sub(1)).copied();
+        Percentiles {
+            samples: samples.len(),
+            p50: at(0.50).unwrap_or_default(),
+            p99: at(0.99).unwrap_or_default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_metric_samples() {
+        let text = "# HELP x_total X\nx_total{a=\"1\"} 2\nx_total{a=\"2\"} 3\nx_total_other 9\nx_created 1\n";
+        assert_eq!(sum_metric(text, "x_total"), 5.0);
+    }
+
+    #[test]
+    fn sums_metric_samples_with_a_label() {
+        let text = "x_sum{endpoint=\"mutate\",b=\"1\"} 0.5\nx_sum{endpoint=\"mutate\"} 0.25\n\
+                    x_sum{endpoint=\"validate\"} 7\nx_sum 100\nx_sum_other{endpoint=\"mutate\"} 9\n";
+        assert_eq!(sum_metric_with(text, "x_sum", "endpoint=\"mutate\""), 0.75);
+        assert_eq!(sum_metric_with(text, "x_sum", ""), 107.75);
+        assert_eq!(sum_metric_with(text, "absent", ""), 0.0);
+    }
+
+    #[test]
+    fn histogram_mean_since_an_earlier_reading() {
+        let before = "h_sum{name=\"w\"} 1.0\nh_count{name=\"w\"} 10\nh_sum{name=\"x\"} 50\nh_count{name=\"x\"} 1\n";
+        let after = "h_sum{name=\"w\"} 3.0\nh_count{name=\"w\"} 30\nh_sum{name=\"x\"} 90\nh_count{name=\"x\"} 2\n";
+        let reading = |text| HistogramReading::from_text(text, "h", "name=\"w\"");
+        assert_eq!(
+            reading(before),
+            HistogramReading {
+                sum: 1.0,
+                count: 10.0
+            }
+        );
+        assert_eq!(
+            reading(after).mean_since(reading(before)),
+            Duration::from_millis(100)
+        );
+        let none = HistogramReading::default();
+        assert_eq!(none.mean_since(none), Duration::ZERO);
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let p = Percentiles::of((1..=200).rev().map(Duration::from_millis).collect());
+        assert_eq!(p.samples, 200);
+        assert_eq!(p.p50, Duration::from_millis(100));
+        assert_eq!(p.p99, Duration::from_millis(198));
+        let one = Percentiles::of(vec![Duration::from_millis(7)]);
+        assert_eq!(
+            (one.p50, one.p99),
+            (Duration::from_millis(7), Duration::from_millis(7))
+        );
+        let empty = Percentiles::of(Vec::new());
+        assert_eq!(
+            (empty.samples, empty.p50, empty.p99),
+            (0, Duration::ZERO, Duration::ZERO)
+        );
+    }
+}
