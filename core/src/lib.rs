@@ -21,6 +21,8 @@ pub mod counter;
 pub mod crd;
 pub mod field;
 pub mod inject;
+#[cfg(feature = "yaml")]
+pub mod manifests;
 pub mod names;
 pub mod percent;
 pub mod plan;

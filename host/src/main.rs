@@ -122,6 +122,9 @@ struct BenchArgs {
     no_counter: bool,
     #[arg(short = 'n', long, default_value_t = 2000)]
     iterations: usize,
+    /// Pooling-allocator instance slots, as for `serve` (0 = allocate on demand).
+    #[arg(long, default_value_t = 0)]
+    pool_instances: u32,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -371,6 +374,7 @@ impl Offline {
         policy_args: &PolicyArgs,
         policy: Option<&PathBuf>,
         cluster_state: &[PathBuf],
+        pool_instances: u32,
     ) -> Result<Self> {
         let input: Value =
             serde_json::from_str(&read_input(request_path)?).context("request is not JSON")?;
@@ -382,7 +386,7 @@ impl Offline {
         Ok(Offline {
             request: run::admission_request(&input)?,
             settings: settings(policy_args)?,
-            engine: PolicyEngine::from_file(&policy, engine_options(policy_args, 0)?)?,
+            engine: PolicyEngine::from_file(&policy, engine_options(policy_args, pool_instances)?)?,
             objects,
         })
     }
@@ -399,6 +403,7 @@ fn cmd_run(args: RunArgs) -> Result<()> {
         &args.policy_args,
         args.policy.as_ref(),
         &args.cluster_state,
+        0,
     )?;
     let allow = AllowList {
         capabilities: vec![],
@@ -633,6 +638,7 @@ fn cmd_bench(args: BenchArgs) -> Result<()> {
         &args.policy_args,
         args.policy.as_ref(),
         &args.cluster_state,
+        args.pool_instances,
     )?;
     let bench_input = bench::BenchInput {
         engine: &engine,

@@ -2,11 +2,13 @@
 //! keeps WorkloadSpread counters (the counter capability) for offline `run`.
 
 use crate::capabilities::{denied, AllowList, Capabilities, KubeRead};
+use anyhow::Context as _;
 use serde_json::{json, Value};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use workloadspread_core::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
 use workloadspread_core::counter::{self, ClaimRequest, ReleaseRequest};
+use workloadspread_core::manifests::objects_from_yaml;
 use workloadspread_core::selector::Selector;
 use workloadspread_core::workload::parse_group;
 use workloadspread_core::Timestamp;
@@ -30,32 +32,16 @@ impl ClusterState {
         }
     }
 
-    /// Loads every `.yaml`, `.yml` and `.json` file of `path` (a file or a directory).
+    /// Every object in a YAML/JSON file, or in the `.yaml`/`.yml`/`.json` files of a
+    /// directory (by name); lists flattened as `workloadspread_core::manifests` does.
     pub fn load_objects(path: &Path) -> anyhow::Result<Vec<Value>> {
-        let mut files = vec![];
-        if path.is_dir() {
-            for entry in std::fs::read_dir(path)? {
-                let p = entry?.path();
-                if matches!(
-                    p.extension().and_then(|e| e.to_str()),
-                    Some("yaml" | "yml" | "json")
-                ) {
-                    files.push(p);
-                }
-            }
-            files.sort();
-        } else {
-            files.push(path.to_path_buf());
-        }
         let mut objects = vec![];
-        for file in files {
+        for file in manifest_files(path)? {
             let text = std::fs::read_to_string(&file)
-                .map_err(|e| anyhow::anyhow!("reading {}: {e}", file.display()))?;
-            for doc in serde_yaml::Deserializer::from_str(&text) {
-                let v: Value = serde::Deserialize::deserialize(doc)
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-                flatten(v, &mut objects);
-            }
+                .with_context(|| format!("reading {}", file.display()))?;
+            objects.extend(
+                objects_from_yaml(&text).with_context(|| format!("parsing {}", file.display()))?,
+            );
         }
         Ok(objects)
     }
@@ -209,21 +195,25 @@ impl Capabilities for ClusterState {
     }
 }
 
-fn flatten(v: Value, out: &mut Vec<Value>) {
-    match v {
-        Value::Null => {}
-        Value::Object(ref m)
-            if m.get("kind")
-                .and_then(Value::as_str)
-                .is_some_and(|k| k == "List" || k.ends_with("List"))
-                && m.contains_key("items") =>
-        {
-            for item in m["items"].as_array().cloned().unwrap_or_default() {
-                flatten(item, out);
-            }
-        }
-        other => out.push(other),
+/// `path` itself, or the manifest files of the directory `path`, sorted by name.
+fn manifest_files(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
     }
+    let mut files = std::fs::read_dir(path)
+        .and_then(|dir| {
+            dir.map(|entry| entry.map(|e| e.path()))
+                .collect::<std::io::Result<Vec<_>>>()
+        })
+        .with_context(|| format!("listing {}", path.display()))?;
+    files.retain(|p| {
+        matches!(
+            p.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml" | "json")
+        )
+    });
+    files.sort();
+    Ok(files)
 }
 
 fn same_kind(o: &Value, api_version: &str, kind: &str) -> bool {
@@ -264,5 +254,39 @@ fn k8s_openapi_label_selector(
     workloadspread_core::LabelSelector {
         match_labels: Some(labels),
         match_expressions: None,
+    }
+}
+
+#[cfg(test)]
+mod loading_tests {
+    use super::*;
+
+    #[test]
+    fn cluster_state_from_a_directory_of_kubectl_dumps() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+        // `kubectl get ws -o json` (a List) and a plain JSON array: both flattened.
+        write(
+            "2-spreads.json",
+            r#"{"kind": "List", "items": [{"kind": "WorkloadSpread", "metadata": {"name": "ws"}}]}"#,
+        );
+        write(
+            "1-pods.json",
+            r#"[{"kind": "Pod", "metadata": {"name": "a"}}]"#,
+        );
+        write("README.md", "# not a manifest");
+        let kinds: Vec<_> = ClusterState::load_objects(dir.path())
+            .unwrap()
+            .into_iter()
+            .map(|o| o["kind"].as_str().unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(kinds, ["Pod", "WorkloadSpread"]);
+
+        write("3-broken.yaml", "kind: Pod\n---\nmetadata: {name: [\n");
+        let err = format!("{:#}", ClusterState::load_objects(dir.path()).unwrap_err());
+        assert!(
+            err.contains("3-broken.yaml") && err.contains("line"),
+            "{err}"
+        );
     }
 }

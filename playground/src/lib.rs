@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 use workloadspread_core::api::decode_workloadspread;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
+use workloadspread_core::manifests::objects_from_yaml;
 use workloadspread_core::plan::{plan_on_nodes, PlanStep};
 use workloadspread_core::selector::NodeInfo;
 use workloadspread_core::validation::{validate_create, ValidationContext};
@@ -206,27 +207,10 @@ fn target_workload<'a>(ws: &WorkloadSpread, docs: &'a [Value]) -> Option<&'a Val
     })
 }
 
-/// Every document of a YAML stream, `List`s flattened, empty documents skipped.
+/// Every object of a YAML stream (`workloadspread_core::manifests`: lists and
+/// sequences flattened, empty documents skipped), errors located for the page.
 fn yaml_documents(text: &str, input: &'static str) -> Result<Vec<Value>, Problem> {
-    let mut docs = vec![];
-    for de in serde_yaml::Deserializer::from_str(text) {
-        let doc: Value =
-            serde::Deserialize::deserialize(de).map_err(|e| Problem::yaml(input, &e))?;
-        match doc {
-            Value::Null => {}
-            Value::Object(ref o) if o.get("kind").and_then(Value::as_str) == Some("List") => {
-                docs.extend(
-                    o.get("items")
-                        .and_then(Value::as_array)
-                        .cloned()
-                        .unwrap_or_default(),
-                );
-            }
-            Value::Array(items) => docs.extend(items),
-            other => docs.push(other),
-        }
-    }
-    Ok(docs)
+    objects_from_yaml(text).map_err(|e| Problem::yaml(input, &e))
 }
 
 fn parse_steps(text: &str) -> Result<Vec<i32>, Problem> {
