@@ -3,7 +3,8 @@
 
     test_chart.py lint      lint and render every mode; assert the manifests' contract
     test_chart.py apply     (needs KUBECONFIG) apply the CRD and the rendered RBAC to a
-                            real API server and check least privilege with `kubectl auth can-i`
+                            real API server and check least privilege with `kubectl auth can-i`;
+                            check that the built binaries accept every flag the chart passes
 """
 import json
 import os
@@ -138,7 +139,32 @@ def can_i(namespace, sa, verb, resource, target_ns=None, name=None):
     return kubectl(*args, check=False).stdout.strip() == "yes"
 
 
+BINARIES = {"ws-host": "workloadspread-host", "ws-controller": "workloadspread-controller"}
+
+
+def check_flags_accepted():
+    """Every `--flag` a rendered container passes is one its binary's subcommand knows
+    (a typo would otherwise surface as a crash-looping pod)."""
+    target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target")
+    checked = 0
+    for name, values in VARIANTS.items():
+        for d in by_kind(render(values), "Deployment"):
+            binary = os.path.join(target, "debug", BINARIES[d["metadata"]["name"]])
+            if not os.access(binary, os.X_OK):
+                fail(f"{binary} not built (run `cargo build --bins` first)")
+            args = d["spec"]["template"]["spec"]["containers"][0]["args"]
+            subcommand, flags = args[0], {a.split("=", 1)[0] for a in args[1:]}
+            usage = subprocess.run([binary, subcommand, "--help"], capture_output=True, text=True, check=True).stdout
+            known = {w.rstrip(",.") for w in usage.split() if w.startswith("--")}
+            unknown = sorted(flags - known)
+            if unknown:
+                fail(f"{name}: {d['metadata']['name']} passes {unknown}, unknown to `{BINARIES[d['metadata']['name']]} {subcommand}`")
+            checked += len(flags)
+    print(f"flags: {checked} rendered flags accepted by the binaries")
+
+
 def apply():
+    check_flags_accepted()
     if not os.environ.get("KUBECONFIG"):
         print("SKIP apply: KUBECONFIG not set")
         return

@@ -1,7 +1,7 @@
 //! Webhook admissions through the real API server: pods of one workload created at
-//! concurrency 1 / 8 / 64 with no webhook (the API server's own cost), with group
-//! commit (`--batch-window-ms 2`) and with one status write per pod
-//! (`--batch-window-ms 0`, the reference algorithm); one host replica, exact mode.
+//! concurrency 1 / 8 / 64 with no webhook (the API server's own cost), with the host's
+//! default group commit, with a 2 ms batch window, and with one status write per claim
+//! (`--max-batch 1`, the reference algorithm); one host replica, exact mode.
 //!
 //! Per row: pods/s, the end-to-end latency of each pod CREATE as its client sees it
 //! (p50/p99), the mean webhook call as the API server measures it
@@ -34,11 +34,41 @@ const MUTATING_WEBHOOK: &str = "name=\"mutate.workloadspread.test\"";
 /// The host's histogram of evaluations, labelled with the endpoint.
 const HOST_EVALUATION_SECONDS: &str = "workloadspread_host_evaluation_duration_seconds";
 
-/// Whether pods go through our webhook, and with which batch window.
+/// Whether pods go through our webhook, and how it batches counter writes.
 #[derive(Clone, Copy, PartialEq)]
 enum Webhook {
     None,
-    BatchWindowMs(u64),
+    Batching { window_ms: u64, max_batch: u16 },
+}
+
+/// The host's defaults (`--batch-window-ms 0 --max-batch 512`).
+const GROUP_COMMIT: Webhook = Webhook::Batching {
+    window_ms: 0,
+    max_batch: 512,
+};
+const WINDOW_2MS: Webhook = Webhook::Batching {
+    window_ms: 2,
+    max_batch: 512,
+};
+const ONE_WRITE_PER_CLAIM: Webhook = Webhook::Batching {
+    window_ms: 0,
+    max_batch: 1,
+};
+
+impl Webhook {
+    fn label(self) -> String {
+        match self {
+            Webhook::None => "none".into(),
+            w if w == GROUP_COMMIT => "group commit (default)".into(),
+            w if w == ONE_WRITE_PER_CLAIM => "one write per claim".into(),
+            Webhook::Batching {
+                window_ms,
+                max_batch,
+            } => {
+                format!("window {window_ms} ms, max batch {max_batch}")
+            }
+        }
+    }
 }
 
 /// What the webhook side reported for one row.
@@ -107,7 +137,12 @@ async fn create_workload(ns: &TestNamespace) -> Result<String> {
     fleet.metadata.uid.context("the Fleet has no uid")
 }
 
-async fn start_admission(policy: &Path, ns: &TestNamespace, window_ms: u64) -> Result<Admission> {
+async fn start_admission(
+    policy: &Path,
+    ns: &TestNamespace,
+    window_ms: u64,
+    max_batch: u16,
+) -> Result<Admission> {
     let port = free_port()?;
     let name = unique_name("ws-bench");
     let configs =
@@ -119,6 +154,8 @@ async fn start_admission(policy: &Path, ns: &TestNamespace, window_ms: u64) -> R
         fleet_settings().to_string(),
         "--batch-window-ms".into(),
         window_ms.to_string(),
+        "--max-batch".into(),
+        max_batch.to_string(),
         "--webhook-config".into(),
         name,
     ];
@@ -214,7 +251,10 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
     let uid = create_workload(&ns).await?;
     let admission = match webhook {
         Webhook::None => None,
-        Webhook::BatchWindowMs(ms) => Some(start_admission(policy, &ns, ms).await?),
+        Webhook::Batching {
+            window_ms,
+            max_batch,
+        } => Some(start_admission(policy, &ns, window_ms, max_batch).await?),
     };
     // Let the host's reflectors see the WorkloadSpread before the first pod.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -247,10 +287,7 @@ fn ms(d: Duration) -> String {
 }
 
 fn print_row(r: &Row) {
-    let webhook = match r.webhook {
-        Webhook::None => "none".to_string(),
-        Webhook::BatchWindowMs(w) => format!("batch window {w} ms"),
-    };
+    let webhook = r.webhook.label();
     let figures = match &r.figures {
         Some(f) => format!(
             "{} | {} | {} | {}",
@@ -282,7 +319,7 @@ fn print_summary(rows: &[Row]) {
     let added: Vec<String> = CONCURRENCY
         .iter()
         .filter_map(|&c| {
-            let with = find(rows, Webhook::BatchWindowMs(2), c)?;
+            let with = find(rows, GROUP_COMMIT, c)?;
             let without = find(rows, Webhook::None, c)?;
             let delta = |a: Duration, b: Duration| (a.as_secs_f64() - b.as_secs_f64()) * 1e3;
             Some(format!(
@@ -298,8 +335,8 @@ fn print_summary(rows: &[Row]) {
         added.join("; ")
     );
     let (Some(group), Some(single)) = (
-        find(rows, Webhook::BatchWindowMs(2), 64),
-        find(rows, Webhook::BatchWindowMs(0), 64),
+        find(rows, GROUP_COMMIT, 64),
+        find(rows, ONE_WRITE_PER_CLAIM, 64),
     ) else {
         return;
     };
@@ -329,11 +366,7 @@ async fn main() -> Result<()> {
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     let mut rows = Vec::new();
-    for webhook in [
-        Webhook::None,
-        Webhook::BatchWindowMs(2),
-        Webhook::BatchWindowMs(0),
-    ] {
+    for webhook in [Webhook::None, GROUP_COMMIT, WINDOW_2MS, ONE_WRITE_PER_CLAIM] {
         for concurrency in CONCURRENCY {
             let row = measure(&policy, webhook, concurrency).await?;
             print_row(&row);

@@ -194,10 +194,15 @@ struct ServeArgs {
     /// Patch the CA bundle into the Mutating/ValidatingWebhookConfiguration of this name.
     #[arg(long)]
     webhook_config: Option<String>,
-    /// Group-commit window for counter operations, in milliseconds; 0 writes the status
-    /// once per pod (the reference algorithm).
-    #[arg(long, default_value_t = 2)]
+    /// How long a counter batch keeps collecting after its first claim/release, in
+    /// milliseconds. 0 (default) waits for nothing: an idle WorkloadSpread's status is
+    /// written at once, and what arrives during a write goes into the next one.
+    #[arg(long, default_value_t = 0)]
     batch_window_ms: u64,
+    /// Most counter operations per status write; 1 writes every claim/release alone
+    /// (the reference algorithm's write pattern).
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    max_batch: u16,
     /// Do not offer the counter capability (best-effort mode, like Kubewarden).
     #[arg(long)]
     no_counter: bool,
@@ -515,7 +520,10 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
     let committer = (!args.no_counter).then(|| {
         serve::commit::Committer::new(
             client.clone(),
-            Duration::from_millis(args.batch_window_ms),
+            serve::commit::BatchPolicy {
+                window: Duration::from_millis(args.batch_window_ms),
+                max_batch: usize::from(args.max_batch),
+            },
             metrics.clone(),
             now,
         )

@@ -18,8 +18,6 @@ use workloadspread_core::counter::{
 };
 use workloadspread_core::Timestamp;
 
-/// Largest batch committed in one write.
-const MAX_BATCH: usize = 512;
 /// Write attempts per batch (409s and transient errors) before giving up.
 const MAX_ATTEMPTS: u32 = 30;
 /// A batch is answered (with an error if need be) within this long, below the
@@ -49,13 +47,23 @@ struct Pending {
 
 type QueueKey = (String, String);
 
+/// How claims and releases of one WorkloadSpread are grouped into status writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchPolicy {
+    /// How long a batch keeps collecting after its first operation. Zero waits for
+    /// nothing: an idle queue writes at once, and what arrives while a write is in
+    /// flight forms the next batch.
+    pub window: Duration,
+    /// Most operations per write; 1 writes every operation alone (the reference
+    /// algorithm's write pattern).
+    pub max_batch: usize,
+}
+
 /// The group-commit queues of one host process.
 pub struct Committer {
     client: Client,
     resource: ApiResource,
-    /// How long a batch keeps collecting after its first operation; zero commits
-    /// every operation alone (the reference algorithm: one write per pod).
-    window: Duration,
+    batching: BatchPolicy,
     queues: Mutex<HashMap<QueueKey, mpsc::UnboundedSender<Pending>>>,
     metrics: Arc<Metrics>,
     clock: fn() -> Timestamp,
@@ -64,14 +72,14 @@ pub struct Committer {
 impl Committer {
     pub fn new(
         client: Client,
-        window: Duration,
+        batching: BatchPolicy,
         metrics: Arc<Metrics>,
         clock: fn() -> Timestamp,
     ) -> Arc<Self> {
         Arc::new(Committer {
             client,
             resource: workloadspread_resource(),
-            window,
+            batching,
             queues: Mutex::new(HashMap::new()),
             metrics,
             clock,
@@ -127,7 +135,7 @@ impl Committer {
                 Ok(Some(p)) => p,
                 _ => break,
             };
-            let batch = self.collect_batch(first, &mut rx).await;
+            let batch = collect_batch(first, &mut rx, self.batching).await;
             self.commit(&api, &key.1, &mut cached, batch).await;
         }
         // Stop taking operations, then finish whatever was queued meanwhile.
@@ -139,32 +147,6 @@ impl Committer {
         if !rest.is_empty() {
             self.commit(&api, &key.1, &mut cached, rest).await;
         }
-    }
-
-    async fn collect_batch(
-        &self,
-        first: Pending,
-        rx: &mut mpsc::UnboundedReceiver<Pending>,
-    ) -> Vec<Pending> {
-        let mut batch = vec![first];
-        if self.window.is_zero() {
-            return batch;
-        }
-        let deadline = tokio::time::Instant::now() + self.window;
-        while batch.len() < MAX_BATCH {
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(Some(p)) => batch.push(p),
-                _ => break,
-            }
-        }
-        // Everything that queued up while the previous write was in flight joins too.
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(p) => batch.push(p),
-                Err(_) => break,
-            }
-        }
-        batch
     }
 
     /// Applies `batch` to the WorkloadSpread and writes the status once; on 409
@@ -325,6 +307,31 @@ fn apply_batch(object: &DynamicObject, ops: &[&Op], now: Timestamp) -> Result<Ap
     Ok((Some(updated), answers))
 }
 
+/// `first` plus what joins it under `policy`: operations arriving within the window,
+/// then everything already queued (what arrived while the previous write was in
+/// flight), up to `max_batch`.
+async fn collect_batch(
+    first: Pending,
+    rx: &mut mpsc::UnboundedReceiver<Pending>,
+    policy: BatchPolicy,
+) -> Vec<Pending> {
+    let mut batch = vec![first];
+    let deadline = tokio::time::Instant::now() + policy.window;
+    while batch.len() < policy.max_batch && !policy.window.is_zero() {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(p)) => batch.push(p),
+            _ => break,
+        }
+    }
+    while batch.len() < policy.max_batch {
+        match rx.try_recv() {
+            Ok(p) => batch.push(p),
+            Err(_) => break,
+        }
+    }
+    batch
+}
+
 fn to_json(object: &DynamicObject) -> Result<serde_json::Value, String> {
     let mut v = serde_json::to_value(object).map_err(|e| e.to_string())?;
     v["apiVersion"] = "apps.kruise.io/v1beta1".into();
@@ -440,5 +447,89 @@ mod tests {
             answers[0],
             Ok(Answer::Release(ReleaseResponse { released: false }))
         );
+    }
+
+    fn pending(pod: &str) -> Pending {
+        let (reply, _answer) = oneshot::channel();
+        Pending {
+            op: claim(pod, None),
+            reply,
+        }
+    }
+
+    fn pods(batch: &[Pending]) -> Vec<String> {
+        let pod = |p: &Pending| match &p.op {
+            Op::Claim(c) => c.pod.name.clone(),
+            Op::Release(r) => r.pod.name.clone(),
+        };
+        batch.iter().map(pod).collect()
+    }
+
+    fn policy(window_ms: u64, max_batch: usize) -> BatchPolicy {
+        BatchPolicy {
+            window: Duration::from_millis(window_ms),
+            max_batch,
+        }
+    }
+
+    /// A queue holding `queued`, with a sender kept open (as a live queue has).
+    fn queue(
+        queued: &[&str],
+    ) -> (
+        mpsc::UnboundedSender<Pending>,
+        mpsc::UnboundedReceiver<Pending>,
+    ) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        for pod in queued {
+            tx.send(pending(pod)).unwrap();
+        }
+        (tx, rx)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_window_a_batch_takes_what_is_queued_and_waits_for_nothing() {
+        let (_tx, mut rx) = queue(&["p2", "p3"]);
+        let started = tokio::time::Instant::now();
+        let batch = collect_batch(pending("p1"), &mut rx, policy(0, 512)).await;
+        assert_eq!(pods(&batch), ["p1", "p2", "p3"]);
+        let (_tx, mut rx) = queue(&[]);
+        let batch = collect_batch(pending("alone"), &mut rx, policy(0, 512)).await;
+        assert_eq!(pods(&batch), ["alone"]);
+        assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn max_batch_caps_a_batch_and_one_writes_every_operation_alone() {
+        let (_tx, mut rx) = queue(&["p2", "p3", "p4"]);
+        assert_eq!(
+            pods(&collect_batch(pending("p1"), &mut rx, policy(0, 1)).await),
+            ["p1"]
+        );
+        assert_eq!(
+            pods(&collect_batch(pending("p2'"), &mut rx, policy(5, 2)).await),
+            ["p2'", "p2"]
+        );
+        assert_eq!(
+            pods(&collect_batch(pending("p5"), &mut rx, policy(0, 512)).await),
+            ["p5", "p3", "p4"]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_window_collects_what_arrives_before_it_closes() {
+        let (tx, mut rx) = queue(&[]);
+        let late = tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            tx.send(pending("in-window")).unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            late.send(pending("next-batch")).unwrap();
+        });
+        let started = tokio::time::Instant::now();
+        let batch = collect_batch(pending("p1"), &mut rx, policy(2, 512)).await;
+        assert_eq!(pods(&batch), ["p1", "in-window"]);
+        assert_eq!(started.elapsed(), Duration::from_millis(2));
+        let next = rx.recv().await.unwrap();
+        assert_eq!(pods(&[next]), ["next-batch"]);
     }
 }
