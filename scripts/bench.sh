@@ -84,8 +84,10 @@ $(row "pod create, exact, pooling allocator (\`--pool-instances 4\`)" "$pooled")
 Where the difference comes from: per-evaluation work that native code does not do —
 instantiating a fresh instance (WASI context, linear memory), copying the request in,
 JSON encode/decode on both sides of every host call. The decision logic is the same
-code. Levers: the pooling allocator (\`serve --pool-instances\`, off by default) and
-instance reuse per worker for trusted modules (Kubewarden also re-instantiates).
+code. The last row runs the same pod create with the pooling allocator
+(\`serve --pool-instances\`, off by default), which pre-reserves instance slots. The
+remaining lever is reusing an instance per worker for trusted modules (Kubewarden also
+re-instantiates per request).
 
 ## Controller reconcile
 
