@@ -162,6 +162,8 @@ async fn start_admission(
     let bin = Path::new(env!("CARGO_BIN_EXE_workloadspread-host"));
     let host = HostProcess::start_on(bin, cluster()?.kubeconfig(), port, &args).await?;
     configs.enroll(ns.name()).await?;
+    // Let the host's reflectors see the WorkloadSpread before the first pod.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     Ok(Admission { configs, host })
 }
 
@@ -256,8 +258,6 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
             max_batch,
         } => Some(start_admission(policy, &ns, window_ms, max_batch).await?),
     };
-    // Let the host's reflectors see the WorkloadSpread before the first pod.
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let apiserver_before = HistogramReading::from_text(
         &apiserver_metrics(&client).await?,
         APISERVER_WEBHOOK_SECONDS,
@@ -265,13 +265,14 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
     );
     let pods: Api<Pod> = ns.api();
     let (latencies, elapsed) = create_pods(&pods, &uid, concurrency).await?;
-    let figures = match &admission {
-        Some(admission) => Some(webhook_figures(admission, apiserver_before, &client).await?),
+    let figures = match admission {
+        Some(admission) => {
+            let figures = webhook_figures(&admission, apiserver_before, &client).await?;
+            admission.configs.delete().await?;
+            Some(figures)
+        }
         None => None,
     };
-    if let Some(admission) = admission {
-        admission.configs.delete().await?;
-    }
     remove_pods(&pods).await?;
     Ok(Row {
         webhook,

@@ -316,11 +316,13 @@ async fn collect_batch(
     policy: BatchPolicy,
 ) -> Vec<Pending> {
     let mut batch = vec![first];
-    let deadline = tokio::time::Instant::now() + policy.window;
-    while batch.len() < policy.max_batch && !policy.window.is_zero() {
-        match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(p)) => batch.push(p),
-            _ => break,
+    if !policy.window.is_zero() {
+        let deadline = tokio::time::Instant::now() + policy.window;
+        while batch.len() < policy.max_batch {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(p)) => batch.push(p),
+                _ => break,
+            }
         }
     }
     while batch.len() < policy.max_batch {
