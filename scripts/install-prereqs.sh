@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # Installs everything the build and the tests need, idempotently.
-# Debian packages (wasm fallback toolchain, Go for the control plane, test tools),
-# then etcd and the Kubernetes control plane binaries into the cache.
+# Debian packages (wasm fallback toolchain, test tools), then etcd, KWOK and the Kubernetes
+# binaries into the cache (built with the machine's Go from the Go module proxy).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 
-APT_PKGS=(rustc-web cargo-web rust-web-src wasi-libc golang-1.19-go
-  golang-github-modern-go-reflect2-dev rsync jq make bats openssl curl dpkg-dev bsdextrautils
-  chromium docker-registry)
+APT_PKGS=(rustc-web cargo-web rust-web-src wasi-libc rsync jq make bats openssl curl
+  bsdextrautils chromium docker-registry)
 # Node.js for the playground's browser test (any packaged node >= 18 will do).
 command -v npm >/dev/null || APT_PKGS+=(nodejs npm)
 
@@ -19,22 +18,8 @@ missing_pkgs() {
   done
 }
 
-enable_deb_src() {
-  local src=/etc/apt/sources.list.d/debian.sources dst=/etc/apt/sources.list.d/debian-src.sources
-  [ -f "$dst" ] && return 0
-  if [ -f "$src" ]; then
-    sed 's/^Types: deb$/Types: deb-src/' "$src" | $SUDO tee "$dst" >/dev/null
-  elif [ -f /etc/apt/sources.list ]; then
-    grep '^deb ' /etc/apt/sources.list | sed 's/^deb /deb-src /' | $SUDO tee /etc/apt/sources.list.d/debian-src.list >/dev/null
-  fi
-  echo "[prereqs] enabled deb-src entries"
-  NEED_UPDATE=1
-}
-
-NEED_UPDATE=0
-enable_deb_src
 todo="$(missing_pkgs | tr '\n' ' ')"
-if [ -n "${todo// /}" ] || [ "$NEED_UPDATE" = 1 ]; then
+if [ -n "${todo// /}" ]; then
   echo "[prereqs] apt-get update"
   $SUDO apt-get update -qq
 fi
@@ -48,4 +33,6 @@ if ! python3 -c 'import helm_python, yaml' 2>/dev/null; then
   python3 -m pip install -q --disable-pip-version-check helm-python-sdk pyyaml 2>&1 | grep -v WARNING || true
   python3 -c 'import helm_python, yaml'
 fi
+# Go builds the control plane, etcd and KWOK (the machine's Go 1.26; GOTOOLCHAIN=local).
+command -v go >/dev/null || { echo "[prereqs] Go >= 1.26 is required (go: command not found)" >&2; exit 1; }
 [ "${1:-}" = "--no-cluster" ] || "$here/../e2e/cluster/cluster.sh" install

@@ -1,31 +1,47 @@
 #!/usr/bin/env bash
-# A real, local Kubernetes control plane for tests and the demo:
-# etcd + kube-apiserver + kube-controller-manager + kube-scheduler on loopback,
-# fake Ready nodes (no kubelets).
+# A real, local Kubernetes control plane for tests and the demo: etcd + kube-apiserver +
+# kube-controller-manager + kube-scheduler on loopback, built from the Go module proxy, and
+# KWOK simulating the nodes (Ready with heartbeats; pods bound to them Running/Ready with IPs;
+# deleted pods removed), so the workload controllers behave as on a real cluster.
 #
-#   cluster.sh install   build/fetch the binaries into the cache (idempotent)
-#   cluster.sh up        start everything (reuses a running cluster), create nodes
+#   cluster.sh install   build the binaries into the cache (idempotent; a warm cache builds nothing)
+#   cluster.sh up        start everything (reuses a running cluster), create the nodes
 #   cluster.sh down      stop exactly the processes `up` started, remove the state dir
-#   cluster.sh env       print `export KUBECONFIG=...`
+#   cluster.sh env       print `export KUBECONFIG=...` and `export PATH=<kubectl dir>:...`
 #   cluster.sh status    say whether the cluster is running
 #
 # Environment:
-#   WS_CACHE_DIR     binaries cache      (default ${XDG_CACHE_HOME:-~/.cache}/workloadspread)
+#   K8S_VERSION      Kubernetes release (default below; e.g. v1.32.13 for the oldest supported)
+#   WS_CACHE_DIR     binaries + Go caches (default ${XDG_CACHE_HOME:-~/.cache}/workloadspread)
 #   WS_CLUSTER_DIR   state dir           (default ${TMPDIR:-/tmp}/workloadspread-cluster)
-#   WS_NODES         fake nodes, comma-separated ZONE=COUNT[:KEY=VALUE:EFFECT]
+#   WS_NODES         KWOK nodes, comma-separated ZONE=COUNT[:KEY=VALUE:EFFECT]
 #                    (default zone-a=2,zone-b=2,zone-c=2)
 #   WS_APISERVER_PORT  fixed apiserver port (default: a free one)
 #   WS_READY_TIMEOUT   seconds to wait for each component (default 60)
 set -euo pipefail
 
-K8S_VERSION=v1.20.2
+# The Kubernetes release the suites run on: the newest on the Go module proxy that the machine's
+# Go (1.26) builds. K8S_VERSION=v1.MINOR.PATCH selects another (its wrapper module is generated
+# into the cache; the committed one in e2e/cluster/k8s is for the default).
+DEFAULT_K8S_VERSION=v1.37.2
+K8S_VERSION="${K8S_VERSION:-$DEFAULT_K8S_VERSION}"
+ETCD_VERSION=v3.6.16
+KWOK_VERSION=v0.8.0
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${WS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/workloadspread}"
 K8S_BIN="$CACHE/kubernetes/$K8S_VERSION/bin"
-ETCD_DIR="$CACHE/etcd"
+ETCD_BIN="$CACHE/etcd/$ETCD_VERSION/etcd"
+KWOK_DIR="$CACHE/kwok/$KWOK_VERSION"
 STATE="${WS_CLUSTER_DIR:-${TMPDIR:-/tmp}/workloadspread-cluster}"
 NODES="${WS_NODES:-zone-a=2,zone-b=2,zone-c=2}"
 READY_TIMEOUT="${WS_READY_TIMEOUT:-60}"
-K8S_COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler)
+# The control plane and the kubectl the scripts use; kubelet and kube-proxy only for a real node.
+K8S_COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+# Go's module and build caches live with the binaries, outside the repository.
+export GOMODCACHE="$CACHE/go/mod"
+export GOCACHE="$CACHE/go/build"
+export GOFLAGS="-mod=mod"
+export GOTOOLCHAIN=local
 
 log() { echo "[cluster] $*" >&2; }
 die() { echo "[cluster] error: $*" >&2; exit 1; }
@@ -37,67 +53,124 @@ have_k8s() {
   for c in "${K8S_COMPONENTS[@]}"; do [ -x "$K8S_BIN/$c" ] || return 1; done
 }
 
-etcd_bin() { ls "$ETCD_DIR"/*/usr/bin/etcd 2>/dev/null | head -n 1; }
+etcd_bin() { [ -x "$ETCD_BIN" ] && echo "$ETCD_BIN"; }
 
-install_etcd() {
-  [ -n "$(etcd_bin)" ] && return 0
-  log "fetching etcd from Debian's etcd-server package (extracted, no service started)"
-  local tmp ver
-  tmp="$(mktemp -d)"
-  (cd "$tmp" && apt-get download etcd-server >/dev/null) || die "apt-get download etcd-server failed (run apt-get update?)"
-  ver="$(dpkg-deb -f "$tmp"/etcd-server_*.deb Version)"
-  mkdir -p "$ETCD_DIR/$ver"
-  dpkg-deb -x "$tmp"/etcd-server_*.deb "$ETCD_DIR/$ver"
-  rm -rf "$tmp"
-  [ -n "$(etcd_bin)" ] || die "etcd binary not found in the etcd-server package"
+# One build step, timed, its output in the build log; on failure the log's tail explains.
+build_step() {
+  local what="$1" logf="$2" started; shift 2
+  started=$(date +%s)
+  log "building $what (log: $logf)"
+  if ! "$@" >>"$logf" 2>&1; then
+    tail -n 30 "$logf" >&2
+    die "building $what failed; full log: $logf"
+  fi
+  log "$what built in $(( $(date +%s) - started ))s"
 }
+
+# The wrapper module for K8S_VERSION: the committed one, or one generated into the cache.
+k8s_module_dir() {
+  if [ "$K8S_VERSION" = "$DEFAULT_K8S_VERSION" ]; then
+    echo "$HERE/k8s"
+  else
+    local dir="$CACHE/kubernetes/$K8S_VERSION/module"
+    [ -f "$dir/go.sum" ] || bash "$HERE/gen-k8s-module.sh" "$K8S_VERSION" "$dir" >&2
+    echo "$dir"
+  fi
+}
+
+# go_build_k8s DEST COMPONENT...: build commands of k8s.io/kubernetes from the wrapper module.
+go_build_k8s() (
+  local dest="$1" mod minor c; shift
+  mod="$(k8s_module_dir)"
+  minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
+  cd "$mod"
+  mkdir -p "$dest"
+  for c in "$@"; do
+    go build -trimpath -tags providerless -ldflags "-s -w \
+      -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
+      -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
+      -X k8s.io/component-base/version.gitTreeState=clean" \
+      -o "$dest/$c.tmp" "k8s.io/kubernetes/cmd/$c"
+    mv "$dest/$c.tmp" "$dest/$c"
+  done
+)
 
 install_k8s() {
   have_k8s && return 0
-  local build="$CACHE/build" blog="$CACHE/build/kubernetes-build.log" src started
-  mkdir -p "$build"
-  log "building kube-apiserver, kube-controller-manager, kube-scheduler $K8S_VERSION from Debian's"
-  log "kubernetes source package with Go 1.19: about 8-13 minutes on 2 cores, once (cached in $K8S_BIN)."
-  log "build log: $blog"
-  started=$(date +%s)
-  if ! build_k8s "$build" >"$blog" 2>&1; then
-    tail -n 30 "$blog" >&2
-    die "Kubernetes build failed; full log: $blog"
-  fi
-  log "control plane built in $(( $(date +%s) - started ))s"
+  local missing=() c
+  for c in "${K8S_COMPONENTS[@]}"; do [ -x "$K8S_BIN/$c" ] || missing+=("$c"); done
+  log "Kubernetes $K8S_VERSION from the Go module proxy: about 15 minutes on 2 cores the first"
+  log "time (module download ~700 MB); binaries cached in $K8S_BIN"
+  mkdir -p "$CACHE/build"
+  build_step "${missing[*]} $K8S_VERSION" "$CACHE/build/kubernetes-$K8S_VERSION.log" \
+    go_build_k8s "$K8S_BIN" "${missing[@]}"
 }
 
-# Runs in a subshell: it changes directory and traces commands into the log.
-build_k8s() (
-  local build="$1" src
-  set -x
-  cd "$build"
-  rm -rf kubernetes-src && mkdir kubernetes-src && cd kubernetes-src
-  apt-get source --download-only kubernetes
-  dpkg-source --no-check -x ./kubernetes_*.dsc tree
-  src="$build/kubernetes-src/tree"
-  # Vendored reflect2 1.0.1 is broken on Go >= 1.18; Debian's 1.0.2 is a drop-in.
-  local r="$src/vendor/github.com/modern-go/reflect2"
-  rm -f "$r"/*.go "$r"/*.s
-  cp /usr/share/gocode/src/github.com/modern-go/reflect2/*.go "$r"/
-  cp /usr/share/gocode/src/github.com/modern-go/reflect2/*.s "$r"/ 2>/dev/null || true
-  rm -f "$r"/*_test.go
-  cd "$src"
-  PATH=/usr/lib/go-1.19/bin:$PATH KUBE_GIT_VERSION=$K8S_VERSION KUBE_GIT_TREE_STATE=clean \
-    GOFLAGS=-tags=providerless GOLDFLAGS="-s -w" GOCACHE="$build/gocache" \
-    make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler"
-  mkdir -p "$K8S_BIN.tmp"
-  local c
-  for c in "${K8S_COMPONENTS[@]}"; do cp "_output/bin/$c" "$K8S_BIN.tmp/"; done
-  rm -rf "$K8S_BIN" && mv "$K8S_BIN.tmp" "$K8S_BIN"
-  cd "$build" && rm -rf kubernetes-src gocache
+# Kubelet and kube-proxy for a real node; built on first use only.
+install_node_binaries() {
+  local missing=() c
+  for c in kubelet kube-proxy; do [ -x "$K8S_BIN/$c" ] || missing+=("$c"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  mkdir -p "$CACHE/build"
+  build_step "${missing[*]} $K8S_VERSION" "$CACHE/build/kubernetes-$K8S_VERSION.log" \
+    go_build_k8s "$K8S_BIN" "${missing[@]}"
+}
+
+# etcd's server module points its sibling modules at ../ with replace; a wrapper pins them.
+build_etcd() (
+  local mod="$CACHE/build/etcd-$ETCD_VERSION-module" m
+  rm -rf "$mod" && mkdir -p "$mod" && cd "$mod"
+  {
+    printf 'module workloadspread.test/etcd\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 %s\n\nreplace (\n' "$ETCD_VERSION"
+    for m in api/v3 client/pkg/v3 client/v3 pkg/v3; do
+      printf '\tgo.etcd.io/etcd/%s => go.etcd.io/etcd/%s %s\n' "$m" "$m" "$ETCD_VERSION"
+    done
+    printf ')\n'
+  } >go.mod
+  printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' >tools.go
+  go mod tidy
+  mkdir -p "$(dirname "$ETCD_BIN")"
+  go build -trimpath -ldflags "-s -w" -o "$ETCD_BIN.tmp" go.etcd.io/etcd/server/v3
+  mv "$ETCD_BIN.tmp" "$ETCD_BIN"
 )
 
+install_etcd() {
+  [ -n "$(etcd_bin)" ] && return 0
+  mkdir -p "$CACHE/build"
+  build_step "etcd $ETCD_VERSION" "$CACHE/build/etcd-$ETCD_VERSION.log" build_etcd
+}
+
+# KWOK has no replace directives, so `go install` works. Standalone kwok ships no stages; we
+# take the module's own: node initialize + heartbeat with a lease (the node-lifecycle controller
+# then keeps the nodes Ready), pods Ready and deleted pods removed. Not pod-complete: Job pods
+# stay Running like a long job, so tests see where they were placed.
+KWOK_STAGES=(node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
+  pod/fast/pod-ready.yaml pod/fast/pod-delete.yaml)
+build_kwok() (
+  local src="$GOMODCACHE/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage" f
+  mkdir -p "$KWOK_DIR"
+  GOBIN="$KWOK_DIR" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  for f in "${KWOK_STAGES[@]}"; do
+    [ -f "$src/$f" ] || { echo "missing KWOK stage $src/$f" >&2; return 1; }
+    echo "---"; cat "$src/$f"
+  done >"$KWOK_DIR/stages.yaml.tmp"
+  mv "$KWOK_DIR/stages.yaml.tmp" "$KWOK_DIR/stages.yaml"
+)
+
+install_kwok() {
+  [ -x "$KWOK_DIR/kwok" ] && [ -s "$KWOK_DIR/stages.yaml" ] && return 0
+  mkdir -p "$CACHE/build"
+  build_step "kwok $KWOK_VERSION" "$CACHE/build/kwok-$KWOK_VERSION.log" build_kwok
+}
+
+have_all() { have_k8s && [ -n "$(etcd_bin)" ] && [ -x "$KWOK_DIR/kwok" ] && [ -s "$KWOK_DIR/stages.yaml" ]; }
+
 cmd_install() {
-  command -v go >/dev/null || [ -x /usr/lib/go-1.19/bin/go ] || die "Go 1.19 missing: run scripts/install-prereqs.sh"
+  command -v go >/dev/null || die "Go missing (the machine's Go 1.26 builds the control plane)"
   install_etcd
+  install_kwok
   install_k8s
-  log "binaries ready: $K8S_BIN, $(etcd_bin)"
+  log "binaries ready: $K8S_BIN, $(etcd_bin), $KWOK_DIR/kwok"
 }
 
 # ---------------------------------------------------------------- up / down
@@ -234,6 +307,7 @@ start_apiserver() {
   local port="$1" eport="$2" d="$STATE/pki"
   start kube-apiserver "$STATE/kube-apiserver.log" "$K8S_BIN/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$eport" --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
+    --endpoint-reconciler-type none \
     --secure-port "$port" --tls-cert-file "$d/apiserver.crt" --tls-private-key-file "$d/apiserver.key" \
     --client-ca-file "$d/ca.crt" --service-account-issuer https://kubernetes.default.svc \
     --service-account-key-file "$d/sa.pub" --service-account-signing-key-file "$d/sa.key" \
@@ -243,42 +317,52 @@ start_apiserver() {
     curl -fsS --cacert "$d/ca.crt" --cert "$d/admin.crt" --key "$d/admin.key" "https://127.0.0.1:$port/readyz"
 }
 
+# The node-lifecycle controller runs: it lifts the not-ready taint of new nodes once KWOK
+# reports them Ready, as on a real cluster.
 start_controllers() {
   local d="$STATE/pki" kc="$STATE/kubeconfig"
   start kube-controller-manager "$STATE/kube-controller-manager.log" "$K8S_BIN/kube-controller-manager" \
     --kubeconfig "$kc" --authentication-kubeconfig "$kc" --authorization-kubeconfig "$kc" \
-    --leader-elect=false --controllers '*,-nodelifecycle' --port 0 --secure-port "$(free_port)" \
+    --leader-elect=false --controllers '*' --secure-port "$(free_port)" \
     --bind-address 127.0.0.1 --service-account-private-key-file "$d/sa.key" --root-ca-file "$d/ca.crt" \
     --use-service-account-credentials=false
   start kube-scheduler "$STATE/kube-scheduler.log" "$K8S_BIN/kube-scheduler" \
     --kubeconfig "$kc" --authentication-kubeconfig "$kc" --authorization-kubeconfig "$kc" \
-    --leader-elect=false --port 0 --secure-port "$(free_port)" --bind-address 127.0.0.1
-  sleep 1
-  alive_or_fail kube-controller-manager "$STATE/kube-controller-manager.log"
-  alive_or_fail kube-scheduler "$STATE/kube-scheduler.log"
+    --leader-elect=false --secure-port "$(free_port)" --bind-address 127.0.0.1
+  wait_until kube-controller-manager "$STATE/kube-controller-manager.log" \
+    component_serving kube-controller-manager
+  wait_until kube-scheduler "$STATE/kube-scheduler.log" component_serving kube-scheduler
 }
 
-# create_node NAME ZONE [TAINT]   TAINT = KEY=VALUE:EFFECT
-create_node() {
-  local name="$1" zone="$2" taint="${3:-}" kc="$STATE/kubeconfig" taints="[]"
+# The process runs and its log says it serves (both components print this once their secure
+# port listens); on timeout wait_until shows the log's tail.
+component_serving() {
+  pid_alive "$(component_pid "$1")" && grep -q "Serving securely" "$STATE/$1.log"
+}
+
+# KWOK manages the nodes annotated kwok.x-k8s.io/node=fake (other nodes, e.g. a real kubelet's,
+# are left alone); a 40 s node lease keeps them Ready for the node-lifecycle controller.
+start_kwok() {
+  start kwok "$STATE/kwok.log" "$KWOK_DIR/kwok" --kubeconfig "$STATE/kubeconfig" \
+    --config "$KWOK_DIR/stages.yaml" --manage-all-nodes=false \
+    --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+    --node-lease-duration-seconds 40 --cidr 10.244.0.0/16 --node-ip 10.0.0.1
+}
+
+kubectl_() { "$K8S_BIN/kubectl" --kubeconfig "$STATE/kubeconfig" "$@"; }
+
+# node_json NAME ZONE [TAINT]   TAINT = KEY=VALUE:EFFECT
+node_json() {
+  local name="$1" zone="$2" taint="${3:-}" taints="[]"
   if [ -n "$taint" ]; then
     local kv="${taint%:*}" effect="${taint##*:}"
     taints="[{\"key\":\"${kv%%=*}\",\"value\":\"${kv#*=}\",\"effect\":\"$effect\"}]"
   fi
-  kubectl --kubeconfig "$kc" apply -f - >/dev/null <<EOF
-{"apiVersion":"v1","kind":"Node","metadata":{"name":"$name","labels":{
-  "kubernetes.io/hostname":"$name","topology.kubernetes.io/zone":"$zone","kubernetes.io/os":"linux",
-  "kubernetes.io/arch":"amd64"}},"spec":{"taints":$taints}}
-EOF
-  # No kubelet: report Ready with capacity ourselves; the admission-added
-  # not-ready taint is never removed without node-lifecycle, so replace taints.
-  kubectl --kubeconfig "$kc" patch node "$name" --subresource=status --type=merge -p \
-    "{\"status\":{\"capacity\":{\"cpu\":\"32\",\"memory\":\"128Gi\",\"pods\":\"250\"},
-      \"allocatable\":{\"cpu\":\"32\",\"memory\":\"128Gi\",\"pods\":\"250\"},
-      \"conditions\":[{\"type\":\"Ready\",\"status\":\"True\",\"reason\":\"FakeKubelet\",
-      \"message\":\"fake node for tests\",\"lastHeartbeatTime\":\"$(date -u +%FT%TZ)\",
-      \"lastTransitionTime\":\"$(date -u +%FT%TZ)\"}]}}" >/dev/null
-  kubectl --kubeconfig "$kc" patch node "$name" --type=merge -p "{\"spec\":{\"taints\":$taints}}" >/dev/null
+  printf '{"apiVersion":"v1","kind":"Node","metadata":{"name":"%s",
+  "annotations":{"kwok.x-k8s.io/node":"fake"},
+  "labels":{"kubernetes.io/hostname":"%s","topology.kubernetes.io/zone":"%s",
+    "kubernetes.io/os":"linux","kubernetes.io/arch":"amd64","type":"kwok"}},
+ "spec":{"taints":%s}}\n' "$name" "$name" "$zone" "$taints"
 }
 
 create_nodes() {
@@ -290,9 +374,19 @@ create_nodes() {
     count="${rest%%:*}"; taint=""
     [ "$rest" != "$count" ] && taint="${rest#*:}"
     [[ "$count" =~ ^[0-9]+$ ]] || die "bad WS_NODES entry '$entry' (want ZONE=COUNT[:KEY=VALUE:EFFECT])"
-    for ((i = 1; i <= count; i++)); do create_node "node-${zone#zone-}-$i" "$zone" "$taint"; done
-  done
-  log "nodes: $(kubectl --kubeconfig "$STATE/kubeconfig" get nodes -o name | tr '\n' ' ')"
+    for ((i = 1; i <= count; i++)); do node_json "node-${zone#zone-}-$i" "$zone" "$taint"; done
+  done | kubectl_ apply -f - >/dev/null
+  wait_until "KWOK nodes" "$STATE/kwok.log" nodes_schedulable
+  log "nodes: $(kubectl_ get nodes -o name | tr '\n' ' ')"
+}
+
+# Every node Ready and free of the node-lifecycle controller's not-ready/unreachable taints.
+nodes_schedulable() {
+  local out
+  out="$(kubectl_ get nodes -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.status.conditions[?(@.type=="Ready")].status}{" "}{.spec.taints[*].key}{"\n"}{end}')"
+  [ -n "$out" ] || return 1
+  ! grep -v -E '^[^ ]+ True( |$)' <<<"$out" | grep -q . || return 1
+  ! grep -q -e node.kubernetes.io/not-ready -e node.kubernetes.io/unreachable <<<"$out"
 }
 
 cleanup_failed_up() {
@@ -307,7 +401,7 @@ cmd_up() {
     return 0
   fi
   [ -d "$STATE" ] && stop_all
-  have_k8s && [ -n "$(etcd_bin)" ] || cmd_install
+  have_all || cmd_install
   mkdir -p "$STATE"
   : >"$STATE/pids"
   trap cleanup_failed_up ERR
@@ -322,6 +416,8 @@ cmd_up() {
   start_apiserver "$port" "$eport"
   log "starting kube-controller-manager and kube-scheduler"
   start_controllers
+  log "starting KWOK $KWOK_VERSION"
+  start_kwok
   create_nodes
   trap - ERR
   echo "$port" >"$STATE/apiserver-port"
@@ -352,6 +448,7 @@ cmd_down() {
 cmd_env() {
   [ -f "$STATE/kubeconfig" ] || die "no cluster at $STATE (run: cluster.sh up)"
   echo "export KUBECONFIG=$STATE/kubeconfig"
+  echo "export PATH=$K8S_BIN:\$PATH"
 }
 
 cmd_status() {
@@ -360,6 +457,7 @@ cmd_status() {
 
 case "${1:-}" in
   install) cmd_install ;;
+  install-node) install_node_binaries ;;
   up) cmd_up ;;
   down) cmd_down ;;
   env) cmd_env ;;
