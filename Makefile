@@ -46,12 +46,12 @@ unit:
 
 ## Integration tests against a fresh local control plane, stopped afterwards even on failure.
 integration: policy
-	@kubeconfig="$$(bash $(CLUSTER) up | sed -n 's/^export KUBECONFIG=//p')"; \
+	@env="$$(bash $(CLUSTER) up)"; eval "$$env"; \
 	trap 'bash $(CLUSTER) down' EXIT; \
 	$(CARGO) build --workspace --locked --bins && \
-	WS_TEST_KUBECONFIG="$$kubeconfig" WS_REQUIRE_WASM=1 \
+	WS_TEST_KUBECONFIG="$$KUBECONFIG" WS_REQUIRE_WASM=1 \
 	  $(CARGO) test --workspace --locked --test '*' && \
-	KUBECONFIG="$$kubeconfig" python3 e2e/chart/test_chart.py apply
+	python3 e2e/chart/test_chart.py apply
 	bats e2e/policy.bats
 
 ## The browser planner (core via wasm-bindgen) into playground/dist.

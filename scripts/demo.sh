@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make demo`: a real local control plane (kube-apiserver, controller-manager,
-# scheduler; fake nodes in zones a, b, c), the admission host (webhook over TLS) and
+# scheduler; KWOK nodes in zones a, b, c), the admission host (webhook over TLS) and
 # the controller as local processes, and a Deployment spread by a WorkloadSpread
-# while it scales 0 → 10 → 4 → 12. Ctrl-C stops everything.
+# while it scales 0 → 10 → 4 → 12. On scale-in it shows which pods the ReplicaSet
+# controller removed and whether they were the lowest-cost ones. Ctrl-C stops everything.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cluster="$root/e2e/cluster/cluster.sh"
@@ -27,7 +28,7 @@ say "building the policy module, host and controller (first run: ~10 min, cached
 make -C "$root" --no-print-directory policy
 (cd "$root" && cargo build --bins -p workloadspread-host -p workloadspread-controller)
 
-say "bringing up the local control plane (first run builds Kubernetes v1.20.2: 8-13 min, cached after)"
+say "bringing up the local control plane (first run builds Kubernetes, etcd and KWOK from the Go module proxy: ~20 min, cached after)"
 bash "$cluster" install
 started_here=1
 bash "$cluster" status >/dev/null 2>&1 && started_here=0
@@ -85,14 +86,6 @@ done
 curl -sfk "https://127.0.0.1:$port/readyz" >/dev/null || { cat "$state/host.log"; exit 1; }
 echo "host on https://127.0.0.1:$port (CA bundle patched into the webhook configurations)"
 
-# No kubelets here: finish the graceful deletion of pods the way a kubelet would.
-( while sleep 1; do
-    kubectl -n "$ns" get pods -o json 2>/dev/null |
-      jq -r '.items[] | select(.metadata.deletionTimestamp) | .metadata.name' |
-      xargs -r kubectl -n "$ns" delete pod --grace-period=0 --force >/dev/null 2>&1 || true
-  done ) &
-pids+=($!)
-
 say "a Deployment (0 replicas) and its WorkloadSpread: zone-a 30%, zone-b 50%, zone-c the rest"
 kubectl apply -n "$ns" -f - >/dev/null <<'EOF'
 apiVersion: apps/v1
@@ -123,24 +116,32 @@ EOF
 
 pods_json() { kubectl -n "$ns" get pods -o json | jq '[.items[] | select(.metadata.deletionTimestamp | not)]'; }
 
+subset_of='(.metadata.annotations["apps.kruise.io/matched-workloadspread"] // "{}" | fromjson | .subset // "-")'
+cost_of='(.metadata.annotations["controller.kubernetes.io/pod-deletion-cost"] // "0" | tonumber)'
+
+# Settled: the wanted number of Running pods, each with a deletion cost, and a status that
+# counts exactly them with nothing in flight (the controller has caught up).
 wait_settled() {
-  local want=$1
-  for _ in $(seq 1 120); do
-    local ok
-    ok=$(pods_json | jq --argjson n "$want" '
-      length == $n and all(.[]; .spec.nodeName and
+  local want=$1 pods status
+  for _ in $(seq 1 240); do
+    pods=$(pods_json | jq --argjson n "$want" '
+      length == $n and all(.[]; .status.phase == "Running" and
         .metadata.annotations["controller.kubernetes.io/pod-deletion-cost"])')
-    [ "$ok" = true ] && return 0
+    status=$(kubectl -n "$ns" get workloadspread web -o json | jq --argjson n "$want" '
+      ([.status.subsetStatuses[]?.replicas] | add // 0) == $n and
+      all(.status.subsetStatuses[]?; (.creatingPods // {} | length) == 0 and (.deletingPods // {} | length) == 0)')
+    [ "$pods" = true ] && [ "$status" = true ] && return 0
     sleep 0.5
   done
-  echo "warning: not settled after 60 s" >&2
+  echo "warning: not settled after 120 s" >&2
 }
 
+# name, subset, cost of the live pods (TSV), to tell afterwards which ones went.
+snapshot() { pods_json | jq -r ".[] | [.metadata.name, $subset_of, $cost_of] | @tsv"; }
+
 show() {
-  pods_json | jq -r '
-    def subset: (.metadata.annotations["apps.kruise.io/matched-workloadspread"] // "{}" | fromjson | .subset // "-");
-    sort_by(subset, .metadata.name)[] |
-    [subset, .metadata.name, .spec.nodeName, .metadata.annotations["controller.kubernetes.io/pod-deletion-cost"]] | @tsv' |
+  pods_json | jq -r "sort_by($subset_of, .metadata.name)[] |
+    [$subset_of, .metadata.name, .spec.nodeName, $cost_of] | @tsv" |
     (printf 'SUBSET\tPOD\tNODE\tDELETION-COST\n'; cat) | column -t
   echo
   kubectl -n "$ns" get workloadspread web -o json | jq -r '
@@ -149,19 +150,42 @@ show() {
     (printf 'STATUS\tREPLICAS\tMISSING\tCREATING\tDELETING\n'; cat) | column -t
 }
 
+# Which pods the ReplicaSet controller removed (from the snapshot before the step), the
+# cost each carried, and whether they were the lowest-cost ones.
+show_removed() {
+  local before="$1" after="$2"
+  awk -F'\t' 'NR==FNR {kept[$1]=1; next} !($1 in kept)' "$after" "$before" | sort -t$'\t' -k3,3n >"$state/removed"
+  awk -F'\t' 'NR==FNR {kept[$1]=1; next} ($1 in kept)' "$after" "$before" >"$state/kept"
+  echo "removed by the ReplicaSet controller:"
+  (printf 'POD\tSUBSET\tDELETION-COST\n'; cat "$state/removed") | column -t | sed 's/^/  /'
+  local max_removed min_kept
+  max_removed=$(cut -f3 "$state/removed" | sort -n | tail -n 1)
+  min_kept=$(cut -f3 "$state/kept" | sort -n | head -n 1)
+  if [ -z "$max_removed" ] || [ -z "$min_kept" ] || [ "$max_removed" -le "$min_kept" ]; then
+    echo "=> the lowest-cost pods were removed (highest removed ${max_removed:-none} <= lowest kept ${min_kept:-none})"
+  else
+    echo "=> NOT the lowest-cost set: removed a pod with cost $max_removed, kept one with $min_kept"
+    demo_failed=1
+  fi
+}
+
+demo_failed=0
+current=0
 for replicas in 10 4 12; do
   say "scale to $replicas"
+  snapshot >"$state/before"
   kubectl -n "$ns" scale deployment web --replicas="$replicas" >/dev/null
   wait_settled "$replicas"
-  sleep 2
   show
-  if [ "$replicas" = 4 ]; then
-    echo "(note: this control plane is Kubernetes 1.20, whose ReplicaSet controller ignores"
-    echo " pod-deletion-cost; from 1.22 scale-in removes the lowest-cost pods first)"
+  if [ "$replicas" -lt "$current" ]; then
+    echo
+    snapshot >"$state/after"
+    show_removed "$state/before" "$state/after"
   fi
+  current=$replicas
 done
 
 say "scale-in order (lowest deletion cost goes first)"
-pods_json | jq -r 'sort_by(.metadata.annotations["controller.kubernetes.io/pod-deletion-cost"] | tonumber) |
-  map("\(.metadata.name)(\(.metadata.annotations["controller.kubernetes.io/pod-deletion-cost"]))") | join(" → ")'
+pods_json | jq -r "sort_by($cost_of) | map(\"\\(.metadata.name)(\\($cost_of))\") | join(\" → \")"
 say "done: host and controller logs are in $state"
+exit "$demo_failed"

@@ -14,6 +14,7 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
 use workloadspread_core::controller::ReconcileOptions;
+use workloadspread_core::rules::Rules;
 use workloadspread_core::version::VersionedKinds;
 use workloadspread_core::workload::{CustomWorkload, WorkloadKinds};
 
@@ -56,6 +57,14 @@ pub struct RuleArgs {
     /// Seconds a subset stays unschedulable after a reschedule (reference: 300).
     #[arg(long, default_value_t = 300)]
     reschedule_hold_seconds: i64,
+    /// Deletion costs: "planned" ranks the whole scale-in path (costs 1000000 − level);
+    /// "reference" writes OpenKruise's values (docs/semantics.md).
+    #[arg(long, default_value = "planned", value_parser = parse_rules)]
+    rules: Rules,
+}
+
+fn parse_rules(s: &str) -> Result<Rules, String> {
+    s.parse()
 }
 
 impl RuleArgs {
@@ -87,6 +96,7 @@ impl RuleArgs {
             creating_window: SignedDuration::from_secs(self.creating_window_seconds),
             deleting_window: SignedDuration::from_secs(self.deleting_window_seconds),
             reschedule_hold: SignedDuration::from_secs(self.reschedule_hold_seconds),
+            rules: self.rules,
         })
     }
 }

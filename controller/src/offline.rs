@@ -47,6 +47,9 @@ pub struct PlanArgs {
     /// `text` (tables) or `json` (the planner's steps, as the playground receives them).
     #[arg(short, long, default_value = "text", value_parser = ["text", "json"])]
     output: String,
+    /// Admission and deletion-cost rules: "planned" (default) or "reference" (OpenKruise's).
+    #[arg(long, default_value = "planned", value_parser = crate::parse_rules)]
+    rules: workloadspread_core::rules::Rules,
     /// The WorkloadSpread (YAML/JSON).
     file: PathBuf,
 }
@@ -186,7 +189,7 @@ pub fn output_json(o: &ReconcileOutput) -> Value {
 
 pub fn plan(args: PlanArgs) -> Result<()> {
     let ws = load_workloadspread(&args.file)?;
-    let steps = match &args.nodes {
+    let nodes = match &args.nodes {
         Some(path) => {
             let nodes: Vec<NodeInfo> = load_objects(path)?
                 .into_iter()
@@ -197,10 +200,12 @@ pub fn plan(args: PlanArgs) -> Result<()> {
             if nodes.is_empty() {
                 bail!("no Node objects in {}", path.display());
             }
-            workloadspread_core::plan::plan_on_nodes(&ws, &args.replicas, &nodes)
+            Some(nodes)
         }
-        None => workloadspread_core::plan::plan(&ws, &args.replicas),
+        None => None,
     };
+    let steps =
+        workloadspread_core::plan::plan_with(&ws, &args.replicas, nodes.as_deref(), args.rules);
     if args.output == "json" {
         println!("{}", serde_json::to_string_pretty(&steps)?);
         return Ok(());
@@ -329,7 +334,14 @@ mod tests {
             ("a", 1, 0)
         );
         assert_eq!(out.status.versioned_subset_statuses["h1"][0].replicas, 1);
-        // Positive cost of the first of two subsets: 100 × (2 − 0).
+        // The only pod is the last one standing: level 1.
+        assert_eq!(
+            output_json(&out)["deletionCosts"],
+            json!([{"pod": "web-h1-a", "cost": 999_999}])
+        );
+        // `--rules reference`: positive cost of the first of two subsets, 100 × (2 − 0).
+        let reference = T::parse_from(["t", "--rules", "reference"]).rules;
+        let out = reconcile_objects(&ws, &objects, &reference, now).unwrap();
         assert_eq!(
             output_json(&out)["deletionCosts"],
             json!([{"pod": "web-h1-a", "cost": 200}])

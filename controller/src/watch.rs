@@ -132,6 +132,12 @@ async fn run_controller(
         futures::pin_mut!(node_stream);
         while node_stream.next().await.is_some() {}
     });
+    // Reconciles read the pod store, so it must hold its first list before any starts.
+    // Once the controller runs, only the controller polls the pod stream; a reconcile
+    // waiting for the store would then wait for itself whenever every concurrency slot
+    // is taken (as with many WorkloadSpreads left in the cluster at start).
+    let mut pod_stream = pod_stream.boxed();
+    drive_until_ready(&mut pod_stream, &pods, "pods").await;
     let ctx = Arc::new(Context::new(
         client.clone(),
         pods.clone(),
@@ -205,6 +211,35 @@ async fn run_controller(
         })
         .await;
     Ok(())
+}
+
+/// Polls `stream` (discarding its events) until `store` holds its first list; says
+/// what it waits for every 10 s. The watcher retries with backoff, so this ends once
+/// the API server answers.
+async fn drive_until_ready<K, S>(stream: &mut S, store: &Store<K>, what: &str)
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+    S: futures::Stream<Item = Result<K, watcher::Error>> + Unpin,
+{
+    let started = tokio::time::Instant::now();
+    let ready = store.wait_until_ready();
+    futures::pin_mut!(ready);
+    let mut report = tokio::time::interval(Duration::from_secs(10));
+    report.tick().await;
+    loop {
+        tokio::select! {
+            _ = &mut ready => break,
+            item = stream.next() => match item {
+                Some(Err(e)) => tracing::warn!("{what} watch: {e}"),
+                Some(Ok(_)) => {}
+                None => break,
+            },
+            _ = report.tick() => tracing::info!(
+                "waiting for the first list of {what} ({:?} so far)", started.elapsed()),
+        }
+    }
+    tracing::info!("{what} cache synced in {:?}", started.elapsed());
 }
 
 /// Sets `ready` once every cache has its first list. Polls instead of awaiting: the

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
-use workloadspread_testkit::pods::{annotation, subset_of, COST};
+use workloadspread_testkit::pods::{annotation, ensure_lowest_cost_removed, subset_of, COST};
 use workloadspread_testkit::webhook::{
     apply_crd, policy_wasm, workspace_binary, ControllerProcess, HostProcess, WebhookConfigs,
 };
@@ -114,8 +114,12 @@ async fn existing_pods_are_adopted_and_scale_in_is_ordered() -> Result<()> {
             "subsets": [zone("a", "zone-a", Some(1)), zone("b", "zone-b", Some(1)), zone("c", "zone-c", None)]}),
     )
     .await?;
+    // The reference's cost values (§4.5), checked below; the default rules are covered by
+    // the scenario suite. Cluster-wide on purpose: other tests' WorkloadSpreads are
+    // reconciled too (a start with many of them once stalled the first reconcile 30 s).
+    let args = ["--rules".to_string(), "reference".to_string()];
     let _controller =
-        ControllerProcess::start(controller_bin(), cluster()?.kubeconfig(), &[]).await?;
+        ControllerProcess::start(controller_bin(), cluster()?.kubeconfig(), &args).await?;
     let costs = wait_for(
         "deletion costs on all pods",
         Duration::from_secs(60),
@@ -174,6 +178,33 @@ async fn existing_pods_are_adopted_and_scale_in_is_ordered() -> Result<()> {
     })
     .await?;
     ensure!(status["observedGeneration"] == 1, "{status}");
+
+    // Scale-in: the ReplicaSet controller removes the pods that carry the lowest costs
+    // (over-maximum ones first); the status follows the pods that remain.
+    ns.api::<Deployment>()
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await?;
+    let after = wait_for("3 pods left", Duration::from_secs(60), || async {
+        let mut list = pods.list(&ListParams::default()).await?.items;
+        list.retain(|p| p.metadata.deletion_timestamp.is_none());
+        Ok((list.len() == 3).then_some(list))
+    })
+    .await?;
+    let removed = ensure_lowest_cost_removed(&costs, &after)?;
+    ensure!(removed.len() == 3, "removed {removed:?}");
+    wait_for("status of 3 pods", Duration::from_secs(30), || async {
+        let s = ws_api.get("web").await?.data["status"].clone();
+        let replicas: i64 = s["subsetStatuses"]
+            .as_array()
+            .map(|a| a.iter().map(|x| x["replicas"].as_i64().unwrap_or(0)).sum())
+            .unwrap_or(0);
+        Ok((replicas == 3).then_some(()))
+    })
+    .await?;
     Ok(())
 }
 
@@ -299,7 +330,7 @@ async fn unschedulable_subset_is_rescheduled_and_recovers() -> Result<()> {
         reasons.iter().any(|r| r == "RecoverSchedulable"),
         "events: {reasons:?}"
     );
-    // Scale-in afterwards removes nothing from the recovered subset's accounting.
+    // Scale-in afterwards: one pod left in b, and the recovered subset x counts none.
     ns.api::<Deployment>()
         .patch(
             "web",
@@ -307,5 +338,11 @@ async fn unschedulable_subset_is_rescheduled_and_recovers() -> Result<()> {
             &Patch::Merge(json!({"spec": {"replicas": 1}})),
         )
         .await?;
+    wait_for("status x 0 / b 1", Duration::from_secs(60), || async {
+        let s = ws_api.get("web").await?.data["status"].clone();
+        let replicas = |i: usize| s["subsetStatuses"][i]["replicas"].as_i64();
+        Ok((replicas(0) == Some(0) && replicas(1) == Some(1)).then_some(()))
+    })
+    .await?;
     configs.delete().await
 }

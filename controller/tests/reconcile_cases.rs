@@ -3,7 +3,8 @@
 //! control plane: a CloneSet CRD (no controller acts on it, like the reference's fake
 //! client), pods in the wanted phases (unscheduled pods use a scheduler that does not
 //! exist; terminating ones hold a finalizer), seeded `creatingPods`/`deletingPods`, and
-//! one controller for the namespace. Each case's status and costs must converge. The
+//! one controller for the namespace; KWOK leaves these pods alone (they carry its frozen
+//! label). Each case's status and costs must converge. The
 //! creating/deleting windows are scaled to 300 s (ages scaled alike) so seeded ages keep
 //! their meaning however long the setup takes. Where the reference's fixtures are
 //! identical pods ordered by list position, real pods are told apart by readiness (the
@@ -314,7 +315,10 @@ async fn create_pod(
 ) -> Result<()> {
     let name = format!("{ws}-pod-{i}");
     let matched = json!({"name": ws, "subset": subset}).to_string();
-    let mut pod = json!({"metadata": {"name": name, "labels": {"app": ws},
+    // KWOK's stages skip pods with this label: a case's pod stays in its state (Pending on a
+    // node, Running but not Ready) instead of being made Ready as a kubelet would.
+    let mut pod = json!({"metadata": {"name": name,
+            "labels": {"app": ws, "workloadspread.test/kwok-frozen": "true"},
             "annotations": {"apps.kruise.io/matched-workloadspread": matched},
             "ownerReferences": [{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": ws,
                 "uid": uid, "controller": true}]},
@@ -430,7 +434,8 @@ async fn reference_reconcile_cases_converge_on_real_objects() -> Result<()> {
     }
     let bin = Path::new(env!("CARGO_BIN_EXE_workloadspread-controller"));
     // Both windows at 300 s (reference: 30 s / 15 s) so a seeded age means the same thing
-    // however long the setup took; the ages above are scaled accordingly.
+    // however long the setup took; the ages above are scaled accordingly. The cases'
+    // costs are the reference's values.
     let args = [
         "--namespace",
         ns.name(),
@@ -438,6 +443,8 @@ async fn reference_reconcile_cases_converge_on_real_objects() -> Result<()> {
         "300",
         "--deleting-window-seconds",
         "300",
+        "--rules",
+        "reference",
     ]
     .map(str::to_string);
     let controller = ControllerProcess::start(bin, cluster()?.kubeconfig(), &args).await?;

@@ -4,9 +4,16 @@
 //!
 //! Callers skip dry-run requests entirely (no injection, no status change), as the
 //! reference does.
+//!
+//! Under [`Rules::Planned`] a percentage subset's room is its maximum scaled to the
+//! workload's *current* replicas minus its occupancy as the status records it
+//! (`replicas + |creatingPods| − |deletingPods|`), so pods created right after a scale
+//! land on the planned spread before the controller recomputes `missingReplicas`.
+//! Integer subsets (and [`Rules::Reference`]) use `missingReplicas` as the reference does.
 
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus, WorkloadSpreadSubsetStatus};
 use crate::percent::scaled_value;
+use crate::rules::Rules;
 use crate::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -154,6 +161,20 @@ fn tracked_subset(statuses: &[WorkloadSpreadSubsetStatus], pod_name: &str) -> Op
         .map(|s| s.name.clone())
 }
 
+/// The workload's replica count and the rules that scale percentages with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scale {
+    /// The workload's current replicas (0 when unknown or not needed).
+    pub replicas: i32,
+    pub rules: Rules,
+}
+
+impl Scale {
+    pub fn new(replicas: i32, rules: Rules) -> Self {
+        Scale { replicas, rules }
+    }
+}
+
 /// `updateSubsetForPod(Create)` on `status` (the latest one the caller has): idempotent
 /// for a pod already tracked, first schedulable subset with room otherwise (subsets
 /// below their `minReplicas` first), recording the pod in creatingPods.
@@ -161,11 +182,11 @@ pub fn claim_for_create(
     status: &mut WorkloadSpreadStatus,
     ws: &WorkloadSpread,
     pod: PodKey<'_>,
-    workload_replicas: i32,
+    scale: Scale,
     now: Timestamp,
     new_uid: &str,
 ) -> Claim {
-    claim_with(status, ws, pod, workload_replicas, now, new_uid, |_| true)
+    claim_with(status, ws, pod, scale, now, new_uid, |_| true)
 }
 
 /// The counter capability's claim rule: `claim_for_create` restricted to `candidates`
@@ -175,24 +196,24 @@ pub fn claim_among(
     ws: &WorkloadSpread,
     pod: PodKey<'_>,
     candidates: &[String],
-    workload_replicas: i32,
+    scale: Scale,
     now: Timestamp,
     new_uid: &str,
 ) -> Claim {
     let allowed = |name: &str| candidates.iter().any(|c| c == name);
-    claim_with(status, ws, pod, workload_replicas, now, new_uid, allowed)
+    claim_with(status, ws, pod, scale, now, new_uid, allowed)
 }
 
 fn claim_with(
     status: &mut WorkloadSpreadStatus,
     ws: &WorkloadSpread,
     pod: PodKey<'_>,
-    workload_replicas: i32,
+    scale: Scale,
     now: Timestamp,
     new_uid: &str,
     allowed: impl Fn(&str) -> bool,
 ) -> Claim {
-    let statuses = versioned_statuses(status, ws, pod.version, workload_replicas);
+    let statuses = versioned_statuses(status, ws, pod.version, scale.replicas);
     if let Some(subset) = tracked_subset(statuses, pod.name) {
         return Claim {
             subset: Some(subset),
@@ -200,7 +221,7 @@ fn claim_with(
             status_changed: false,
         };
     }
-    let Some((i, for_min)) = choose_subset(statuses, ws, workload_replicas, &allowed) else {
+    let Some((i, for_min)) = choose_subset(statuses, ws, scale, &allowed) else {
         return Claim::default();
     };
     let chosen = &mut statuses[i];
@@ -219,8 +240,10 @@ fn claim_with(
         (pod.name.to_string(), None)
     };
     chosen.creating_pods.insert(key, Time(now));
-    if chosen.missing_replicas > 0 {
-        chosen.missing_replicas -= 1;
+    match planned_max(ws, chosen, scale) {
+        Some(max) => chosen.missing_replicas = missing_for(max, chosen),
+        None if chosen.missing_replicas > 0 => chosen.missing_replicas -= 1,
+        None => {}
     }
     Claim {
         subset: Some(chosen.name.clone()),
@@ -236,14 +259,16 @@ fn claim_with(
 fn choose_subset(
     statuses: &[WorkloadSpreadSubsetStatus],
     ws: &WorkloadSpread,
-    replicas: i32,
+    scale: Scale,
     allowed: &impl Fn(&str) -> bool,
 ) -> Option<(usize, bool)> {
-    let has_room = |s: &WorkloadSpreadSubsetStatus| {
-        allowed(&s.name)
-            && !s.is_unschedulable()
-            && (s.missing_replicas > 0 || s.missing_replicas == -1)
+    let replicas = scale.replicas;
+    let room = |s: &WorkloadSpreadSubsetStatus| match planned_max(ws, s, scale) {
+        Some(max) => i64::from(max) > occupancy(s),
+        None => s.missing_replicas > 0 || s.missing_replicas == -1,
     };
+    let has_room =
+        |s: &WorkloadSpreadSubsetStatus| allowed(&s.name) && !s.is_unschedulable() && room(s);
     let below_min = |s: &WorkloadSpreadSubsetStatus| {
         let Some(spec) = ws.subset(&s.name) else {
             return false;
@@ -255,12 +280,41 @@ fn choose_subset(
         else {
             return false;
         };
-        subset_count(s, spec.max_replicas.as_ref(), replicas) < i64::from(min)
+        let count = match planned_max(ws, s, scale) {
+            Some(_) => occupancy(s),
+            None => subset_count(s, spec.max_replicas.as_ref(), replicas),
+        };
+        count < i64::from(min)
     };
     let for_min = statuses.iter().position(|s| has_room(s) && below_min(s));
     for_min
         .map(|i| (i, true))
         .or_else(|| statuses.iter().position(has_room).map(|i| (i, false)))
+}
+
+/// Under [`Rules::Planned`], a percentage subset's maximum scaled to the current
+/// replicas; `None` where `missingReplicas` decides (integers, unlimited, reference).
+fn planned_max(ws: &WorkloadSpread, s: &WorkloadSpreadSubsetStatus, scale: Scale) -> Option<i32> {
+    if scale.rules != Rules::Planned {
+        return None;
+    }
+    let max = ws.subset(&s.name)?.max_replicas.as_ref()?;
+    match max {
+        IntOrString::String(_) => Some(scaled_value(max, scale.replicas).unwrap_or(0)),
+        IntOrString::Int(_) => None,
+    }
+}
+
+/// Pods in a subset as its status records them: counted by the controller, plus
+/// admitted since, minus deleted since.
+fn occupancy(s: &WorkloadSpreadSubsetStatus) -> i64 {
+    i64::from(s.replicas) + s.creating_pods.len() as i64 - s.deleting_pods.len() as i64
+}
+
+/// `missingReplicas` of a percentage subset with maximum `max` (never below 0).
+fn missing_for(max: i32, s: &WorkloadSpreadSubsetStatus) -> i32 {
+    let missing = (i64::from(max) - occupancy(s)).max(0);
+    i32::try_from(missing).unwrap_or(i32::MAX)
 }
 
 /// Pods currently counted in a subset from the webhook's point of view.
@@ -278,10 +332,10 @@ pub fn release(
     ws: &WorkloadSpread,
     pod: PodKey<'_>,
     subset: &str,
-    workload_replicas: i32,
+    scale: Scale,
     now: Timestamp,
 ) -> bool {
-    let statuses = versioned_statuses(status, ws, pod.version, workload_replicas);
+    let statuses = versioned_statuses(status, ws, pod.version, scale.replicas);
     if tracked_subset(statuses, pod.name).is_some() {
         return false;
     }
@@ -292,7 +346,10 @@ pub fn release(
         return false;
     }
     s.deleting_pods.insert(pod.name.to_string(), Time(now));
-    s.missing_replicas = s.missing_replicas.saturating_add(1);
+    match planned_max(ws, s, scale) {
+        Some(max) => s.missing_replicas = missing_for(max, s),
+        None => s.missing_replicas = s.missing_replicas.saturating_add(1),
+    }
     true
 }
 
@@ -312,7 +369,7 @@ pub struct CreateDecision {
 pub fn decide_create(
     ws: &WorkloadSpread,
     pod: PodKey<'_>,
-    workload_replicas: i32,
+    scale: Scale,
     now: Timestamp,
     new_uid: &str,
 ) -> CreateDecision {
@@ -323,7 +380,7 @@ pub fn decide_create(
         },
         CreatePath::Counted => {
             let mut status = ws.status.clone().unwrap_or_default();
-            let claim = claim_for_create(&mut status, ws, pod, workload_replicas, now, new_uid);
+            let claim = claim_for_create(&mut status, ws, pod, scale, now, new_uid);
             CreateDecision {
                 subset: claim.subset,
                 generated_uid: claim.generated_uid,
@@ -338,12 +395,12 @@ pub fn decide_release(
     ws: &WorkloadSpread,
     pod: PodKey<'_>,
     subset: &str,
-    workload_replicas: i32,
+    scale: Scale,
     now: Timestamp,
 ) -> Option<WorkloadSpreadStatus> {
     if !matches!(create_path(ws, pod.name), CreatePath::Counted) {
         return None;
     }
     let mut status = ws.status.clone().unwrap_or_default();
-    release(&mut status, ws, pod, subset, workload_replicas, now).then_some(status)
+    release(&mut status, ws, pod, subset, scale, now).then_some(status)
 }

@@ -6,8 +6,9 @@
 //! policy-server does not offer it (its host calls are read-only), so the guest detects
 //! it with `v1/hello` and otherwise decides from what it can read. See `docs/counter-protocol.md`.
 
-use crate::admission::{claim_among, release, PodKey};
+use crate::admission::{claim_among, release, PodKey, Scale};
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
+use crate::rules::Rules;
 use crate::Timestamp;
 use serde::{Deserialize, Serialize};
 
@@ -66,6 +67,14 @@ pub struct ClaimRequest {
     /// Id recorded in creatingPods when the pod has no name (the guest derives it from
     /// the admission request uid, so retries of the same request reuse it).
     pub generated_uid: String,
+    /// How percentages are scaled ([`Rules`]); absent means "reference", what guests
+    /// sent before the field existed.
+    #[serde(default = "reference_rules")]
+    pub rules: Rules,
+}
+
+fn reference_rules() -> Rules {
+    Rules::Reference
 }
 
 /// `v1/claim` answer.
@@ -89,6 +98,9 @@ pub struct ReleaseRequest {
     /// Subset named in the pod's matched-workloadspread annotation.
     pub subset: String,
     pub workload_replicas: i32,
+    /// As in [`ClaimRequest::rules`].
+    #[serde(default = "reference_rules")]
+    pub rules: Rules,
 }
 
 /// `v1/release` answer.
@@ -116,7 +128,7 @@ pub fn apply_claim(
         ws,
         pod,
         &req.candidates,
-        req.workload_replicas,
+        Scale::new(req.workload_replicas, req.rules),
         now,
         &req.generated_uid,
     );
@@ -145,7 +157,7 @@ pub fn apply_release(
         ws,
         pod,
         &req.subset,
-        req.workload_replicas,
+        Scale::new(req.workload_replicas, req.rules),
         now,
     );
     (status, ReleaseResponse { released })
@@ -170,14 +182,21 @@ mod tests {
             candidates: vec!["a".into(), "b".into()],
             workload_replicas: 10,
             generated_uid: "u-1".into(),
+            rules: Rules::Planned,
         };
         let v = serde_json::to_value(&req).unwrap();
         assert_eq!(
             v,
             serde_json::json!({"workloadSpread": {"namespace": "ns", "name": "ws"},
                 "pod": {"name": "", "version": "versionIgnored"}, "candidates": ["a", "b"],
-                "workloadReplicas": 10, "generatedUid": "u-1"})
+                "workloadReplicas": 10, "generatedUid": "u-1", "rules": "planned"})
         );
+        // A guest from before `rules` meant the reference's percentages.
+        let old: ClaimRequest = serde_json::from_value(serde_json::json!({
+            "workloadSpread": {"namespace": "ns", "name": "ws"}, "pod": {"version": "v"},
+            "candidates": [], "workloadReplicas": 1, "generatedUid": "u"}))
+        .unwrap();
+        assert_eq!(old.rules, Rules::Reference);
         let resp: ClaimResponse = serde_json::from_str(r#"{"subset":"a"}"#).unwrap();
         assert_eq!(
             resp,

@@ -28,6 +28,7 @@ pub mod percent;
 pub mod plan;
 pub mod pods;
 pub mod replicas;
+pub mod rules;
 pub mod selector;
 pub mod validation;
 pub mod version;

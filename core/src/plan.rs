@@ -4,13 +4,16 @@
 //!
 //! The simulated workload controller behaves like a ReplicaSet: it creates pods one by
 //! one (each admitted by `admission`), and on scale-in deletes the pods with the lowest
-//! deletion cost first (newest first among equals). StatefulSets create and delete by
+//! deletion cost first (newest first among equals), before the controller has reconciled
+//! for the new replica count, as on a cluster. Under `Rules::Reference` that reproduces
+//! the reference's spills and stale-cost scale-ins; under the default rules every step
+//! lands on the planned spread. StatefulSets create and delete by
 //! ordinal. Without nodes every pod is assumed to schedule and become ready; with
 //! nodes ([`plan_on_nodes`]) each pod is bound by [`schedule::pick_node`] or stays
 //! Pending/Unschedulable, and an `Adaptive` strategy reschedules it after
 //! `rescheduleCriticalSeconds` the way the controller does.
 
-use crate::admission::{decide_create, decide_release, PodKey};
+use crate::admission::{decide_create, decide_release, PodKey, Scale};
 use crate::annotation::MatchedWorkloadSpread;
 use crate::api::v1beta1::WorkloadSpread;
 use crate::api::{
@@ -19,6 +22,7 @@ use crate::api::{
 use crate::controller::{reconcile, ReconcileInput, ReconcileOptions};
 use crate::inject::inject;
 use crate::percent::scaled_value;
+use crate::rules::Rules;
 use crate::selector::NodeInfo;
 use crate::version::VersionedKinds;
 use crate::Timestamp;
@@ -76,13 +80,22 @@ pub struct PlanStep {
 
 /// Simulates `steps` (replica counts) from zero.
 pub fn plan(ws: &WorkloadSpread, steps: &[i32]) -> Vec<PlanStep> {
-    let mut sim = Simulation::new(ws, None);
-    steps.iter().map(|&r| sim.step(r.max(0))).collect()
+    plan_with(ws, steps, None, Rules::default())
 }
 
 /// Like [`plan`], but pods are scheduled onto `nodes` (see the module doc).
 pub fn plan_on_nodes(ws: &WorkloadSpread, steps: &[i32], nodes: &[NodeInfo]) -> Vec<PlanStep> {
-    let mut sim = Simulation::new(ws, Some(nodes.to_vec()));
+    plan_with(ws, steps, Some(nodes), Rules::default())
+}
+
+/// [`plan`] or [`plan_on_nodes`] under the given admission and deletion-cost rules.
+pub fn plan_with(
+    ws: &WorkloadSpread,
+    steps: &[i32],
+    nodes: Option<&[NodeInfo]>,
+    rules: Rules,
+) -> Vec<PlanStep> {
+    let mut sim = Simulation::new(ws, nodes.map(<[NodeInfo]>::to_vec), rules);
     steps.iter().map(|&r| sim.step(r.max(0))).collect()
 }
 
@@ -97,7 +110,7 @@ struct Simulation {
 }
 
 impl Simulation {
-    fn new(ws: &WorkloadSpread, nodes: Option<Vec<NodeInfo>>) -> Self {
+    fn new(ws: &WorkloadSpread, nodes: Option<Vec<NodeInfo>>, rules: Rules) -> Self {
         let mut ws = ws.clone();
         ws.status = None;
         if ws.metadata.name.is_none() {
@@ -109,9 +122,16 @@ impl Simulation {
             next_id: 0,
             now: Timestamp::UNIX_EPOCH + SignedDuration::from_hours(24 * 365 * 30),
             kinds: VersionedKinds::default(),
-            options: ReconcileOptions::default(),
+            options: ReconcileOptions {
+                rules,
+                ..Default::default()
+            },
             nodes,
         }
+    }
+
+    fn scale(&self, replicas: i32) -> Scale {
+        Scale::new(replicas, self.options.rules)
     }
 
     fn is_statefulset(&self) -> bool {
@@ -122,9 +142,11 @@ impl Simulation {
             .is_some_and(|t| t.kind == "StatefulSet")
     }
 
+    /// The workload acts first, on the status and costs the controller wrote for the
+    /// previous replica count (as on a cluster: the ReplicaSet creates or deletes at once);
+    /// the controller then reconciles for the new count.
     fn step(&mut self, replicas: i32) -> PlanStep {
         self.tick();
-        self.reconcile(replicas);
         let current = self.pods.len() as i32;
         let mut deleted = vec![];
         if replicas > current {
@@ -229,7 +251,7 @@ impl Simulation {
                 name: &name,
                 version: VERSION_IGNORED,
             },
-            replicas,
+            self.scale(replicas),
             self.now,
             &uid,
         );
@@ -300,7 +322,8 @@ impl Simulation {
                     name,
                     version: VERSION_IGNORED,
                 };
-                if let Some(status) = decide_release(&self.ws, key, &m.subset, replicas, self.now) {
+                let scale = self.scale(replicas);
+                if let Some(status) = decide_release(&self.ws, key, &m.subset, scale, self.now) {
                     self.ws.status = Some(status);
                 }
             }

@@ -28,6 +28,7 @@ VARIANTS = {
         "controller": {"customWorkloads": [
             {"group": "example.io", "kind": "Fleet", "replicasPath": "spec.replicas"}]},
     },
+    "reference-rules": {"mode": "bundled", "settings": {"rules": "reference"}},
 }
 
 
@@ -100,6 +101,12 @@ def check_webhooks(name, docs, values):
     settings = json.loads(next(a for a in args if a.startswith("--settings-json=")).split("=", 1)[1])
     if settings["mode"] != "auto" or settings["onLookupFailure"] != "reject":
         fail(f"{name}: host settings {settings}")
+    # The policy and the controller must follow the same rules.
+    want = values.get("settings", {}).get("rules", "planned")
+    controller = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "ws-controller"][0]
+    controller_args = controller["spec"]["template"]["spec"]["containers"][0]["args"]
+    if settings.get("rules") != want or f"--rules={want}" not in controller_args:
+        fail(f"{name}: rules {settings.get('rules')!r} / {controller_args} (want {want!r})")
     if not by_kind(docs, "PodDisruptionBudget"):
         fail(f"{name}: no PodDisruptionBudget for the host")
 

@@ -146,24 +146,43 @@ install_etcd() {
 # stay Running like a long job, so tests see where they were placed.
 KWOK_STAGES=(node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
   pod/fast/pod-ready.yaml pod/fast/pod-delete.yaml)
+# Pods labelled with this key are left as their test wrote them (e.g. Running but not Ready,
+# or terminating behind a finalizer): every pod stage skips them.
+KWOK_FROZEN_LABEL=workloadspread.test/kwok-frozen
+
 build_kwok() (
-  local src="$GOMODCACHE/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage" f
   mkdir -p "$KWOK_DIR"
   GOBIN="$KWOK_DIR" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
-  for f in "${KWOK_STAGES[@]}"; do
-    [ -f "$src/$f" ] || { echo "missing KWOK stage $src/$f" >&2; return 1; }
-    echo "---"; cat "$src/$f"
-  done >"$KWOK_DIR/stages.yaml.tmp"
-  mv "$KWOK_DIR/stages.yaml.tmp" "$KWOK_DIR/stages.yaml"
 )
 
 install_kwok() {
-  [ -x "$KWOK_DIR/kwok" ] && [ -s "$KWOK_DIR/stages.yaml" ] && return 0
+  [ -x "$KWOK_DIR/kwok" ] && return 0
   mkdir -p "$CACHE/build"
   build_step "kwok $KWOK_VERSION" "$CACHE/build/kwok-$KWOK_VERSION.log" build_kwok
 }
 
-have_all() { have_k8s && [ -n "$(etcd_bin)" ] && [ -x "$KWOK_DIR/kwok" ] && [ -s "$KWOK_DIR/stages.yaml" ]; }
+# write_kwok_stages FILE: the stages above from the module source, pod stages restricted to
+# pods without the frozen label.
+write_kwok_stages() {
+  local src="$GOMODCACHE/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage" f
+  [ -d "$src" ] || go mod download "sigs.k8s.io/kwok@$KWOK_VERSION" >/dev/null 2>&1 || true
+  for f in "${KWOK_STAGES[@]}"; do
+    [ -f "$src/$f" ] || die "missing KWOK stage $src/$f"
+    echo "---"
+    case "$f" in
+      pod/*) awk -v key="$KWOK_FROZEN_LABEL" '
+        {print}
+        /^    matchExpressions:$/ && !done {
+          print "    - key: '"'"'.metadata.labels[\"" key "\"]'"'"'"
+          print "      operator: '"'"'DoesNotExist'"'"'"
+          done = 1
+        }' "$src/$f" ;;
+      *) cat "$src/$f" ;;
+    esac
+  done >"$1"
+}
+
+have_all() { have_k8s && [ -n "$(etcd_bin)" ] && [ -x "$KWOK_DIR/kwok" ]; }
 
 cmd_install() {
   command -v go >/dev/null || die "Go missing (the machine's Go 1.26 builds the control plane)"
@@ -343,8 +362,9 @@ component_serving() {
 # KWOK manages the nodes annotated kwok.x-k8s.io/node=fake (other nodes, e.g. a real kubelet's,
 # are left alone); a 40 s node lease keeps them Ready for the node-lifecycle controller.
 start_kwok() {
+  write_kwok_stages "$STATE/kwok-stages.yaml"
   start kwok "$STATE/kwok.log" "$KWOK_DIR/kwok" --kubeconfig "$STATE/kubeconfig" \
-    --config "$KWOK_DIR/stages.yaml" --manage-all-nodes=false \
+    --config "$STATE/kwok-stages.yaml" --manage-all-nodes=false \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --node-lease-duration-seconds 40 --cidr 10.244.0.0/16 --node-ip 10.0.0.1
 }

@@ -226,8 +226,11 @@ async fn two_replicas_admit_a_300_pod_burst_with_exact_counts() -> Result<()> {
                         zone_subset("c", "zone-c", Value::Null)]}
     }))?;
     ws_api.create(&PostParams::default(), &ws).await?;
-    // The hosts' WorkloadSpread caches must have seen it before the burst.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Both hosts must list the WorkloadSpread before the burst.
+    for host in &hosts {
+        host.wait_sees_workloadspread(ns.name(), "burst", &ws.data["spec"]["targetRef"])
+            .await?;
+    }
 
     let uid = fleet.metadata.uid.clone().context("fleet uid")?;
     let pods: Api<Pod> = ns.api();

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use workloadspread_core::admission::{
-    create_path, decide_release, needs_workload_replicas, CreatePath, PodKey,
+    create_path, decide_release, needs_workload_replicas, CreatePath, PodKey, Scale,
 };
 use workloadspread_core::annotation::MatchedWorkloadSpread;
 use workloadspread_core::api::v1beta1::{WorkloadSpread, API_VERSION};
@@ -232,6 +232,7 @@ fn counted_claim(
             candidates: ws.spec.subsets.iter().map(|s| s.name.clone()).collect(),
             workload_replicas: replicas,
             generated_uid: ctx.request_uid.to_string(),
+            rules: ctx.settings.rules,
         };
         let answer = ctx.host.counter(counter::OP_CLAIM, &json!(request))?;
         let answer: ClaimResponse = serde_json::from_value(answer).map_err(|e| HostError {
@@ -265,7 +266,10 @@ fn best_effort_claim(
         .filter(|p| matched(p).is_some_and(|m| m.name == ws.name()))
         .collect();
     let nodes = BTreeMap::new();
-    let options = ReconcileOptions::default();
+    let options = ReconcileOptions {
+        rules: ctx.settings.rules,
+        ..Default::default()
+    };
     let kinds = ctx.settings.versioned_kinds();
     let recounted = reconcile(&ReconcileInput {
         ws,
@@ -282,7 +286,7 @@ fn best_effort_claim(
     let decision = workloadspread_core::admission::decide_create(
         &fresh,
         pod,
-        replicas,
+        Scale::new(replicas, ctx.settings.rules),
         ctx.now,
         ctx.request_uid,
     );
@@ -347,7 +351,7 @@ pub fn release(ctx: &Ctx<'_>, pod: &Value) -> Outcome {
                     version: &version,
                 },
                 &annotation.subset,
-                replicas,
+                Scale::new(replicas, ctx.settings.rules),
                 ctx.now,
             );
             let note = if would_change.is_some() {
@@ -377,6 +381,7 @@ fn exact_release(
         },
         subset: m.subset.clone(),
         workload_replicas: replicas,
+        rules: ctx.settings.rules,
     };
     let answer = ctx
         .host

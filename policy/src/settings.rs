@@ -27,6 +27,7 @@ pub enum LookupFailure {
     AdmitUnmodified,
 }
 
+use workloadspread_core::rules::Rules;
 use workloadspread_core::version::VersionedKinds;
 use workloadspread_core::workload::WorkloadKinds;
 /// A custom workload kind that WorkloadSpreads may target (replaces the reference
@@ -43,6 +44,9 @@ pub struct Settings {
     /// (`--ws-enabled-versioned-status` in the reference).
     pub versioned_status_kinds: Vec<String>,
     pub custom_workloads: Vec<CustomWorkload>,
+    /// How percentage subsets are scaled at admission: "planned" (default: from the
+    /// workload's current replicas) or "reference" (OpenKruise's `missingReplicas`).
+    pub rules: Rules,
 }
 
 impl Default for Settings {
@@ -52,6 +56,7 @@ impl Default for Settings {
             on_lookup_failure: LookupFailure::Reject,
             versioned_status_kinds: vec!["deployment".into(), "replicaset".into()],
             custom_workloads: Vec::new(),
+            rules: Rules::default(),
         }
     }
 }
@@ -137,6 +142,14 @@ mod tests {
         assert_eq!(s.mode, Mode::BestEffort);
         assert_eq!(s.on_lookup_failure, LookupFailure::AdmitUnmodified);
         assert!(parse(r#"{"mode":"fast"}"#).is_err());
+    }
+
+    #[test]
+    fn rules_default_to_planned_and_parse() {
+        assert_eq!(parse("{}").unwrap().rules, Rules::Planned);
+        let s = parse(r#"{"rules":"reference"}"#).unwrap();
+        assert_eq!(s.rules, Rules::Reference);
+        assert!(parse(r#"{"rules":"kruise"}"#).is_err());
     }
 
     #[test]

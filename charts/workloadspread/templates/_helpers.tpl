@@ -22,7 +22,7 @@ readOnlyRootFilesystem: true
 capabilities: {drop: [ALL]}
 {{- end -}}
 {{- define "ws.settingsJson" -}}
-{{- $s := dict "mode" .Values.settings.mode "onLookupFailure" .Values.settings.onLookupFailure "versionedStatusKinds" .Values.controller.versionedStatusKinds "customWorkloads" .Values.controller.customWorkloads -}}
+{{- $s := dict "mode" .Values.settings.mode "onLookupFailure" .Values.settings.onLookupFailure "rules" .Values.settings.rules "versionedStatusKinds" .Values.controller.versionedStatusKinds "customWorkloads" .Values.controller.customWorkloads -}}
 {{- toJson $s -}}
 {{- end -}}
 {{- define "ws.webhookRules.pods" -}}

@@ -47,6 +47,11 @@ fn pod() -> Value {
         "spec": {"containers": [{"name": "main", "image": "nginx:1.15.1"}]}})
 }
 
+/// The ported cases run under the reference's rules.
+fn reference(replicas: i32) -> Scale {
+    Scale::new(replicas, Rules::Reference)
+}
+
 fn key(name: &str) -> PodKey<'_> {
     PodKey {
         name,
@@ -56,7 +61,7 @@ fn key(name: &str) -> PodKey<'_> {
 
 /// Runs the create path like `mutatingPod(Create)`; returns the pod and new status.
 fn create(ws: &WorkloadSpread, mut pod: Value) -> (Value, Option<WorkloadSpreadStatus>) {
-    let d = decide_create(ws, key("test-pod-1"), 0, now(), "gen-uid");
+    let d = decide_create(ws, key("test-pod-1"), reference(0), now(), "gen-uid");
     if let Some(subset) = &d.subset {
         inject(&mut pod, ws, subset, d.generated_uid.as_deref()).unwrap();
     }
@@ -162,7 +167,7 @@ fn case06_readmission_is_idempotent() {
 
 fn delete(ws: &WorkloadSpread, annotation: Option<&str>) -> Option<WorkloadSpreadStatus> {
     let matched = MatchedWorkloadSpread::parse(annotation?).ok()?;
-    decide_release(ws, key("test-pod-1"), &matched.subset, 0, now())
+    decide_release(ws, key("test-pod-1"), &matched.subset, reference(0), now())
 }
 
 #[test]
@@ -229,7 +234,7 @@ fn unnamed_pod_gets_generated_uid() {
         json!([subset_a(), {"name": "subset-b", "maxReplicas": 2}]),
         json!([{"name": "subset-a", "missingReplicas": 0, "replicas": 5}, {"name": "subset-b", "missingReplicas": 2, "replicas": 0}]),
     );
-    let d = decide_create(&ws, key(""), 0, now(), "c0ffee");
+    let d = decide_create(&ws, key(""), reference(0), now(), "c0ffee");
     assert_eq!(d.subset.as_deref(), Some("subset-b"));
     assert_eq!(d.generated_uid.as_deref(), Some("c0ffee"));
     let s = d.new_status.unwrap();
@@ -286,7 +291,7 @@ fn statefulset_ordinal_ranges() {
     let mut ws: WorkloadSpread = serde_json::from_value(json!({"spec": {
         "targetRef": {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "s"},
         "subsets": [{"name": "a", "maxReplicas": 5}, {"name": "b", "maxReplicas": 5}, {"name": "c"}]}})).unwrap();
-    let pick = |ws: &WorkloadSpread, n: &str| decide_create(ws, key(n), 0, now(), "x");
+    let pick = |ws: &WorkloadSpread, n: &str| decide_create(ws, key(n), reference(0), now(), "x");
     for (n, want) in [
         ("s-0", "a"),
         ("s-4", "a"),
@@ -309,7 +314,7 @@ fn statefulset_ordinal_ranges() {
 #[test]
 fn single_unlimited_subset_shortcut() {
     let ws = ws_with(json!([{"name": "only"}]), json!([]));
-    let d = decide_create(&ws, key("p"), 0, now(), "x");
+    let d = decide_create(&ws, key("p"), reference(0), now(), "x");
     assert_eq!((d.subset.as_deref(), d.new_status), (Some("only"), None));
 }
 
@@ -322,7 +327,7 @@ fn unschedulable_subsets_are_skipped() {
         {"name": "subset-b", "missingReplicas": -1, "replicas": 0}]),
     );
     assert_eq!(
-        decide_create(&ws, key("p"), 0, now(), "x")
+        decide_create(&ws, key("p"), reference(0), now(), "x")
             .subset
             .as_deref(),
         Some("subset-b")
@@ -340,7 +345,7 @@ fn min_replicas_served_first() {
     let picks: Vec<String> = (0..5)
         .map(|i| {
             let name = format!("p{i}");
-            let c = claim_for_create(&mut status, &ws, key(&name), 10, now(), "x");
+            let c = claim_for_create(&mut status, &ws, key(&name), reference(10), now(), "x");
             // Filling b's minimum is tracked in creatingPods although b is unlimited.
             assert!(c.status_changed);
             c.subset.unwrap()
@@ -361,12 +366,87 @@ fn claim_among_candidates_only() {
         &ws,
         key("p"),
         &["subset-b".to_string()],
-        0,
+        reference(0),
         now(),
         "x",
     );
     assert_eq!(c.subset.as_deref(), Some("subset-b"));
     assert_eq!(versioned(&status)[1].missing_replicas, 1);
-    let none = claim_among(&mut status, &ws, key("q"), &[], 0, now(), "x");
+    let none = claim_among(&mut status, &ws, key("q"), &[], reference(0), now(), "x");
     assert_eq!(none, Claim::default());
+}
+
+/// Issue #16 (1a): a 20 % / 30 % / rest spread whose status the controller computed at 10
+/// replicas (2 / 3 / 5), scaled to 20 before it catches up. Planned rules fill a to 4 and
+/// b to 6 from the current replicas; the reference's stale `missingReplicas` (0) sends
+/// all ten new pods to the last subset (kruise #778).
+#[test]
+fn percent_room_follows_the_current_replicas_under_planned_rules() {
+    let stale = json!([
+        {"name": "a", "replicas": 2, "missingReplicas": 0},
+        {"name": "b", "replicas": 3, "missingReplicas": 0},
+        {"name": "c", "replicas": 5, "missingReplicas": -1}]);
+    let ws = ws_with(
+        json!([{"name": "a", "maxReplicas": "20%"}, {"name": "b", "maxReplicas": "30%"}, {"name": "c"}]),
+        stale,
+    );
+    let picks = |rules: Rules| -> Vec<String> {
+        let mut status = ws.status.clone().unwrap();
+        (0..10)
+            .map(|i| {
+                let name = format!("p{i}");
+                let scale = Scale::new(20, rules);
+                let c = claim_for_create(&mut status, &ws, key(&name), scale, now(), "x");
+                c.subset.unwrap()
+            })
+            .collect()
+    };
+    let planned = picks(Rules::Planned);
+    let count = |v: &[String], s: &str| v.iter().filter(|x| *x == s).count();
+    assert_eq!(
+        [
+            count(&planned, "a"),
+            count(&planned, "b"),
+            count(&planned, "c")
+        ],
+        [2, 3, 5]
+    );
+    assert_eq!(count(&picks(Rules::Reference), "c"), 10);
+}
+
+/// Occupancy counts admitted-but-unseen pods and excludes deleted-but-present ones; the
+/// recorded `missingReplicas` follows it.
+#[test]
+fn percent_occupancy_counts_creating_and_deleting_pods() {
+    let ws = ws_with(
+        json!([{"name": "a", "maxReplicas": "50%"}, {"name": "b"}]),
+        json!([{"name": "a", "replicas": 2, "missingReplicas": 0,
+                "creatingPods": {"new": "2024-05-01T10:00:00Z"},
+                "deletingPods": {"old1": "2024-05-01T10:00:00Z", "old2": "2024-05-01T10:00:00Z"}},
+               {"name": "b", "replicas": 0, "missingReplicas": -1}]),
+    );
+    // 8 replicas: max 4, occupancy 2 + 1 − 2 = 1: three more fit in a.
+    let mut status = ws.status.clone().unwrap();
+    let planned = Scale::new(8, Rules::Planned);
+    let subsets: Vec<String> = (0..4)
+        .map(|i| {
+            let name = format!("p{i}");
+            let c = claim_for_create(&mut status, &ws, key(&name), planned, now(), "x");
+            c.subset.unwrap()
+        })
+        .collect();
+    assert_eq!(subsets, ["a", "a", "a", "b"]);
+    assert_eq!(versioned(&status)[0].missing_replicas, 0);
+    // Deleting one of a's counted pods frees a slot again (a pod still in creatingPods
+    // is left to the controller, as in the reference).
+    assert!(!release(&mut status, &ws, key("p0"), "a", planned, now()));
+    assert!(release(
+        &mut status,
+        &ws,
+        key("counted"),
+        "a",
+        planned,
+        now()
+    ));
+    assert_eq!(versioned(&status)[0].missing_replicas, 1);
 }

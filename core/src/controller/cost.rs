@@ -1,13 +1,30 @@
-//! Scale-in order through `controller.kubernetes.io/pod-deletion-cost` (reference §4.5),
-//! plus the `minReplicas` extension.
+//! Scale-in order through `controller.kubernetes.io/pod-deletion-cost`.
+//!
+//! [`Rules::Planned`] (default): the costs rank the whole scale-in path. Going down one
+//! pod at a time from the pods that exist, each step removes a pod from the subset
+//! furthest above the planned spread for one pod less ([`planned_spread`]), so removing
+//! the k lowest-cost pods leaves, for every k, that spread or the closest one still
+//! reachable. A pod's cost is `PLANNED_COST_BASE − level`, `level` being the number of
+//! pods left when it is removed: costs depend neither on the workload's replica count
+//! nor on the pods above, so adding or removing pods rewrites no other pod's cost
+//! unless its place in the path changes. While the pod count differs from the workload's
+//! replicas (a scale in flight) only pods without a cost get one.
+//!
+//! [`Rules::Reference`]: reference §4.5 (100·(n−i) within the maximum, −100·(i+1) over
+//! it, −100·(n+1) outside every subset), plus the `minReplicas` extension. Versions
+//! other than the latest always use it (they scale down from the first subset).
 
 use super::grouping::SubsetPods;
 use crate::api::v1beta1::WorkloadSpread;
 use crate::api::{FAKE_SUBSET_NAME, POD_DELETION_COST_ANNOTATION};
 use crate::percent::scaled_value;
 use crate::pods::{deletion_order, is_active, name};
+use crate::rules::{planned_spread, Rules};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;
+
+/// Planned costs are this minus the pod's level (1 for the last pod standing).
+pub const PLANNED_COST_BASE: i64 = 1_000_000;
 
 /// Kinds whose controllers honour the deletion-cost annotation.
 pub fn kind_uses_deletion_cost(kind: &str) -> bool {
@@ -29,6 +46,7 @@ pub fn deletion_costs(
     versioned: &BTreeMap<String, SubsetPods>,
     latest_version: &str,
     workload_replicas: i32,
+    rules: Rules,
 ) -> Vec<CostPatch> {
     let kind = ws
         .spec
@@ -39,31 +57,104 @@ pub fn deletion_costs(
     if !kind_uses_deletion_cost(kind) {
         return vec![];
     }
-    let mut costs: Vec<(usize, i64)> = Vec::new();
+    // While the workload is still creating or removing pods for a new replica count, the
+    // planned costs of the pods it already has stay as they are: a ReplicaSet scaling in
+    // is removing pods by those costs, and the intermediate states of a burst are not
+    // points of the path. Pods without a cost get theirs at once; the rest is ranked
+    // again once the pod count reaches the replica count (which rewrites nothing where
+    // the path did not move).
+    let active = pods.iter().filter(|p| is_active(p)).count();
+    let settled = usize::try_from(workload_replicas).is_ok_and(|r| r == active);
+    let mut costs: Vec<(usize, i64, bool)> = Vec::new();
     for (version, groups) in versioned {
-        let reverse = version != latest_version;
-        costs.extend(version_costs(ws, pods, groups, reverse, workload_replicas));
+        let latest = version == latest_version;
+        if latest && rules == Rules::Planned {
+            let planned = planned_costs(ws, pods, groups);
+            costs.extend(planned.into_iter().map(|(i, c)| (i, c, !settled)));
+        } else {
+            let reference = version_costs(ws, pods, groups, !latest, workload_replicas);
+            costs.extend(reference.into_iter().map(|(i, c)| (i, c, false)));
+        }
     }
     costs
         .into_iter()
-        .filter(|&(i, cost)| needs_patch(pods[i], cost))
-        .map(|(i, cost)| CostPatch {
+        .filter(|&(i, _, keep_existing)| !keep_existing || current_cost(pods[i]).is_none())
+        .filter(|&(i, cost, _)| needs_patch(pods[i], cost))
+        .map(|(i, cost, _)| CostPatch {
             pod: name(pods[i]).to_string(),
             cost,
         })
         .collect()
 }
 
-fn needs_patch(pod: &Pod, cost: i64) -> bool {
-    let current = pod
-        .metadata
+fn current_cost(pod: &Pod) -> Option<&String> {
+    pod.metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(POD_DELETION_COST_ANNOTATION));
-    match current {
+        .and_then(|a| a.get(POD_DELETION_COST_ANNOTATION))
+}
+
+fn needs_patch(pod: &Pod, cost: i64) -> bool {
+    match current_cost(pod) {
         Some(v) => *v != cost.to_string(),
         None => cost != 0,
     }
+}
+
+/// [`Rules::Planned`] costs of one version's pods (module doc).
+fn planned_costs(ws: &WorkloadSpread, pods: &[&Pod], groups: &SubsetPods) -> Vec<(usize, i64)> {
+    // Spec subsets in order, then the fake subset; each a stack whose top is the pod
+    // that subset gives up next (the ReplicaSet's own order within a subset).
+    let names = ws.spec.subsets.iter().map(|s| s.name.as_str());
+    let mut stacks: Vec<Vec<usize>> = names
+        .chain([FAKE_SUBSET_NAME])
+        .map(|n| removal_stack(pods, groups.get(n).map(Vec::as_slice).unwrap_or_default()))
+        .collect();
+    let mut level: usize = stacks.iter().map(Vec::len).sum();
+    let mut out = Vec::with_capacity(level);
+    while level > 0 {
+        let want = planned_spread(ws, level - 1);
+        let wanted = |g: usize| want.subsets.get(g).copied().unwrap_or(want.unplaced);
+        let Some(g) = furthest_above(&stacks, wanted) else {
+            break;
+        };
+        let Some(pod) = stacks[g].pop() else {
+            break;
+        };
+        let level_cost = i64::try_from(level).unwrap_or(PLANNED_COST_BASE);
+        out.push((pod, PLANNED_COST_BASE.saturating_sub(level_cost)));
+        level -= 1;
+    }
+    out
+}
+
+/// Active pods of a group, the one to remove first last (ties by name, for stability).
+fn removal_stack(pods: &[&Pod], members: &[usize]) -> Vec<usize> {
+    let mut stack: Vec<usize> = members
+        .iter()
+        .copied()
+        .filter(|&p| is_active(pods[p]))
+        .collect();
+    stack.sort_by(|&a, &b| {
+        deletion_order(pods[b], pods[a]).then_with(|| name(pods[b]).cmp(name(pods[a])))
+    });
+    stack
+}
+
+/// The group holding the most pods above what the plan wants of it; ties go to the
+/// fake subset (last group), then to later subsets (the reference's order).
+fn furthest_above(stacks: &[Vec<usize>], wanted: impl Fn(usize) -> usize) -> Option<usize> {
+    let mut best: Option<(usize, i64)> = None;
+    for g in (0..stacks.len()).rev() {
+        if stacks[g].is_empty() {
+            continue;
+        }
+        let excess = stacks[g].len() as i64 - wanted(g) as i64;
+        if best.is_none_or(|(_, e)| excess > e) {
+            best = Some((g, excess));
+        }
+    }
+    best.map(|(g, _)| g)
 }
 
 fn version_costs(

@@ -8,6 +8,7 @@ pub mod status;
 
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus, WorkloadSpreadSubsetStatus};
 use crate::pods::{controller_of, is_active};
+use crate::rules::Rules;
 use crate::selector::NodeInfo;
 use crate::version::{pod_version, VersionedKinds};
 use crate::workload::is_pod_selected;
@@ -28,6 +29,8 @@ pub struct ReconcileOptions {
     pub deleting_window: SignedDuration,
     /// How long a subset stays `Schedulable=False` (reference: 300 s, not configurable).
     pub reschedule_hold: SignedDuration,
+    /// Which deletion costs to write (`Rules::Reference`: the reference's values).
+    pub rules: Rules,
 }
 
 impl Default for ReconcileOptions {
@@ -36,6 +39,7 @@ impl Default for ReconcileOptions {
             creating_window: SignedDuration::from_secs(30),
             deleting_window: SignedDuration::from_secs(15),
             reschedule_hold: SignedDuration::from_secs(300),
+            rules: Rules::default(),
         }
     }
 }
@@ -120,6 +124,7 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> ReconcileOutput {
         &versioned,
         input.latest_version,
         input.workload_replicas,
+        input.options.rules,
     );
     let mut calc = StatusCalc::new(ws, input.now, input.options);
     let status = calculate_status(&mut calc, input, &pods, &versioned, &aggregate);

@@ -88,7 +88,11 @@ fn run_with(
     latest: &str,
     nodes: &BTreeMap<String, NodeInfo>,
 ) -> Run {
-    let options = ReconcileOptions::default();
+    // The ported reference cases run against the reference's cost values.
+    let options = ReconcileOptions {
+        rules: crate::rules::Rules::Reference,
+        ..Default::default()
+    };
     let input = ReconcileInput {
         ws,
         pods,
@@ -1091,4 +1095,115 @@ fn min_replicas_protects_subsets_on_scale_in() {
     assert_eq!([cost("a0"), cost("a1")], [200, 200]);
     assert_eq!([cost("a2"), cost("a3")], [400, 400]);
     assert_eq!([cost("b0"), cost("b1"), cost("b2")], [100, 100, 100]);
+}
+
+fn run_planned(ws: &WorkloadSpread, pods: &[Pod], replicas: i32) -> Run {
+    let options = ReconcileOptions::default();
+    let input = ReconcileInput {
+        ws,
+        pods,
+        workload_replicas: replicas,
+        latest_version: VERSION_IGNORED,
+        nodes: &BTreeMap::new(),
+        versioned_kinds: &VersionedKinds::default(),
+        now: now(),
+        options: &options,
+    };
+    Run {
+        out: reconcile(&input),
+    }
+}
+
+/// Planned costs (the default): `PLANNED_COST_BASE − level`, the level being the number
+/// of pods left when the pod is removed on the way down the planned spreads.
+#[test]
+fn planned_costs_rank_the_scale_in_path() {
+    use super::cost::PLANNED_COST_BASE as BASE;
+    let subsets = |a: Value| json!([{"name": "a", "maxReplicas": a}, {"name": "b", "maxReplicas": "50%"}, {"name": "c"}]);
+    let named =
+        |names: &[(&str, &str)]| pods(names.iter().map(|(n, s)| in_subset(pod(n), s)).collect());
+    // 30 % / 50 % / rest holding 3 / 5 / 2, plus a pod of a removed subset: the removed
+    // subset's pod first (level 11), then c, b, c, b, a, b, a, b, b, a — every prefix
+    // leaves the planned spread (10: 3/5/2, 7: 3/4/0, 4: 2/2/0, …) or, at 6 (planned
+    // 2/3/1, c already empty), the closest one.
+    let mut all: Vec<(&str, &str)> = vec![("x", "gone")];
+    all.extend([("a0", "a"), ("a1", "a"), ("a2", "a")]);
+    all.extend([
+        ("b0", "b"),
+        ("b1", "b"),
+        ("b2", "b"),
+        ("b3", "b"),
+        ("b4", "b"),
+    ]);
+    all.extend([("c0", "c"), ("c1", "c")]);
+    let r = run_planned(&ws(subsets(json!("30%")), json!({})), &named(&all), 10);
+    let level = |p: &str| r.cost(p).map(|c| BASE - c);
+    let want = [
+        ("x", 11),
+        ("c0", 10),
+        ("b0", 9),
+        ("c1", 8),
+        ("b1", 7),
+        ("a0", 6),
+        ("b2", 5),
+        ("a1", 4),
+        ("b3", 3),
+        ("b4", 2),
+        ("a2", 1),
+    ];
+    for (pod, l) in want {
+        assert_eq!(level(pod), Some(l), "{pod}");
+    }
+    // Over an integer maximum (a: 1 holding 3): the two extra pods go first.
+    let r = run_planned(
+        &ws(
+            json!([{"name": "a", "maxReplicas": 1}, {"name": "b"}]),
+            json!({}),
+        ),
+        &named(&[("a0", "a"), ("a1", "a"), ("a2", "a"), ("b0", "b")]),
+        4,
+    );
+    let levels: Vec<i64> = ["a0", "a1", "b0", "a2"]
+        .iter()
+        .map(|p| BASE - r.cost(p).unwrap())
+        .collect();
+    assert_eq!(levels, [4, 3, 2, 1]);
+    // The reference's values for the same pods: −100 over the maximum, 100 in b.
+    let reference = run(
+        &ws(
+            json!([{"name": "a", "maxReplicas": 1}, {"name": "b"}]),
+            json!({}),
+        ),
+        &named(&[("a0", "a"), ("a1", "a"), ("a2", "a"), ("b0", "b")]),
+        4,
+    );
+    assert_eq!(reference.cost("b0"), Some(100));
+    assert_eq!(reference.cost("a0"), Some(-100));
+}
+
+/// While a scale is in flight (pods ≠ replicas) the planned costs already written stay;
+/// pods without one get theirs. Once the count settles every pod is ranked again.
+#[test]
+fn planned_costs_wait_for_the_pod_count_to_settle() {
+    let stale = |p: Value| {
+        with(p, |p| {
+            p["metadata"]["annotations"]["controller.kubernetes.io/pod-deletion-cost"] = json!("7");
+        })
+    };
+    let spread = ws(
+        json!([{"name": "a", "maxReplicas": 2}, {"name": "b"}]),
+        json!({}),
+    );
+    let p = pods(vec![
+        stale(in_subset(pod("a0"), "a")),
+        stale(in_subset(pod("a1"), "a")),
+        in_subset(pod("b0"), "b"),
+    ]);
+    // Scale-in from 3 to 2 in flight: a0 and a1 keep their cost, b0 gets its level (3).
+    let r = run_planned(&spread, &p, 2);
+    assert_eq!((r.cost("a0"), r.cost("a1")), (None, None));
+    assert_eq!(r.cost("b0"), Some(super::cost::PLANNED_COST_BASE - 3));
+    // Settled: all three ranked.
+    let r = run_planned(&spread, &p, 3);
+    assert_eq!(r.out.deletion_costs.len(), 3);
 }

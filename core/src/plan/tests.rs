@@ -24,13 +24,81 @@ fn demo_zones_int_percent_unlimited() {
     assert_eq!(counts(&steps[3]), vec![3, 6, 3]);
     assert_eq!(steps[2].deleted.len(), 6);
     assert_eq!(steps[3].subsets[1].max_replicas, Some(6));
-    // Costs after the last step: zone-a 300, zone-b 200, zone-c 100; scale-in starts at zone-c.
-    let first = &steps[3].scale_in_order[0];
-    let pod = steps[3].pods.iter().find(|p| &p.name == first).unwrap();
-    assert_eq!(
-        (pod.subset.as_deref(), pod.deletion_cost),
-        (Some("zone-c"), Some(100))
+    // Scale-in starts at zone-c with the pod removed at level 12 (planned costs); the
+    // reference's costs are zone-a 300, zone-b 200, zone-c 100.
+    let first_out = |steps: &[PlanStep]| {
+        let first = &steps[3].scale_in_order[0];
+        let pod = steps[3].pods.iter().find(|p| &p.name == first).unwrap();
+        (pod.subset.clone(), pod.deletion_cost)
+    };
+    let base = crate::controller::cost::PLANNED_COST_BASE;
+    assert_eq!(first_out(&steps), (Some("zone-c".into()), Some(base - 12)));
+    let reference = plan_with(&w, &[0, 10, 4, 12], None, Rules::Reference);
+    assert_eq!(first_out(&reference), (Some("zone-c".into()), Some(100)));
+}
+
+/// Issue #16: the steps 0→10→4→12→20→7→15 land on the planned spread of each replica
+/// count ([`planned_spread`]) under the planned rules, for a percent spread, an integer
+/// spread with an unlimited last subset and one with `minReplicas`; the reference's
+/// costs scale 10 → 4 to 3 / 1 / 0 instead of 2 / 2 / 0.
+#[test]
+fn every_step_lands_on_the_planned_spread() {
+    let percent = ws(
+        "Deployment",
+        json!([{"name": "a", "maxReplicas": "30%"}, {"name": "b", "maxReplicas": "50%"}, {"name": "c"}]),
     );
+    let integer = ws(
+        "Deployment",
+        json!([{"name": "a", "maxReplicas": 3}, {"name": "b", "maxReplicas": 4}, {"name": "c"}]),
+    );
+    let minimum = ws(
+        "Deployment",
+        json!([{"name": "a", "maxReplicas": 4, "minReplicas": 2},
+               {"name": "b", "maxReplicas": 5, "minReplicas": 2}, {"name": "c"}]),
+    );
+    let steps = [0, 10, 4, 12, 20, 7, 15];
+    for w in [&percent, &integer, &minimum] {
+        for step in plan(w, &steps) {
+            let want = crate::rules::planned_spread(w, step.replicas as usize);
+            assert_eq!(
+                (counts(&step), step.unplaced),
+                (want.subsets, want.unplaced),
+                "{} replicas of {:?}",
+                step.replicas,
+                w.spec.subsets
+            );
+        }
+    }
+    let reference = plan_with(&percent, &[10, 4], None, Rules::Reference);
+    assert_eq!(counts(&reference[1]), vec![3, 1, 0]);
+}
+
+/// Planned costs describe the whole path: a scale-in rewrites no remaining pod's cost.
+/// A scale-out writes the new pods' costs and rewrites only the pods whose place in the
+/// path moved (percentages rounding: here 2 pods going from 11 to 12).
+#[test]
+fn planned_costs_move_only_where_the_path_moves() {
+    let w = ws(
+        "Deployment",
+        json!([{"name": "a", "maxReplicas": "30%"}, {"name": "b", "maxReplicas": "50%"}, {"name": "c"}]),
+    );
+    let steps = plan(&w, &[10, 11, 12, 7, 4, 13]);
+    let rewritten: Vec<usize> = steps.windows(2).map(|p| rewrites(&p[0], &p[1])).collect();
+    assert_eq!(rewritten, [0, 2, 0, 0, 0]);
+}
+
+/// Pods present in both steps whose cost changed.
+fn rewrites(before: &PlanStep, after: &PlanStep) -> usize {
+    before
+        .pods
+        .iter()
+        .filter(|p| {
+            after
+                .pods
+                .iter()
+                .any(|q| q.name == p.name && q.deletion_cost != p.deletion_cost)
+        })
+        .count()
 }
 
 #[test]
@@ -40,8 +108,9 @@ fn reference_e2e_shapes() {
         "Deployment",
         json!([{"name": "a", "maxReplicas": 3}, {"name": "b", "maxReplicas": 3}]),
     );
-    let s = plan(&two, &[6]);
+    let s = plan_with(&two, &[6], None, Rules::Reference);
     assert_eq!(counts(&s[0]), vec![3, 3]);
+    assert_eq!(counts(&plan(&two, &[6])[0]), vec![3, 3]);
     let costs: Vec<Option<i64>> = s[0].pods.iter().map(|p| p.deletion_cost).collect();
     assert_eq!(costs.iter().filter(|c| **c == Some(200)).count(), 3);
     assert_eq!(costs.iter().filter(|c| **c == Some(100)).count(), 3);
@@ -114,6 +183,29 @@ fn subsets_strategy() -> impl Strategy<Value = Vec<(Option<i32>, Option<i32>)>> 
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Under the planned rules a scale-in removes exactly the pods above the new count
+    /// in the path and leaves every other pod's cost as it was, for any spread.
+    #[test]
+    fn scale_in_rewrites_no_remaining_cost(subsets in subsets_strategy(), pct in prop::collection::vec(0i32..101, 3), steps in prop::collection::vec(0i32..16, 1..6)) {
+        let json_subsets: Vec<Value> = subsets.iter().enumerate().map(|(i, (max, min))| {
+            let mut s = json!({"name": format!("s{i}")});
+            match max {
+                Some(m) if i % 2 == 0 => s["maxReplicas"] = json!(m),
+                Some(_) => s["maxReplicas"] = json!(format!("{}%", pct[i])),
+                None => {}
+            }
+            if let Some(m) = min { s["minReplicas"] = json!(m); }
+            s
+        }).collect();
+        let w = ws("Deployment", Value::Array(json_subsets));
+        let planned = plan(&w, &steps);
+        for pair in planned.windows(2) {
+            if pair[1].replicas < pair[0].replicas {
+                prop_assert_eq!(rewrites(&pair[0], &pair[1]), 0, "{} → {}", pair[0].replicas, pair[1].replicas);
+            }
+        }
+    }
 
     /// Scale-in removes pods above a subset's maximum (and unplaced pods) before any pod
     /// within its maximum, and never takes a subset below its minimum while another

@@ -1,74 +1,13 @@
 //! The whole system for one test namespace: the admission host (webhooks routed to it
-//! for this namespace only), the controller scoped to the namespace, and a fake kubelet
-//! so workload controllers see pods become Ready and deleted pods go away.
+//! for this namespace only) and the controller scoped to the namespace. The cluster's
+//! KWOK nodes play the kubelets: pods bound to them become Running/Ready and deleted
+//! pods go away, so the workload controllers behave as on a real cluster.
 
 use crate::webhook::{
     free_port, policy_wasm, workspace_binary, ControllerProcess, HostProcess, WebhookConfigs,
 };
 use crate::{cluster, unique_name, TestNamespace};
 use anyhow::{Context, Result};
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use kube::{Api, Client};
-use serde_json::json;
-use std::time::Duration;
-use tokio::task::JoinHandle;
-
-/// Plays the kubelet for the fake nodes of one namespace: bound pods become Running and
-/// Ready, pods marked for deletion are removed (the control plane has no kubelets).
-pub struct FakeKubelet {
-    task: JoinHandle<()>,
-}
-
-impl FakeKubelet {
-    pub fn start(client: Client, namespace: &str) -> Self {
-        let pods: Api<Pod> = Api::namespaced(client, namespace);
-        let task = tokio::spawn(async move {
-            loop {
-                if let Ok(list) = pods.list(&ListParams::default()).await {
-                    for pod in &list.items {
-                        // Best effort: the next pass retries whatever failed.
-                        let _ = Self::sync(&pods, pod).await;
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        });
-        FakeKubelet { task }
-    }
-
-    async fn sync(pods: &Api<Pod>, pod: &Pod) -> Result<()> {
-        let name = pod.metadata.name.as_deref().unwrap_or_default();
-        if pod.metadata.deletion_timestamp.is_some() {
-            pods.delete(name, &DeleteParams::default().grace_period(0))
-                .await?;
-            return Ok(());
-        }
-        let bound = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_ref())
-            .is_some();
-        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        if !bound || phase == Some("Running") {
-            return Ok(());
-        }
-        let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        let condition = |t: &str| json!({"type": t, "status": "True", "lastTransitionTime": now});
-        let conditions = ["PodScheduled", "Initialized", "ContainersReady", "Ready"].map(condition);
-        let status = json!({"status": {"phase": "Running", "startTime": now, "podIP": "10.88.0.1",
-            "conditions": conditions}});
-        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-            .await?;
-        Ok(())
-    }
-}
-
-impl Drop for FakeKubelet {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
 
 /// The policy module and the two binaries a stack runs.
 pub struct Binaries {
@@ -102,14 +41,13 @@ pub async fn namespace_with_crd(hint: &str) -> Result<TestNamespace> {
     Ok(ns)
 }
 
-/// Host + controller + fake kubelet for one fresh namespace. Dropping it stops the
-/// processes; [`Stack::finish`] also removes the webhook configurations.
+/// Host + controller for one fresh namespace. Dropping it stops the processes;
+/// [`Stack::finish`] also removes the webhook configurations.
 pub struct Stack {
     pub ns: TestNamespace,
     pub host: HostProcess,
     pub controller: ControllerProcess,
     pub configs: WebhookConfigs,
-    _kubelet: FakeKubelet,
 }
 
 impl Stack {
@@ -149,13 +87,11 @@ impl Stack {
         let controller = ControllerProcess::start(&bins.controller, kubeconfig, &args)
             .await
             .context("starting the controller")?;
-        let kubelet = FakeKubelet::start(client, ns.name());
         Ok(Some(Stack {
             ns,
             host,
             controller,
             configs,
-            _kubelet: kubelet,
         }))
     }
 

@@ -152,6 +152,41 @@ impl HostProcess {
         Ok(sum_metric(&text, name))
     }
 
+    /// Waits until this host's cache holds WorkloadSpread `namespace/name` targeting
+    /// `target_ref`. The probe is the host's own answer, without side effects: a
+    /// validation review of a second WorkloadSpread with the same target is refused as a
+    /// conflict only once the host lists the first one.
+    pub async fn wait_sees_workloadspread(
+        &self,
+        namespace: &str,
+        name: &str,
+        target_ref: &Value,
+    ) -> Result<()> {
+        let probe = json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+            "metadata": {"name": format!("{name}-cache-probe"), "namespace": namespace},
+            "spec": {"targetRef": target_ref, "subsets": [{"name": "probe"}]}});
+        let review = serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview", "request": {"uid": crate::unique_name("cache-probe"),
+            "kind": {"group": "apps.kruise.io", "version": "v1beta1", "kind": "WorkloadSpread"},
+            "resource": {"group": "apps.kruise.io", "version": "v1beta1",
+                "resource": "workloadspreads"},
+            "namespace": namespace, "name": probe["metadata"]["name"], "operation": "CREATE",
+            "userInfo": {"username": "workloadspread-tests"}, "object": probe}}))?;
+        let conflict = format!("in conflict with other WorkloadSpread {name}");
+        crate::wait_for(
+            &format!(
+                "host on port {} to see WorkloadSpread {namespace}/{name}",
+                self.port
+            ),
+            Duration::from_secs(30),
+            || async {
+                let (code, body) = self.post("/validate", &review).await?;
+                Ok((code == 200 && body.contains(&conflict)).then_some(()))
+            },
+        )
+        .await
+    }
+
     /// Sends SIGKILL.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -1,12 +1,12 @@
-//! The reference e2e scenarios (§5.7 of the OpenKruise spec), adapted to a control
-//! plane without kubelets: every test runs the admission host, the controller and a fake
-//! kubelet (pods become Ready; deleted pods go away) for its own namespace.
+//! The reference e2e scenarios (§5.7 of the OpenKruise spec) on the local control plane:
+//! every test runs the admission host and the controller for its own namespace; the
+//! cluster's KWOK nodes make pods Running/Ready and remove deleted ones.
 //!
 //! Scale-out shapes are compared with `core`'s planner for the same WorkloadSpread.
-//! Scale-in: kube-controller-manager v1.20 predates `pod-deletion-cost` (alpha in 1.21),
-//! so which pods the ReplicaSet removes is not the reference's choice; those steps check
-//! the deletion costs that a ≥ 1.22 controller would follow, that status matches the
-//! pods that remain, and that the next scale-out respects every subset's limit.
+//! Scale-in is decided by kube-controller-manager's ReplicaSet controller, which honours
+//! `controller.kubernetes.io/pod-deletion-cost`: every scale-in step checks *which* pods it
+//! removed — the ones that carried the lowest deletion costs — and that the status
+//! matches the pods that remain.
 
 use anyhow::{ensure, Context, Result};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
@@ -21,9 +21,12 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
+use workloadspread_core::rules::Rules;
 use workloadspread_testkit::faults::{api_server_addr, fault_proxy, kubeconfig_via, Faults};
-use workloadspread_testkit::pods::{annotation, cost_of, subset_of, MATCHED};
-use workloadspread_testkit::stack::{namespace_with_crd, Binaries, FakeKubelet, Stack};
+use workloadspread_testkit::pods::{
+    annotation, cost_of, ensure_lowest_cost_removed, subset_of, MATCHED,
+};
+use workloadspread_testkit::stack::{namespace_with_crd, Binaries, Stack};
 use workloadspread_testkit::webhook::{
     free_port, round_robin_proxy, ControllerProcess, HostProcess, WebhookConfigs,
 };
@@ -199,19 +202,42 @@ fn planned(spec: &Value, steps: &[i32]) -> Result<Vec<BTreeMap<String, usize>>> 
         serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": spec}))?;
     Ok(workloadspread_core::plan::plan(&ws, steps)
         .iter()
-        .map(|step| {
-            let mut m: BTreeMap<String, usize> = step
-                .subsets
-                .iter()
-                .filter(|s| s.pods > 0)
-                .map(|s| (s.name.clone(), s.pods))
-                .collect();
-            if step.unplaced > 0 {
-                m.insert(String::new(), step.unplaced);
-            }
-            m
-        })
+        .map(planned_counts)
         .collect())
+}
+
+/// `core`'s planner's deletion costs per subset after the last of `steps` (sorted).
+fn planned_costs(spec: &Value, steps: &[i32]) -> Result<BTreeMap<String, Vec<i64>>> {
+    let ws: WorkloadSpread =
+        serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": spec}))?;
+    let plan = workloadspread_core::plan::plan(&ws, steps);
+    let last = plan.last().context("no steps")?;
+    let mut out: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for p in &last.pods {
+        out.entry(p.subset.clone().unwrap_or_default())
+            .or_default()
+            .push(p.deletion_cost.unwrap_or(i64::MIN));
+    }
+    out.values_mut().for_each(|v| v.sort_unstable());
+    Ok(out)
+}
+
+/// The spread left after removing the `k` lowest-cost pods (what a ReplicaSet scaled
+/// in by `k` leaves when every pod runs), in spec order.
+fn spread_without_lowest(pods: &[Pod], k: usize, ws: &WorkloadSpread) -> Vec<usize> {
+    let mut sorted: Vec<&Pod> = pods.iter().collect();
+    sorted.sort_by_key(|p| cost_of(p).unwrap_or(0));
+    let kept = counts(
+        &sorted[k.min(sorted.len())..]
+            .iter()
+            .map(|p| (*p).clone())
+            .collect::<Vec<_>>(),
+    );
+    ws.spec
+        .subsets
+        .iter()
+        .map(|s| kept.get(&s.name).copied().unwrap_or(0))
+        .collect()
 }
 
 fn costs_by_subset(pods: &[Pod]) -> BTreeMap<String, Vec<i64>> {
@@ -224,6 +250,20 @@ fn costs_by_subset(pods: &[Pod]) -> BTreeMap<String, Vec<i64>> {
     }
     out.values_mut().for_each(|v| v.sort_unstable());
     out
+}
+
+/// Scales the Deployment in from the settled pods `before` to `replicas`, waits until it
+/// settles and checks which pods were removed ([`ensure_lowest_cost_removed`]).
+async fn scale_in(stack: &Stack, before: &[Pod], replicas: usize) -> Result<Vec<Pod>> {
+    scale(&stack.ns.api::<Deployment>(), replicas as i32).await?;
+    let after = settled(&stack.ns, replicas).await?;
+    let removed = ensure_lowest_cost_removed(before, &after)?;
+    eprintln!(
+        "scale-in {} → {replicas}: removed costs {removed:?}, now {:?}",
+        before.len(),
+        counts(&after)
+    );
+    Ok(after)
 }
 
 /// §5.7 (1): two zones 3/3 → costs 200/100, each pod bound in its zone with the
@@ -245,8 +285,10 @@ async fn two_zones_three_each_then_a_rolling_update() -> Result<()> {
         counts(&pods)
     );
     ensure!(
-        costs_by_subset(&pods)
-            == BTreeMap::from([("a".into(), vec![200; 3]), ("b".into(), vec![100; 3])])
+        costs_by_subset(&pods) == planned_costs(&spec, &[6])?,
+        "costs {:?}, planner {:?}",
+        costs_by_subset(&pods),
+        planned_costs(&spec, &[6])?
     );
     for p in &pods {
         let subset = subset_of(p).unwrap_or_default();
@@ -274,22 +316,23 @@ async fn two_zones_three_each_then_a_rolling_update() -> Result<()> {
         "{status}"
     );
 
-    // Rolling update: record whether versioned statuses show up while versions coexist.
+    ensure!(
+        versions_in(&status) == 1,
+        "one version before the rollout: {status}"
+    );
+
+    // Rolling update: every status the controller writes is watched, so a status with
+    // both versions side by side cannot be missed between two polls.
+    let most_versions = watch_versions(ws.clone());
     let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "nginx:2"}]}}}});
     stack
         .ns
         .api::<Deployment>()
         .patch("web", &PatchParams::default(), &Patch::Strategic(&patch))
         .await?;
-    let versioned_seen = std::cell::Cell::new(false);
     let rolled = wait_for("rollout to nginx:2 with 3/3", SETTLE, || {
-        let (ws, stack, seen) = (&ws, &stack, &versioned_seen);
+        let stack = &stack;
         async move {
-            let status = ws.get("web").await?.data["status"].clone();
-            let versioned = status["versionedSubsetStatuses"]
-                .as_object()
-                .is_some_and(|m| !m.is_empty());
-            seen.set(seen.get() || versioned);
             let pods = live_pods(&stack.ns).await?;
             let new = pods.iter().all(|p| {
                 p.spec
@@ -303,12 +346,58 @@ async fn two_zones_three_each_then_a_rolling_update() -> Result<()> {
         }
     })
     .await?;
+    let status = status_matches(&ws, &counts(&rolled)).await?;
+    let seen = most_versions.stop();
     ensure!(
-        versioned_seen.get(),
-        "no versionedSubsetStatuses during the rollout"
+        seen >= 2,
+        "no status with both versions during the rollout (at most {seen})"
     );
-    status_matches(&ws, &counts(&rolled)).await?;
+    wait_for("only the new version left", SETTLE, || async {
+        let status = ws.get("web").await?.data["status"].clone();
+        Ok((versions_in(&status) == 1).then_some(()))
+    })
+    .await
+    .with_context(|| format!("last status {status}"))?;
     stack.finish().await
+}
+
+fn versions_in(status: &Value) -> usize {
+    status["versionedSubsetStatuses"]
+        .as_object()
+        .map_or(0, |m| m.len())
+}
+
+/// The largest number of versions in `versionedSubsetStatuses` over every status
+/// revision of WorkloadSpread `web` while it runs.
+struct VersionWatch {
+    most: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl VersionWatch {
+    fn stop(self) -> usize {
+        self.task.abort();
+        self.most.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+fn watch_versions(api: Api<DynamicObject>) -> VersionWatch {
+    use futures::StreamExt;
+    use kube::runtime::{watcher, WatchStreamExt};
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = most.clone();
+    let config = watcher::Config::default().fields("metadata.name=web");
+    let task = tokio::spawn(async move {
+        let stream = watcher(api, config).applied_objects();
+        futures::pin_mut!(stream);
+        while let Some(item) = stream.next().await {
+            if let Ok(ws) = item {
+                let n = versions_in(&ws.data["status"]);
+                seen.fetch_max(n, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    });
+    VersionWatch { most, task }
 }
 
 /// §5.7 (2)/(10): elastic a=2, b unlimited: 2 → 2/0 (b missing −1); 6 → 2/4 with b's
@@ -332,12 +421,9 @@ async fn elastic_two_then_unlimited() -> Result<()> {
     let pods = settled(&stack.ns, 6).await?;
     ensure!(counts(&pods) == plan[1], "{:?}", counts(&pods));
     let costs = costs_by_subset(&pods);
-    ensure!(
-        costs["a"] == vec![200; 2] && costs["b"] == vec![100; 4],
-        "{costs:?}"
-    );
-    scale(&deployments, 2).await?;
-    let pods = settled(&stack.ns, 2).await?;
+    ensure!(costs == planned_costs(&spec, &[2, 6])?, "{costs:?}");
+    let pods = scale_in(&stack, &pods, 2).await?;
+    ensure!(counts(&pods) == expect(&[("a", 2)]), "{:?}", counts(&pods));
     status_matches(&ws, &counts(&pods)).await?;
     scale(&deployments, 6).await?;
     let pods = settled(&stack.ns, 6).await?;
@@ -353,9 +439,9 @@ async fn elastic_two_then_unlimited() -> Result<()> {
 /// §5.7 (5)/(6): one subset with max 2 and a `priorityClassName` patch: 2 pods are
 /// admitted into it with the class; at 6 replicas the other 4 are admitted unchanged.
 /// The controller then adopts them (§4.4: no required term, so every node matches)
-/// without patching their spec; with 6 pods over a maximum of 2, four get the
-/// over-maximum cost −100. (§5.7 (6) expects the unchanged pods left without a cost;
-/// §4.4 is followed.)
+/// without patching their spec; with 6 pods over a maximum of 2, the planned costs rank
+/// all six (levels 1..6), so a scale-in to 2 keeps two of them. (§5.7 (6) expects the
+/// unchanged pods left without a cost; §4.4 is followed.)
 #[tokio::test]
 async fn single_subset_with_a_priority_class_patch() -> Result<()> {
     let Some(stack) = Stack::start("scn-single", &[]).await? else {
@@ -383,13 +469,14 @@ async fn single_subset_with_a_priority_class_patch() -> Result<()> {
         let want = admitted(p).then_some(class.as_str());
         ensure!(class_of.as_deref() == want, "{:?}", p.metadata.name);
     }
-    // Adoption follows; then the subset holds 6 pods over a maximum of 2: the two kept
-    // longest (the ranking decides which, not how they were admitted) cost 100.
-    let pods = wait_for("adoption and costs 100×2, −100×4", SETTLE, || async {
+    // Adoption follows; then the subset holds 6 pods over a maximum of 2, ranked by
+    // level (the ranking decides which two are kept, not how they were admitted).
+    let base = workloadspread_core::controller::cost::PLANNED_COST_BASE;
+    let pods = wait_for("adoption and costs of levels 1..6", SETTLE, || async {
         let pods = live_pods(&stack.ns).await?;
         let mut costs: Vec<Option<i64>> = pods.iter().map(cost_of).collect();
         costs.sort_unstable();
-        let want = [vec![Some(-100); 4], vec![Some(100); 2]].concat();
+        let want: Vec<Option<i64>> = (1..=6).rev().map(|level| Some(base - level)).collect();
         Ok((costs == want && pods.iter().all(|p| subset_of(p).is_some())).then_some(pods))
     })
     .await?;
@@ -466,46 +553,141 @@ async fn job_pods_are_spread() -> Result<()> {
     stack.finish().await
 }
 
-/// Percent subsets (20% / 30% / rest) under repeated scaling: scale-out steps equal the
-/// planner; after any step no subset exceeds its scaled maximum and status is exact.
-#[tokio::test]
-async fn percent_subsets_under_repeated_scaling() -> Result<()> {
-    let Some(stack) = Stack::start("scn-percent", &[]).await? else {
-        return Ok(());
+/// Issue #16: the steps of [`SEQUENCE`] are applied as a user applies them, without
+/// waiting for the controller between the scale and the workload's reaction. Under the
+/// planned rules every settled step must *equal* the planner's spread for it, and every
+/// scale-in must remove the lowest-cost pods; under the reference's rules the table of
+/// where each step lands is printed (docs/semantics.md) and only exactness is required.
+const SEQUENCE: [i32; 6] = [10, 4, 12, 20, 7, 15];
+
+fn percent_spread() -> Value {
+    json!({"targetRef": target("Deployment"), "subsets": [
+        zone("a", "zone-a", json!("30%")), zone("b", "zone-b", json!("50%")), zone("c", "zone-c", Value::Null)]})
+}
+
+fn integer_spread() -> Value {
+    json!({"targetRef": target("Deployment"), "subsets": [
+        zone("a", "zone-a", json!(3)), zone("b", "zone-b", json!(4)), zone("c", "zone-c", Value::Null)]})
+}
+
+fn minimum_spread() -> Value {
+    let mut a = zone("a", "zone-a", json!(4));
+    a["minReplicas"] = json!(2);
+    let mut b = zone("b", "zone-b", json!(5));
+    b["minReplicas"] = json!(2);
+    json!({"targetRef": target("Deployment"), "subsets": [a, b, zone("c", "zone-c", Value::Null)]})
+}
+
+/// Runs [`SEQUENCE`] under `rules`; returns one line per step: replicas, spread on the
+/// cluster, the planner's spread, deletion-cost patches the controller wrote.
+async fn run_sequence(hint: &str, spec: Value, rules: Rules) -> Result<Option<Vec<String>>> {
+    let settings = json!({"rules": rules.as_str()}).to_string();
+    let host_args = ["--settings-json", settings.as_str()];
+    let controller_args = ["--rules", rules.as_str()];
+    let Some(stack) = Stack::start_with(hint, &host_args, &controller_args).await? else {
+        return Ok(None);
     };
-    let spec = json!({"targetRef": target("Deployment"), "subsets": [
-        zone("a", "zone-a", json!("20%")), zone("b", "zone-b", json!("30%")), zone("c", "zone-c", Value::Null)]});
     let ws = create_ws(&stack, spec.clone()).await?;
-    let plan = planned(&spec, &[10])?;
-    create_deployment(&stack, 10, json!({})).await?;
-    let pods = settled(&stack.ns, 10).await?;
-    ensure!(counts(&pods) == plan[0], "{:?}", counts(&pods));
+    create_deployment(&stack, 0, json!({})).await?;
+    stack
+        .host
+        .wait_sees_workloadspread(stack.ns.name(), "web", &target("Deployment"))
+        .await?;
+    let typed: WorkloadSpread =
+        serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": spec}))?;
+    let planned = workloadspread_core::plan::plan_with(&typed, &SEQUENCE, None, rules);
     let deployments = stack.ns.api::<Deployment>();
-    // Later steps race the ReplicaSet's pod creations against the controller's new
-    // `missingReplicas` (reference race, see docs/semantics.md): pods may spill to later
-    // subsets, never beyond a subset's scaled maximum. Scale-in victims are the 1.20
-    // ReplicaSet's choice (module doc).
-    let mut before = counts(&pods);
-    for replicas in [20usize, 5, 15, 7, 12] {
-        scale(&deployments, replicas as i32).await?;
-        let pods = settled(&stack.ns, replicas).await?;
-        let after = counts(&pods);
-        for (subset, pct) in [("a", 20), ("b", 30)] {
-            let limit = (replicas * pct).div_ceil(100);
-            let (was, now) = (
-                before.get(subset).copied().unwrap_or(0),
-                after.get(subset).copied().unwrap_or(0),
-            );
+    let patches = "workloadspread_controller_deletion_cost_patches_total";
+    let mut before: Vec<Pod> = vec![];
+    let mut lines = vec![];
+    for (step, &replicas) in planned.iter().zip(SEQUENCE.iter()) {
+        let patches_before = stack.controller.metric(patches).await?;
+        scale(&deployments, replicas).await?;
+        let pods = settled(&stack.ns, replicas as usize).await?;
+        let got = counts(&pods);
+        let status = status_matches(&ws, &got).await?;
+        let want = planned_counts(step);
+        if rules == Rules::Planned {
             ensure!(
-                now <= was.max(limit),
-                "{replicas} replicas: {subset} {was} → {now}, limit {limit}"
+                got == want,
+                "{replicas} replicas: cluster {got:?}, planner {want:?}; status {status}"
             );
+            if (replicas as usize) < before.len() {
+                ensure_lowest_cost_removed(&before, &pods)?;
+            }
         }
-        eprintln!("percent scaling: {replicas} replicas → {after:?}");
-        status_matches(&ws, &after).await?;
-        before = after;
+        // Costs settle with the status (the controller patches pods first).
+        before = live_pods(&stack.ns).await?;
+        let written = stack.controller.metric(patches).await? - patches_before;
+        lines.push(format!(
+            "{replicas:>3}: cluster {} planner {} cost patches {written}",
+            shape(&got, &typed),
+            shape(&want, &typed)
+        ));
     }
-    stack.finish().await
+    stack.finish().await?;
+    Ok(Some(lines))
+}
+
+fn planned_counts(step: &workloadspread_core::plan::PlanStep) -> BTreeMap<String, usize> {
+    let mut m: BTreeMap<String, usize> = step
+        .subsets
+        .iter()
+        .filter(|s| s.pods > 0)
+        .map(|s| (s.name.clone(), s.pods))
+        .collect();
+    if step.unplaced > 0 {
+        m.insert(String::new(), step.unplaced);
+    }
+    m
+}
+
+/// "a / b / c" in spec order.
+fn shape(counts: &BTreeMap<String, usize>, ws: &WorkloadSpread) -> String {
+    let per: Vec<String> = ws
+        .spec
+        .subsets
+        .iter()
+        .map(|s| counts.get(&s.name).copied().unwrap_or(0).to_string())
+        .collect();
+    per.join(" / ")
+}
+
+async fn sequence_test(hint: &str, spec: Value, rules: Rules) -> Result<()> {
+    if let Some(lines) = run_sequence(hint, spec, rules).await? {
+        eprintln!("{hint} ({} rules):\n{}", rules.as_str(), lines.join("\n"));
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn percent_spread_lands_on_the_planner_at_every_step() -> Result<()> {
+    sequence_test("seq-percent", percent_spread(), Rules::Planned).await
+}
+
+#[tokio::test]
+async fn integer_spread_lands_on_the_planner_at_every_step() -> Result<()> {
+    sequence_test("seq-integer", integer_spread(), Rules::Planned).await
+}
+
+#[tokio::test]
+async fn minimum_spread_lands_on_the_planner_at_every_step() -> Result<()> {
+    sequence_test("seq-minimum", minimum_spread(), Rules::Planned).await
+}
+
+#[tokio::test]
+async fn percent_spread_under_the_reference_rules() -> Result<()> {
+    sequence_test("seq-percent-ref", percent_spread(), Rules::Reference).await
+}
+
+#[tokio::test]
+async fn integer_spread_under_the_reference_rules() -> Result<()> {
+    sequence_test("seq-integer-ref", integer_spread(), Rules::Reference).await
+}
+
+#[tokio::test]
+async fn minimum_spread_under_the_reference_rules() -> Result<()> {
+    sequence_test("seq-minimum-ref", minimum_spread(), Rules::Reference).await
 }
 
 /// `minReplicas` (extension): each zone gets its minimum before the rest is spread;
@@ -544,10 +726,10 @@ async fn min_replicas_are_served_first() -> Result<()> {
 
 /// §5.7 (7): preferred-only subsets and existing pods: 3 pods already on zone-b are
 /// adopted into b (cost 100); after subset b is removed they fall into the fake subset
-/// (cost −200).
+/// (cost −200). The reference's cost values: the controller runs `--rules reference`.
 #[tokio::test]
 async fn preferred_only_subsets_adopt_existing_pods() -> Result<()> {
-    let Some(stack) = Stack::start("scn-preferred", &[]).await? else {
+    let Some(stack) = Stack::start("scn-preferred", &["--rules", "reference"]).await? else {
         return Ok(());
     };
     create_deployment(&stack, 3, json!({"nodeSelector": {ZONE: "zone-b"}})).await?;
@@ -594,11 +776,10 @@ struct Replicated {
     controller: ControllerProcess,
     configs: WebhookConfigs,
     bins: Binaries,
-    _kubelet: FakeKubelet,
 }
 
 /// Two hosts sharing one TLS Secret (each started with `host_kubeconfig[i]`), the
-/// webhooks pointing at a round-robin proxy in front of them, the controller, a kubelet.
+/// webhooks pointing at a round-robin proxy in front of them, and the controller.
 async fn replicated(hint: &str, host_kubeconfigs: [&Path; 2]) -> Result<Option<Replicated>> {
     let Some(bins) = Binaries::find()? else {
         return Ok(None);
@@ -635,14 +816,12 @@ async fn replicated(hint: &str, host_kubeconfigs: [&Path; 2]) -> Result<Option<R
     let controller =
         ControllerProcess::start(&bins.controller, cluster()?.kubeconfig(), &controller_args)
             .await?;
-    let kubelet = FakeKubelet::start(client, ns.name());
     Ok(Some(Replicated {
         ns,
         hosts,
         controller,
         configs,
         bins,
-        _kubelet: kubelet,
     }))
 }
 
@@ -658,8 +837,12 @@ async fn burst_setup(r: &Replicated) -> Result<Api<DynamicObject>> {
     r.ns.api::<Deployment>()
         .create(&PostParams::default(), &d)
         .await?;
-    // The hosts' caches must have seen both before the burst.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Both hosts must list the WorkloadSpread before the burst (the Deployment they read
+    // live on a cache miss).
+    for host in &r.hosts {
+        host.wait_sees_workloadspread(r.ns.name(), "web", &target("Deployment"))
+            .await?;
+    }
     Ok(api)
 }
 
@@ -796,9 +979,12 @@ async fn best_effort_mode_converges_through_the_controller() -> Result<()> {
     };
     let spec = json!({"targetRef": target("Deployment"), "subsets": [
         zone("a", "zone-a", json!(10)), zone("b", "zone-b", json!(10)), zone("c", "zone-c", Value::Null)]});
-    let ws = create_ws(&stack, spec).await?;
+    let ws = create_ws(&stack, spec.clone()).await?;
     create_deployment(&stack, 0, json!({})).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    stack
+        .host
+        .wait_sees_workloadspread(stack.ns.name(), "web", &target("Deployment"))
+        .await?;
     let started = std::time::Instant::now();
     scale(&stack.ns.api::<Deployment>(), 60).await?;
     let pods = settled(&stack.ns, 60).await?;
@@ -816,17 +1002,25 @@ async fn best_effort_mode_converges_through_the_controller() -> Result<()> {
             .metric("workloadspread_host_counter_status_writes_total")
             .await?
     );
-    // The over-maximum pods are the cheapest to delete (what a ≥ 1.22 scale-in follows).
-    let costs = costs_by_subset(&pods);
-    for s in ["a", "b"] {
-        let negative = costs
-            .get(s)
-            .map_or(0, |v| v.iter().filter(|c| **c < 0).count());
-        ensure!(
-            negative == over(s),
-            "{s}: {negative} negative costs for +{} over",
-            over(s)
-        );
-    }
+    // The costs put the overshoot first on the scale-in path: removing as many
+    // lowest-cost pods as a and b are over leaves 10 / 10 / c, and removing 40 leaves the
+    // planned spread of 20 replicas.
+    let typed: WorkloadSpread =
+        serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": spec}))?;
+    let (overshoot, in_c) = (over("a") + over("b"), c.get("c").copied().unwrap_or(0));
+    let pods = wait_for("costs ranking the overshoot first", SETTLE, || async {
+        let pods = live_pods(&stack.ns).await?;
+        let ranked = spread_without_lowest(&pods, overshoot, &typed) == [10, 10, in_c]
+            && spread_without_lowest(&pods, 40, &typed)
+                == workloadspread_core::rules::planned_spread(&typed, 20).subsets;
+        Ok(ranked.then_some(pods))
+    })
+    .await?;
+    let pods = scale_in(&stack, &pods, 20).await?;
+    ensure!(
+        counts(&pods) == expect(&[("a", 10), ("b", 10)]),
+        "{:?}",
+        counts(&pods)
+    );
     stack.finish().await
 }

@@ -1,6 +1,6 @@
 //! Smoke test of the local control plane: the API semantics the project relies on
 //! (CRD with status subresource, optimistic concurrency, watches) and a working
-//! Deployment → ReplicaSet → Pod → scheduler chain on the fake nodes.
+//! Deployment → ReplicaSet → Pod → scheduler chain on the KWOK nodes.
 
 use anyhow::{bail, ensure, Context, Result};
 use futures::{StreamExt, TryStreamExt};
@@ -15,6 +15,7 @@ use kube::{Api, Error};
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::time::Duration;
+use workloadspread_testkit::pods::{ensure_lowest_cost_removed, COST};
 use workloadspread_testkit::{cluster, wait_for};
 
 const CRD_NAME: &str = "widgets.smoke.workloadspread.test";
@@ -147,8 +148,11 @@ fn deployment(name: &str, replicas: i32) -> Result<Deployment> {
     }))?)
 }
 
+/// The platform the suites stand on: pods bound to KWOK nodes become Running/Ready with a
+/// pod IP, and on scale-in the ReplicaSet controller removes the pods with the lowest
+/// `controller.kubernetes.io/pod-deletion-cost` (which KWOK then deletes for good).
 #[tokio::test]
-async fn deployment_pods_are_scheduled_onto_fake_nodes() -> Result<()> {
+async fn kwok_runs_pods_and_scale_in_follows_the_deletion_cost() -> Result<()> {
     let cluster = cluster()?;
     let ns = cluster.namespace("smoke-deploy").await?;
     let nodes: BTreeSet<String> = Api::<Node>::all(ns.client())
@@ -160,46 +164,82 @@ async fn deployment_pods_are_scheduled_onto_fake_nodes() -> Result<()> {
         .collect();
     ensure!(!nodes.is_empty(), "the cluster has no nodes");
 
-    ns.api::<Deployment>()
-        .create(&PostParams::default(), &deployment("web", 3)?)
+    let deployments = ns.api::<Deployment>();
+    deployments
+        .create(&PostParams::default(), &deployment("web", 6)?)
         .await?;
     let pods_api = ns.api::<Pod>();
-    let placed = wait_for("3 pods bound to nodes", Duration::from_secs(60), || {
+    let running = wait_for("6 pods Running and Ready", Duration::from_secs(60), || {
         let pods_api = pods_api.clone();
         async move {
-            let pods = pods_api
-                .list(&ListParams::default().labels("app=web"))
-                .await?;
-            let bound: Vec<(String, String)> = pods
-                .items
-                .iter()
-                .filter_map(|p| {
-                    let node = p.spec.as_ref()?.node_name.clone()?;
-                    Some((p.metadata.name.clone()?, node))
-                })
-                .collect();
-            Ok((bound.len() == 3).then_some(bound))
+            let pods = live(&pods_api).await?;
+            let ready = pods.iter().filter(|p| is_ready(p)).count();
+            Ok((pods.len() == 6 && ready == 6).then_some(pods))
         }
     })
     .await?;
-    for (pod, node) in &placed {
+    for p in &running {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+        let node = node.context("running pod without a node")?;
         ensure!(
-            nodes.contains(node),
-            "pod {pod} bound to unknown node {node}"
+            nodes.contains(&node),
+            "pod {name} bound to unknown node {node}"
         );
-        let owner = pods_api
-            .get(pod)
-            .await?
-            .metadata
-            .owner_references
-            .unwrap_or_default();
+        let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone());
+        ensure!(ip.is_some(), "pod {name} has no IP");
+        let owner = p.metadata.owner_references.clone().unwrap_or_default();
         ensure!(
             owner
                 .iter()
                 .any(|o| o.kind == "ReplicaSet" && o.controller == Some(true)),
-            "pod {pod} is not controlled by a ReplicaSet: {owner:?}"
+            "pod {name} is not controlled by a ReplicaSet: {owner:?}"
         );
-        println!("pod {pod} -> {node}");
     }
+
+    // Costs 600, 500, ... 100 in name order: the last three by name must go.
+    let mut costed = vec![];
+    for (i, p) in running.iter().enumerate() {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let cost = (600 - 100 * i).to_string();
+        let patch = json!({"metadata": {"annotations": {COST: cost}}});
+        costed.push(
+            pods_api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?,
+        );
+    }
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await?;
+    let left = wait_for("3 pods left", Duration::from_secs(60), || {
+        let pods_api = pods_api.clone();
+        async move {
+            let all = pods_api.list(&ListParams::default()).await?.items;
+            Ok((all.len() == 3).then_some(all))
+        }
+    })
+    .await?;
+    let removed = ensure_lowest_cost_removed(&costed, &left)?;
+    ensure!(removed == vec![100, 200, 300], "removed costs {removed:?}");
     Ok(())
+}
+
+async fn live(api: &Api<Pod>) -> Result<Vec<Pod>> {
+    let mut pods = api.list(&ListParams::default()).await?.items;
+    pods.retain(|p| p.metadata.deletion_timestamp.is_none());
+    pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    Ok(pods)
+}
+
+fn is_ready(p: &Pod) -> bool {
+    let status = p.status.as_ref();
+    status.and_then(|s| s.phase.as_deref()) == Some("Running")
+        && status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }

@@ -3,12 +3,17 @@
 //! guarded by `resourceVersion`. A 409 re-reads the object and re-applies the whole
 //! batch, so several host replicas (and the controller) stay exact through the API
 //! server's optimistic concurrency, and no pod is rejected because of contention.
+//!
+//! Each attempt starts from the newer of the queue's own copy and the WorkloadSpread
+//! reflector's: claims that write nothing (an unlimited subset) never refresh the copy,
+//! and the controller's newer status must not be decided on from a stale one.
 
 use super::metrics::{CounterLabels, CounterOp, CounterResult, Metrics};
 use kube::api::{ApiResource, DynamicObject, PostParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use workloadspread_core::api::v1beta1::WorkloadSpread;
@@ -67,6 +72,8 @@ pub struct Committer {
     queues: Mutex<HashMap<QueueKey, mpsc::UnboundedSender<Pending>>>,
     metrics: Arc<Metrics>,
     clock: fn() -> Timestamp,
+    /// The WorkloadSpread reflector, once the capabilities have started it.
+    reflector: OnceLock<Store<DynamicObject>>,
 }
 
 impl Committer {
@@ -83,7 +90,20 @@ impl Committer {
             queues: Mutex::new(HashMap::new()),
             metrics,
             clock,
+            reflector: OnceLock::new(),
         })
+    }
+
+    /// Lets every attempt start from the reflector's copy when it is newer.
+    pub fn use_reflector(&self, store: Store<DynamicObject>) {
+        let _ = self.reflector.set(store);
+    }
+
+    /// The reflector's copy of `namespace/name`, if any.
+    fn reflected(&self, namespace: &str, name: &str) -> Option<DynamicObject> {
+        let store = self.reflector.get()?;
+        let key = ObjectRef::new_with(name, self.resource.clone()).within(namespace);
+        store.get(&key).map(|o| (*o).clone())
     }
 
     /// Queues `op` on its WorkloadSpread's queue and waits for the committed answer.
@@ -136,7 +156,7 @@ impl Committer {
                 _ => break,
             };
             let batch = collect_batch(first, &mut rx, self.batching).await;
-            self.commit(&api, &key.1, &mut cached, batch).await;
+            self.commit(&api, &key, &mut cached, batch).await;
         }
         // Stop taking operations, then finish whatever was queued meanwhile.
         rx.close();
@@ -145,7 +165,7 @@ impl Committer {
             rest.push(p);
         }
         if !rest.is_empty() {
-            self.commit(&api, &key.1, &mut cached, rest).await;
+            self.commit(&api, &key, &mut cached, rest).await;
         }
     }
 
@@ -154,10 +174,11 @@ impl Committer {
     async fn commit(
         &self,
         api: &Api<DynamicObject>,
-        name: &str,
+        key: &QueueKey,
         cached: &mut Option<DynamicObject>,
         batch: Vec<Pending>,
     ) {
+        let name = key.1.as_str();
         self.metrics.batch_size.observe(batch.len() as f64);
         let ops: Vec<&Op> = batch.iter().map(|p| &p.op).collect();
         let mut last_error = String::new();
@@ -167,7 +188,7 @@ impl Committer {
                 last_error = format!("{last_error} (gave up after {COMMIT_DEADLINE:?})");
                 break;
             }
-            let object = match cached.take() {
+            let object = match newer(cached.take(), self.reflected(&key.0, name)) {
                 Some(o) => o,
                 None => match api.get_opt(name).await {
                     Ok(Some(o)) => o,
@@ -307,6 +328,24 @@ fn apply_batch(object: &DynamicObject, ops: &[&Op], now: Timestamp) -> Result<Ap
     Ok((Some(updated), answers))
 }
 
+/// The copy with the higher `resourceVersion` (the queue's own on a tie or when either
+/// is not a number: it may hold this host's own last write).
+fn newer(own: Option<DynamicObject>, reflected: Option<DynamicObject>) -> Option<DynamicObject> {
+    let version = |o: &DynamicObject| {
+        o.metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    match (own, reflected) {
+        (Some(own), Some(r)) => match (version(&own), version(&r)) {
+            (Some(a), Some(b)) if b > a => Some(r),
+            _ => Some(own),
+        },
+        (own, r) => own.or(r),
+    }
+}
+
 /// `first` plus what joins it under `policy`: operations arriving within the window,
 /// then everything already queued (what arrived while the previous write was in
 /// flight), up to `max_batch`.
@@ -390,6 +429,7 @@ mod tests {
             candidates: vec!["a".into(), "b".into()],
             workload_replicas: 4,
             generated_uid: format!("gen-{pod}"),
+            rules: Default::default(),
         })
     }
 
@@ -420,6 +460,38 @@ mod tests {
     }
 
     #[test]
+    fn an_attempt_starts_from_the_newer_copy() {
+        let with_version = |v: &str, missing: i64| {
+            let mut o = object("u");
+            o.metadata.resource_version = Some(v.into());
+            o.data["status"]["subsetStatuses"][0]["missingReplicas"] = missing.into();
+            o
+        };
+        let missing = |o: Option<DynamicObject>| {
+            o.map(|o| o.data["status"]["subsetStatuses"][0]["missingReplicas"].clone())
+        };
+        // (own, reflected, chosen missingReplicas)
+        let cases = [
+            (Some(("7", 0)), Some(("9", 1)), Some(1)),
+            (Some(("9", 0)), Some(("7", 1)), Some(0)),
+            (Some(("9", 0)), Some(("9", 1)), Some(0)),
+            (Some(("x", 0)), Some(("9", 1)), Some(0)),
+            (None, Some(("9", 1)), Some(1)),
+            (Some(("7", 0)), None, Some(0)),
+            (None, None, None),
+        ];
+        for (own, reflected, want) in cases {
+            let own = own.map(|(v, m)| with_version(v, m));
+            let reflected = reflected.map(|(v, m)| with_version(v, m));
+            assert_eq!(
+                missing(newer(own, reflected)),
+                want.map(serde_json::Value::from),
+                "{want:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_recreated_workloadspread_fails_only_that_operation() {
         let (p1, p2) = (claim("p1", Some("old")), claim("p2", None));
         let (_, answers) = apply_batch(&object("new"), &[&p1, &p2], Timestamp::UNIX_EPOCH).unwrap();
@@ -441,6 +513,7 @@ mod tests {
             },
             subset: "nope".into(),
             workload_replicas: 4,
+            rules: Default::default(),
         });
         let (updated, answers) =
             apply_batch(&object("u"), &[&release], Timestamp::UNIX_EPOCH).unwrap();

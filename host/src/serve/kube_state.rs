@@ -76,6 +76,13 @@ impl KubeCapabilities {
                 },
             );
         }
+        let ws_key = (
+            workloadspread_core::api::v1beta1::API_VERSION.to_string(),
+            workloadspread_core::api::KIND.to_string(),
+        );
+        if let (Some(c), Some(r)) = (&committer, reflected.get(&ws_key)) {
+            c.use_reflector(r.store.clone());
+        }
         Ok(KubeCapabilities {
             client,
             handle: Handle::current(),
