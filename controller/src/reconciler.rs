@@ -341,19 +341,24 @@ async fn apply_pod_patches(
     for cost in &output.deletion_costs {
         let patch = json!({"metadata": {"annotations": {
             workloadspread_core::api::POD_DELETION_COST_ANNOTATION: cost.cost.to_string()}}});
-        if let Err(e) = pods.patch(&cost.pod, &pp, &Patch::Strategic(&patch)).await {
-            let event = Event::warning(
-                "PatchPodDeletionCostFailed",
-                format!(
-                    "Failed to patch the deletion cost of Pod {ns}/{}: {e}",
-                    cost.pod
-                ),
-            );
-            publish(ws_reference(ws), &event, ctx).await;
-            return Err(Error::DeletionCost {
-                pod: cost.pod.clone(),
-                source: Box::new(e),
-            });
+        match pods.patch(&cost.pod, &pp, &Patch::Strategic(&patch)).await {
+            Ok(_) => {}
+            // Gone since the cache listed it (a scale-in): nothing left to rank.
+            Err(kube::Error::Api(s)) if s.code == 404 => continue,
+            Err(e) => {
+                let event = Event::warning(
+                    "PatchPodDeletionCostFailed",
+                    format!(
+                        "Failed to patch the deletion cost of Pod {ns}/{}: {e}",
+                        cost.pod
+                    ),
+                );
+                publish(ws_reference(ws), &event, ctx).await;
+                return Err(Error::DeletionCost {
+                    pod: cost.pod.clone(),
+                    source: Box::new(e),
+                });
+            }
         }
         ctx.metrics.patches.deletion_cost.inc();
     }

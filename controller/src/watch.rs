@@ -132,10 +132,10 @@ async fn run_controller(
         futures::pin_mut!(node_stream);
         while node_stream.next().await.is_some() {}
     });
-    // Reconciles read the pod store, so it must hold its first list before any starts.
-    // Once the controller runs, only the controller polls the pod stream; a reconcile
-    // waiting for the store would then wait for itself whenever every concurrency slot
-    // is taken (as with many WorkloadSpreads left in the cluster at start).
+    // Reconciles read the pod store, so no reconcile starts before its first list: one
+    // that did would wait up to CACHE_WAIT and fail. A pod watch that cannot list (RBAC,
+    // an object that does not decode) is reported here at warn, with a periodic line
+    // saying what the controller waits for, instead of silent 30 s reconcile stalls.
     let mut pod_stream = pod_stream.boxed();
     drive_until_ready(&mut pod_stream, &pods, "pods").await;
     let ctx = Arc::new(Context::new(
@@ -205,8 +205,15 @@ async fn run_controller(
     controller
         .run(reconciler::run, reconciler::error_policy, ctx)
         .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!("reconcile: {e}");
+            match r {
+                // Failed reconciles are logged by the error policy.
+                Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {}
+                // A watch that keeps failing leaves the caches stale: say so.
+                Err(e @ kube::runtime::controller::Error::QueueError(_)) => {
+                    tracing::warn!("watch: {e}")
+                }
+                Err(e) => tracing::debug!("reconcile: {e}"),
+                Ok(_) => {}
             }
         })
         .await;

@@ -468,11 +468,12 @@ async fn reference_reconcile_cases_converge_on_real_objects() -> Result<()> {
             ));
         }
     }
-    // Let the namespace go: release the finalizers.
+    // Let the namespace go: release the finalizers and remove the pods outright (KWOK
+    // leaves frozen pods alone, so nothing else would finish their deletion).
     let pods: Api<Pod> = ns.api();
     for p in pods.list(&ListParams::default()).await?.items {
+        let name = p.metadata.name.clone().unwrap_or_default();
         if p.metadata.finalizers.is_some() {
-            let name = p.metadata.name.clone().unwrap_or_default();
             let _ = pods
                 .patch(
                     &name,
@@ -481,6 +482,9 @@ async fn reference_reconcile_cases_converge_on_real_objects() -> Result<()> {
                 )
                 .await;
         }
+        let _ = pods
+            .delete(&name, &DeleteParams::default().grace_period(0))
+            .await;
     }
     anyhow::ensure!(
         failures.is_empty(),
