@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 use workloadspread_testkit::pods::{annotation, ensure_lowest_cost_removed, subset_of, COST};
+use workloadspread_testkit::stack::Stack;
 use workloadspread_testkit::webhook::{
     apply_crd, policy_wasm, workspace_binary, ControllerProcess, HostProcess, WebhookConfigs,
 };
@@ -345,4 +346,51 @@ async fn unschedulable_subset_is_rescheduled_and_recovers() -> Result<()> {
     })
     .await?;
     configs.delete().await
+}
+
+/// Issue #17 (5): three subsets, the first two without nodes, `rescheduleCriticalSeconds`
+/// (4 s) above the configured hold (3 s). The hold is stretched to 3 × 4 s, so subset x is
+/// still unschedulable when the pods give up on y: both pods reach b after two moves
+/// each and stay there (with the configured 3 s they bounced between x and y for ever).
+#[tokio::test]
+async fn rescheduling_through_three_subsets_reaches_the_last_one() -> Result<()> {
+    let controller_args = ["--reschedule-hold-seconds", "3"];
+    let Some(stack) = Stack::start_with("ctl-resched3", &[], &controller_args).await? else {
+        return Ok(());
+    };
+    let target = json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"});
+    create_ws(
+        &stack.ns,
+        json!({"targetRef": target,
+            "scheduleStrategy": {"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 4}},
+            "subsets": [zone("x", "zone-x", Some(2)), zone("y", "zone-y", Some(2)), zone("b", "zone-b", None)]}),
+    )
+    .await?;
+    stack
+        .host
+        .wait_sees_workloadspread(stack.ns.name(), "web", &target)
+        .await?;
+    create_deployment(&stack.ns, 2).await?;
+    let pods: Api<Pod> = stack.ns.api();
+    wait_for(
+        "both pods running in b",
+        Duration::from_secs(90),
+        || async {
+            let mut list = pods.list(&ListParams::default()).await?.items;
+            list.retain(|p| p.metadata.deletion_timestamp.is_none());
+            let in_b = list.iter().filter(|p| {
+                subset_of(p).as_deref() == Some("b")
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            });
+            Ok((list.len() == 2 && in_b.count() == 2).then_some(()))
+        },
+    )
+    .await
+    .with_context(|| stack.controller.log_text())?;
+    let moved = stack
+        .controller
+        .metric("workloadspread_controller_pods_rescheduled_total")
+        .await?;
+    ensure!(moved == 4.0, "{moved} reschedules (want 2 pods × 2 moves)");
+    stack.finish().await
 }

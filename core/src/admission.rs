@@ -221,6 +221,17 @@ fn claim_with(
             status_changed: false,
         };
     }
+    // An unnamed pod is tracked by its generated id (the admission request's uid): the
+    // same request delivered again claims nothing more and gets the same answer.
+    if pod.name.is_empty() && !new_uid.is_empty() {
+        if let Some(subset) = tracked_subset(statuses, new_uid) {
+            return Claim {
+                subset: Some(subset),
+                generated_uid: Some(new_uid.to_string()),
+                status_changed: false,
+            };
+        }
+    }
     let Some((i, for_min)) = choose_subset(statuses, ws, scale, &allowed) else {
         return Claim::default();
     };

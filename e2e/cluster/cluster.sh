@@ -40,7 +40,7 @@ K8S_COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 # Go's module and build caches live with the binaries, outside the repository.
 export GOMODCACHE="$CACHE/go/mod"
 export GOCACHE="$CACHE/go/build"
-export GOFLAGS="-mod=mod"
+export GOFLAGS="-mod=readonly"
 export GOTOOLCHAIN=local
 
 log() { echo "[cluster] $*" >&2; }

@@ -591,19 +591,44 @@ async fn v1alpha1_objects_convert_through_the_host() -> Result<()> {
         Api::namespaced_with(client.clone(), ns.name(), &gvk("v1alpha1"));
     let beta: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns.name(), &gvk("v1beta1"));
     let term = json!({"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}]});
-    let object: DynamicObject =
-        serde_json::from_value(json!({"apiVersion": "apps.kruise.io/v1alpha1",
-        "kind": "WorkloadSpread", "metadata": {"name": "legacy"},
+    let object = |name: &str| -> Result<DynamicObject> {
+        Ok(serde_json::from_value(
+            json!({"apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "WorkloadSpread", "metadata": {"name": name},
         "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-            "subsets": [{"name": "a", "maxReplicas": 2, "requiredNodeSelectorTerm": term}]}}))?;
+            "subsets": [{"name": "a", "maxReplicas": 2, "requiredNodeSelectorTerm": term}]}}),
+        )?)
+    };
+    // The API server picks up the CRD's new conversion strategy asynchronously; until then
+    // a v1alpha1 object is stored unconverted (its term pruned). Retry until one converts.
+    let attempt = std::sync::atomic::AtomicUsize::new(0);
     let created = wait_for(
-        "the conversion webhook to answer",
+        "the API server to convert through the host",
         Duration::from_secs(30),
-        || async { Ok(alpha.create(&PostParams::default(), &object).await.ok()) },
+        || async {
+            let name = format!(
+                "probe-{}",
+                attempt.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            );
+            if alpha
+                .create(&PostParams::default(), &object(&name)?)
+                .await
+                .is_err()
+            {
+                return Ok(None);
+            }
+            let converted =
+                beta.get(&name).await?.data["spec"]["subsets"][0]["requiredNodeSelector"] == term;
+            alpha.delete(&name, &Default::default()).await?;
+            Ok(converted.then_some(()))
+        },
     )
     .await;
     let result = async {
         created?;
+        alpha
+            .create(&PostParams::default(), &object("legacy")?)
+            .await?;
         let as_beta = beta.get("legacy").await?;
         ensure!(
             as_beta.data["spec"]["subsets"][0]["requiredNodeSelector"] == term,

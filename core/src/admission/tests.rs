@@ -450,3 +450,29 @@ fn percent_occupancy_counts_creating_and_deleting_pods() {
     ));
     assert_eq!(versioned(&status)[0].missing_replicas, 1);
 }
+
+/// Issue #17 (4): an unnamed pod's claim is keyed by the request uid; the same request
+/// delivered again (an API server retry) claims once and gets the same answer.
+#[test]
+fn a_redelivered_request_for_an_unnamed_pod_claims_once() {
+    let ws = ws_with(
+        json!([{"name": "a", "maxReplicas": 2}, {"name": "b"}]),
+        json!([{"name": "a", "missingReplicas": 2}, {"name": "b", "missingReplicas": -1}]),
+    );
+    let mut status = ws.status.clone().unwrap();
+    let scale = reference(0);
+    let first = claim_for_create(&mut status, &ws, key(""), scale, now(), "req-1");
+    let again = claim_for_create(&mut status, &ws, key(""), scale, now(), "req-1");
+    assert_eq!(first.subset.as_deref(), Some("a"));
+    assert!(first.status_changed && !again.status_changed);
+    assert_eq!(
+        (again.subset, again.generated_uid),
+        (first.subset, first.generated_uid)
+    );
+    assert_eq!(versioned(&status)[0].missing_replicas, 1);
+    assert_eq!(versioned(&status)[0].creating_pods.len(), 1);
+    // Another request is another pod.
+    let other = claim_for_create(&mut status, &ws, key(""), scale, now(), "req-2");
+    assert!(other.status_changed);
+    assert_eq!(versioned(&status)[0].missing_replicas, 0);
+}

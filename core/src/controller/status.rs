@@ -169,6 +169,17 @@ impl<'a> StatusCalc<'a> {
         }
     }
 
+    /// How long a subset stays unschedulable: the configured hold, but at least
+    /// `subsets × rescheduleCriticalSeconds`. A pod rescheduled out of subset i may wait
+    /// `rescheduleCriticalSeconds` in each later subset before reaching one that runs it;
+    /// a hold shorter than that lets subset i recover while the pod is still on its way,
+    /// and pods bounce between the first subsets for ever.
+    fn effective_hold(&self, critical_seconds: i64) -> SignedDuration {
+        let subsets = i64::try_from(self.ws.spec.subsets.len()).unwrap_or(i64::MAX);
+        let progress = SignedDuration::from_secs(critical_seconds.saturating_mul(subsets));
+        self.options.reschedule_hold.max(progress)
+    }
+
     /// `rescheduleCriticalSeconds` when rescheduling is on (Adaptive, set, > 0).
     fn reschedule_seconds(&self) -> Option<i64> {
         self.ws.spec.schedule_strategy.reschedule_seconds()
@@ -201,7 +212,7 @@ impl<'a> StatusCalc<'a> {
         if unschedulable {
             self.set_condition(status, "False", REASON_POD_UNSCHEDULABLE);
         } else if let Some(old) = old.filter(|c| c.status == "False") {
-            let hold = self.options.reschedule_hold;
+            let hold = self.effective_hold(seconds);
             match old
                 .last_transition_time
                 .as_ref()

@@ -295,3 +295,19 @@ fn adaptive_strategy_reschedules_into_the_next_subsets() {
     assert_eq!(counts(&s[1]), vec![0, 3, 5]);
     assert!(s[1].rescheduled.is_empty());
 }
+
+/// Issue #17 (5): with three subsets and `rescheduleCriticalSeconds` (400 s) above the
+/// hold (300 s), pods rescheduled out of a wait 400 s in b; a must still be held by then,
+/// or they bounce between a and b for ever. Every pod ends in c, none pending.
+#[test]
+fn adaptive_rescheduling_reaches_the_last_subset_when_critical_exceeds_the_hold() {
+    let mut w = ws("Deployment", zone_subsets());
+    w.spec.schedule_strategy = serde_json::from_value(
+        json!({"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 400}}),
+    )
+    .unwrap();
+    let s = plan_on_nodes(&w, &[6], &zone_nodes(&["c"]));
+    assert_eq!(counts(&s[0]), vec![0, 0, 6], "{:?}", s[0].subsets);
+    assert!(s[0].pods.iter().all(|p| !p.pending));
+    assert!(s[0].subsets[0].unschedulable && s[0].subsets[1].unschedulable);
+}

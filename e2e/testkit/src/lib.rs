@@ -3,6 +3,13 @@
 //! process, with a fresh namespace per test.
 //!
 //! `WS_TEST_KUBECONFIG` points the tests at an existing cluster instead.
+//!
+//! Nodes are KWOK's: it reports them Ready, makes pods bound to them Running/Ready with a
+//! pod IP and removes deleted pods, as kubelets would (the testkit's own fake kubelet is
+//! gone). What KWOK cannot do, and tests do themselves: hold a pod in a state a kubelet
+//! would move it out of (Pending on a node, Running but not Ready, terminating behind a
+//! finalizer). Such pods carry the label `workloadspread.test/kwok-frozen` — every KWOK
+//! pod stage skips them (`cluster.sh`) — and their test removes them when it ends.
 #![forbid(unsafe_code)]
 
 use anyhow::{bail, Context, Result};
