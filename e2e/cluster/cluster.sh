@@ -73,25 +73,26 @@ k8s_module_dir() {
     echo "$HERE/k8s"
   else
     local dir="$CACHE/kubernetes/$K8S_VERSION/module"
-    [ -f "$dir/go.sum" ] || bash "$HERE/gen-k8s-module.sh" "$K8S_VERSION" "$dir" >&2
+    [ -f "$dir/go.sum" ] || bash "$HERE/gen-k8s-module.sh" "$K8S_VERSION" "$dir" >&2 || return 1
     echo "$dir"
   fi
 }
 
 # go_build_k8s DEST COMPONENT...: build commands of k8s.io/kubernetes from the wrapper module.
+# Every step checks its status: build_step runs this in an `if`, where errexit is off.
 go_build_k8s() (
   local dest="$1" mod minor c; shift
-  mod="$(k8s_module_dir)"
+  mod="$(k8s_module_dir)" || return 1
   minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
-  cd "$mod"
-  mkdir -p "$dest"
+  cd "$mod" || return 1
+  mkdir -p "$dest" || return 1
   for c in "$@"; do
     go build -trimpath -tags providerless -ldflags "-s -w \
       -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
       -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
       -X k8s.io/component-base/version.gitTreeState=clean" \
-      -o "$dest/$c.tmp" "k8s.io/kubernetes/cmd/$c"
-    mv "$dest/$c.tmp" "$dest/$c"
+      -o "$dest/$c.tmp" "k8s.io/kubernetes/cmd/$c" || return 1
+    mv "$dest/$c.tmp" "$dest/$c" || return 1
   done
 )
 
@@ -128,9 +129,9 @@ build_etcd() (
     printf ')\n'
   } >go.mod
   printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' >tools.go
-  go mod tidy
+  GOFLAGS=-mod=mod go mod tidy || return 1
   mkdir -p "$(dirname "$ETCD_BIN")"
-  go build -trimpath -ldflags "-s -w" -o "$ETCD_BIN.tmp" go.etcd.io/etcd/server/v3
+  go build -trimpath -ldflags "-s -w" -o "$ETCD_BIN.tmp" go.etcd.io/etcd/server/v3 || return 1
   mv "$ETCD_BIN.tmp" "$ETCD_BIN"
 )
 
@@ -152,7 +153,7 @@ KWOK_FROZEN_LABEL=workloadspread.test/kwok-frozen
 
 build_kwok() (
   mkdir -p "$KWOK_DIR"
-  GOBIN="$KWOK_DIR" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  GOBIN="$KWOK_DIR" GOFLAGS= go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 )
 
 install_kwok() {

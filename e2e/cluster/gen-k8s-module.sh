@@ -15,8 +15,13 @@ version="${1:?usage: gen-k8s-module.sh VERSION DIR}"
 dir="${2:?usage: gen-k8s-module.sh VERSION DIR}"
 [[ "$version" =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] || { echo "gen-k8s-module: want v1.MINOR.PATCH, got $version" >&2; exit 2; }
 staging_version="v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
-mkdir -p "$dir"
-cd "$dir"
+# Written next to DIR and moved into place only when `go mod tidy` succeeded, so a failed
+# attempt (e.g. a module the proxy refuses) never leaves a half module behind.
+final="$(mkdir -p "$dir" && cd "$dir" && pwd)"
+work="$final.tmp.$$"
+rm -rf "$work" && mkdir -p "$work"
+trap 'rm -rf "$work"' EXIT
+cd "$work"
 
 upstream_mod="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$version.mod"
 [ -f "$upstream_mod" ] || go mod download -json "k8s.io/kubernetes@$version" >/dev/null
@@ -55,3 +60,4 @@ import (
 )
 GO
 go mod tidy
+cp go.mod go.sum tools.go "$final/"

@@ -656,3 +656,186 @@ async fn v1alpha1_objects_convert_through_the_host() -> Result<()> {
     .await?;
     result
 }
+
+/// One host for a namespace whose pods belong to a `Fleet` (a kind no controller acts
+/// on: only the test creates its pods), a WorkloadSpread `spread` over a (max 5) and b,
+/// and the host seeing it.
+struct FleetSetup {
+    ns: workloadspread_testkit::TestNamespace,
+    host: HostProcess,
+    configs: WebhookConfigs,
+    fleet_uid: String,
+    spreads: Api<DynamicObject>,
+}
+
+impl FleetSetup {
+    async fn start(hint: &str, kubeconfig: &Path) -> Result<Option<Self>> {
+        let Some(policy) = policy_wasm()? else {
+            return Ok(None);
+        };
+        let ns = cluster()?.namespace(hint).await?;
+        let client = ns.client();
+        ws_crd(&client).await?;
+        apply_crd(&client, &workloadspread_testkit::webhook::fleet_crd()).await?;
+        let port = workloadspread_testkit::webhook::free_port()?;
+        let name = unique_name(hint);
+        let configs =
+            WebhookConfigs::create(&client, &name, &format!("https://127.0.0.1:{port}")).await?;
+        let settings = workloadspread_testkit::webhook::fleet_settings().to_string();
+        let args: Vec<String> = [
+            "--policy",
+            &policy.display().to_string(),
+            "--settings-json",
+            &settings,
+            "--webhook-config",
+            &name,
+        ]
+        .map(str::to_string)
+        .to_vec();
+        let host = HostProcess::start_on(host_bin(), kubeconfig, port, &args).await?;
+        configs.enroll(ns.name()).await?;
+        let fleets: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), ns.name(), &fleet_resource());
+        let fleet: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "burst.workloadspread.test/v1", "kind": "Fleet",
+            "metadata": {"name": "fleet"}, "spec": {"replicas": 10}}))?;
+        let fleet = fleets.create(&PostParams::default(), &fleet).await?;
+        let spreads = Api::namespaced_with(client, ns.name(), &ws_resource());
+        let setup = FleetSetup {
+            ns,
+            host,
+            configs,
+            fleet_uid: fleet.metadata.uid.context("fleet uid")?,
+            spreads,
+        };
+        setup.create_spread().await?;
+        Ok(Some(setup))
+    }
+
+    fn target() -> Value {
+        json!({"apiVersion": "burst.workloadspread.test/v1", "kind": "Fleet", "name": "fleet"})
+    }
+
+    async fn create_spread(&self) -> Result<DynamicObject> {
+        let ws: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+            "metadata": {"name": "spread"},
+            "spec": {"targetRef": Self::target(), "subsets": [
+                zone_subset("a", "zone-a", json!(5)), zone_subset("b", "zone-b", Value::Null)]}}))?;
+        let created = self.spreads.create(&PostParams::default(), &ws).await?;
+        self.host
+            .wait_sees_workloadspread(self.ns.name(), "spread", &Self::target())
+            .await?;
+        Ok(created)
+    }
+
+    /// Creates pod `name` of the fleet; the subset it was admitted into.
+    async fn create_pod(&self, name: &str) -> Result<Option<String>> {
+        let pod = workloadspread_testkit::webhook::fleet_pod(name, &self.fleet_uid);
+        let pod = self
+            .ns
+            .api::<Pod>()
+            .create(&PostParams::default(), &pod)
+            .await?;
+        Ok(subsets_of(std::slice::from_ref(&pod)).into_keys().next())
+    }
+
+    /// `creatingPods` of subset `subset` (versionIgnored) in the stored status.
+    async fn creating(&self, subset: usize) -> Result<Vec<String>> {
+        let status = self.spreads.get("spread").await?.data["status"].clone();
+        let versioned = &status["versionedSubsetStatuses"];
+        let statuses = versioned
+            .as_object()
+            .and_then(|m| m.values().next())
+            .context("no versioned status")?;
+        Ok(statuses[subset]["creatingPods"]
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default())
+    }
+}
+
+/// Issue #17 (1): a WorkloadSpread deleted and created again under the same name (new
+/// uid). Its pods are admitted into the new object at once; the host used to fail every
+/// claim "was recreated" from its stale copy until its queue had been idle for 60 s, and
+/// the retries kept the queue alive.
+#[tokio::test]
+async fn a_recreated_workloadspread_admits_its_pods_at_once() -> Result<()> {
+    let Some(s) = FleetSetup::start("ws-recreate", cluster()?.kubeconfig()).await? else {
+        return Ok(());
+    };
+    ensure!(s.create_pod("fleet-0").await?.as_deref() == Some("a"));
+    s.spreads.delete("spread", &Default::default()).await?;
+    wait_for("the old object gone", Duration::from_secs(30), || async {
+        Ok(s.spreads.get_opt("spread").await?.is_none().then_some(()))
+    })
+    .await?;
+    let recreated = s.create_spread().await?;
+    // As a ReplicaSet would: retry the create until it is admitted (10 s at most).
+    let started = Instant::now();
+    let subset = wait_for("fleet-1 admitted", Duration::from_secs(10), || async {
+        Ok(s.create_pod("fleet-1").await.ok())
+    })
+    .await?;
+    eprintln!(
+        "recreated WorkloadSpread: pod admitted {:.2} s after the new object was seen",
+        started.elapsed().as_secs_f64()
+    );
+    ensure!(subset.as_deref() == Some("a"), "admitted into {subset:?}");
+    let now = s.spreads.get("spread").await?;
+    ensure!(now.metadata.uid == recreated.metadata.uid);
+    ensure!(
+        s.creating(0).await? == ["fleet-1"],
+        "{:?}",
+        s.creating(0).await?
+    );
+    s.configs.delete().await
+}
+
+/// Issue #17 (2): the host's API connection hangs (bytes swallowed, socket open) while a
+/// claim is being written. The webhook still answers within its budget, and once the
+/// network is back the next pod of the same WorkloadSpread is admitted: every status
+/// GET/PUT is bounded, so a hung one does not hold the queue (it used to, for good).
+#[tokio::test]
+async fn a_hung_status_write_does_not_stall_the_queue() -> Result<()> {
+    use workloadspread_testkit::faults::{api_server_addr, fault_proxy, kubeconfig_via, Faults};
+    let kubeconfig = cluster()?.kubeconfig();
+    let faults = Faults {
+        delay: Duration::ZERO,
+        reset_every: 0,
+        reset_after: Duration::ZERO,
+    };
+    let (via, proxy) = fault_proxy(api_server_addr(kubeconfig)?, faults).await?;
+    let faulty = kubeconfig_via(kubeconfig, via)?;
+    let Some(s) = FleetSetup::start("ws-hung", &faulty).await? else {
+        return Ok(());
+    };
+    ensure!(s.create_pod("fleet-0").await?.as_deref() == Some("a"));
+    proxy.hang.store(true, std::sync::atomic::Ordering::SeqCst);
+    let started = Instant::now();
+    let hung = s.create_pod("fleet-1").await;
+    let answered = started.elapsed();
+    proxy.hang.store(false, std::sync::atomic::Ordering::SeqCst);
+    ensure!(
+        hung.is_err(),
+        "admitted through a hung API connection: {hung:?}"
+    );
+    ensure!(
+        answered < Duration::from_secs(10),
+        "answered after {answered:?}"
+    );
+    let started = Instant::now();
+    let subset = wait_for("fleet-2 admitted", Duration::from_secs(20), || async {
+        Ok(s.create_pod("fleet-2").await.ok())
+    })
+    .await?;
+    eprintln!(
+        "hung API connection: refused in {:.1} s; next pod admitted {:.1} s after the network \
+         came back; {} connections hung",
+        answered.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        proxy.hung.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    ensure!(subset.as_deref() == Some("a"), "admitted into {subset:?}");
+    s.configs.delete().await
+}

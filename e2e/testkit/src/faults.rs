@@ -1,10 +1,10 @@
-//! Fault injection on loopback: a TCP proxy that delays traffic and resets connections,
-//! and a kubeconfig that routes a process's API traffic through it.
+//! Fault injection on loopback: a TCP proxy that delays traffic, resets connections or
+//! hangs them, and a kubeconfig that routes a process's API traffic through it.
 
 use anyhow::{Context, Result};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -20,11 +20,17 @@ pub struct Faults {
     pub reset_after: Duration,
 }
 
-/// Counters of what the proxy did.
+/// Counters of what the proxy did, and a switch the test flips.
 #[derive(Debug, Default)]
 pub struct FaultStats {
     pub connections: AtomicUsize,
     pub resets: AtomicUsize,
+    /// While set, a connection that carries data stops forwarding for good: its bytes are
+    /// swallowed and the socket stays open, so requests on it hang (the network fault
+    /// that timeouts exist for). Connections opened after it is cleared work again.
+    pub hang: AtomicBool,
+    /// Connections hung so far.
+    pub hung: AtomicUsize,
 }
 
 /// Starts a proxy on a loopback port forwarding to `upstream` with `faults`.
@@ -45,7 +51,7 @@ pub async fn fault_proxy(
                 let Ok(outbound) = TcpStream::connect(upstream).await else {
                     return;
                 };
-                let relay = relay(inbound, outbound, faults.delay);
+                let relay = relay(inbound, outbound, faults.delay, &stats);
                 if reset {
                     if tokio::time::timeout(faults.reset_after, relay)
                         .await
@@ -63,37 +69,44 @@ pub async fn fault_proxy(
 }
 
 /// Copies both ways, sleeping `delay` before each forwarded chunk; dropping the
-/// future closes both sockets (a reset from either side's point of view).
-async fn relay(a: TcpStream, b: TcpStream, delay: Duration) {
-    let (mut ar, mut aw) = a.into_split();
-    let (mut br, mut bw) = b.into_split();
-    let up = async {
-        let mut buf = vec![0u8; 16 * 1024];
-        while let Ok(n) = ar.read(&mut buf).await {
-            if n == 0 {
-                break;
-            }
-            tokio::time::sleep(delay).await;
-            if bw.write_all(&buf[..n]).await.is_err() {
-                break;
-            }
+/// future closes both sockets (a reset from either side's point of view). A chunk seen
+/// while `stats.hang` is set hangs the connection (see [`FaultStats::hang`]).
+async fn relay(a: TcpStream, b: TcpStream, delay: Duration, stats: &FaultStats) {
+    let (ar, aw) = a.into_split();
+    let (br, bw) = b.into_split();
+    let dead = AtomicBool::new(false);
+    tokio::join!(
+        pump(ar, bw, delay, stats, &dead),
+        pump(br, aw, delay, stats, &dead)
+    );
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    delay: Duration,
+    stats: &FaultStats,
+    dead: &AtomicBool,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    while let Ok(n) = from.read(&mut buf).await {
+        if n == 0 {
+            break;
         }
-        let _ = bw.shutdown().await;
-    };
-    let down = async {
-        let mut buf = vec![0u8; 16 * 1024];
-        while let Ok(n) = br.read(&mut buf).await {
-            if n == 0 {
-                break;
-            }
-            tokio::time::sleep(delay).await;
-            if aw.write_all(&buf[..n]).await.is_err() {
-                break;
-            }
+        if stats.hang.load(Ordering::SeqCst) && !dead.swap(true, Ordering::SeqCst) {
+            stats.hung.fetch_add(1, Ordering::Relaxed);
         }
-        let _ = aw.shutdown().await;
-    };
-    tokio::join!(up, down);
+        if dead.load(Ordering::SeqCst) {
+            continue;
+        }
+        tokio::time::sleep(delay).await;
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    if !dead.load(Ordering::SeqCst) {
+        let _ = to.shutdown().await;
+    }
 }
 
 /// The API server's address from a kubeconfig (`https://127.0.0.1:PORT`).

@@ -30,6 +30,9 @@ const MAX_ATTEMPTS: u32 = 30;
 const COMMIT_DEADLINE: Duration = Duration::from_secs(6);
 /// An idle queue stops after this long.
 const IDLE: Duration = Duration::from_secs(60);
+/// Longest wait for one status GET or PUT: a hung call is abandoned and the batch retried
+/// from a fresh read (a write that did land is then found and not repeated).
+const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A counter operation from the policy.
 #[derive(Clone, Debug)]
@@ -183,26 +186,40 @@ impl Committer {
         let ops: Vec<&Op> = batch.iter().map(|p| &p.op).collect();
         let mut last_error = String::new();
         let deadline = tokio::time::Instant::now() + COMMIT_DEADLINE;
+        // Set when a copy's uid differs from an operation's: read the object live once
+        // (a recreated WorkloadSpread) before answering "recreated".
+        let (mut read_live, mut refreshed) = (false, false);
         for attempt in 0..MAX_ATTEMPTS {
-            if tokio::time::Instant::now() >= deadline {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
                 last_error = format!("{last_error} (gave up after {COMMIT_DEADLINE:?})");
                 break;
             }
-            let object = match newer(cached.take(), self.reflected(&key.0, name)) {
+            let budget = left.min(CALL_TIMEOUT);
+            let known = match std::mem::take(&mut read_live) {
+                true => None,
+                false => newer(cached.take(), self.reflected(&key.0, name)),
+            };
+            let object = match known {
                 Some(o) => o,
-                None => match api.get_opt(name).await {
-                    Ok(Some(o)) => o,
-                    Ok(None) => {
-                        last_error = format!("WorkloadSpread {name} not found");
+                None => match read(api, name, budget).await {
+                    Ok(o) => o,
+                    Err(Read::Gone(e)) => {
+                        last_error = e;
                         break;
                     }
-                    Err(e) => {
-                        last_error = format!("reading WorkloadSpread {name}: {e}");
+                    Err(Read::Retry(e)) => {
+                        last_error = e;
+                        read_live = true;
                         backoff(attempt).await;
                         continue;
                     }
                 },
             };
+            if !refreshed && uid_differs(&object, &ops) {
+                (read_live, refreshed) = (true, true);
+                continue;
+            }
             let (updated, answers) = match apply_batch(&object, &ops, (self.clock)()) {
                 Ok(r) => r,
                 Err(e) => {
@@ -215,17 +232,25 @@ impl Committer {
                 return self.answer(batch, answers);
             };
             self.metrics.status_writes.inc();
-            match api
-                .replace_status(name, &PostParams::default(), &updated)
-                .await
-            {
+            let params = PostParams::default();
+            let write = api.replace_status(name, &params, &updated);
+            let Ok(written) = tokio::time::timeout(budget, write).await else {
+                // It may have landed: the next attempt reads the object again.
+                last_error =
+                    format!("writing WorkloadSpread {name} status: no answer in {budget:?}");
+                read_live = true;
+                continue;
+            };
+            match written {
                 Ok(written) => {
                     *cached = Some(written);
                     return self.answer(batch, answers);
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
+                    // Someone wrote meanwhile; the reflector may not have seen it yet.
                     self.metrics.conflicts.inc();
                     last_error = format!("conflict writing WorkloadSpread {name} status");
+                    read_live = true;
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => {
                     last_error = format!("WorkloadSpread {name} was deleted");
@@ -238,6 +263,7 @@ impl Committer {
                 }
                 Err(e) => {
                     last_error = format!("writing WorkloadSpread {name} status: {e}");
+                    read_live = true;
                     backoff(attempt).await;
                 }
             }
@@ -326,6 +352,42 @@ fn apply_batch(object: &DynamicObject, ops: &[&Op], now: Timestamp) -> Result<Ap
         map.insert("status".into(), status);
     }
     Ok((Some(updated), answers))
+}
+
+/// Why a live read gave no object.
+enum Read {
+    /// The WorkloadSpread does not exist.
+    Gone(String),
+    /// An error or no answer in time: worth another attempt.
+    Retry(String),
+}
+
+/// One GET of the WorkloadSpread, abandoned after `budget`.
+async fn read(
+    api: &Api<DynamicObject>,
+    name: &str,
+    budget: Duration,
+) -> Result<DynamicObject, Read> {
+    match tokio::time::timeout(budget, api.get_opt(name)).await {
+        Ok(Ok(Some(o))) => Ok(o),
+        Ok(Ok(None)) => Err(Read::Gone(format!("WorkloadSpread {name} not found"))),
+        Ok(Err(e)) => Err(Read::Retry(format!("reading WorkloadSpread {name}: {e}"))),
+        Err(_) => Err(Read::Retry(format!(
+            "reading WorkloadSpread {name}: no answer in {budget:?}"
+        ))),
+    }
+}
+
+/// Whether an operation names a uid other than the object's (recreated meanwhile, or a
+/// stale copy of ours).
+fn uid_differs(object: &DynamicObject, ops: &[&Op]) -> bool {
+    let uid = object.metadata.uid.as_deref();
+    ops.iter().any(|op| {
+        op.key()
+            .uid
+            .as_deref()
+            .is_some_and(|want| Some(want) != uid)
+    })
 }
 
 /// The copy with the higher `resourceVersion` (the queue's own on a tie or when either
