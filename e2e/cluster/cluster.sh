@@ -323,8 +323,24 @@ start_etcd() {
   wait_until etcd "$STATE/etcd.log" curl -fsS "http://127.0.0.1:$cport/health"
 }
 
+# Pod writes audited at Metadata level (which carries the admission webhooks' audit
+# annotations) into $STATE/audit.log, next to the kubeconfig; nothing else is audited.
+write_audit_policy() {
+  cat >"$STATE/audit-policy.yaml" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, delete]
+  resources: [{group: "", resources: [pods]}]
+- level: None
+EOF
+}
+
 start_apiserver() {
   local port="$1" eport="$2" d="$STATE/pki"
+  write_audit_policy
   start kube-apiserver "$STATE/kube-apiserver.log" "$K8S_BIN/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$eport" --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
     --endpoint-reconciler-type none \
@@ -332,7 +348,9 @@ start_apiserver() {
     --client-ca-file "$d/ca.crt" --service-account-issuer https://kubernetes.default.svc \
     --service-account-key-file "$d/sa.pub" --service-account-signing-key-file "$d/sa.key" \
     --service-cluster-ip-range 10.0.0.0/24 --authorization-mode RBAC \
-    --disable-admission-plugins ServiceAccount --allow-privileged=true
+    --disable-admission-plugins ServiceAccount --allow-privileged=true \
+    --audit-policy-file "$STATE/audit-policy.yaml" --audit-log-path "$STATE/audit.log" \
+    --audit-log-maxsize 200 --audit-log-maxbackup 1
   wait_until kube-apiserver "$STATE/kube-apiserver.log" \
     curl -fsS --cacert "$d/ca.crt" --cert "$d/admin.crt" --key "$d/admin.key" "https://127.0.0.1:$port/readyz"
 }

@@ -81,10 +81,7 @@ fn pod_create_exact_and_best_effort() -> Result<()> {
     let exact = run(&p, "pod-create.json", &[CONTEXT])?;
     assert_eq!(exact.response["allowed"], true);
     assert_eq!(exact.response["patchType"], "JSONPatch");
-    assert_eq!(
-        exact.response["auditAnnotations"]["workloadspread/mode"],
-        "exact"
-    );
+    assert_eq!(exact.response["auditAnnotations"]["mode"], "exact");
     let patch = exact.patch()?;
     let text = patch.to_string();
     assert!(
@@ -98,10 +95,7 @@ fn pod_create_exact_and_best_effort() -> Result<()> {
 
     let best = run(&p, "pod-create.json", &[CONTEXT, "--no-counter"])?;
     assert_eq!(best.response["allowed"], true);
-    assert_eq!(
-        best.response["auditAnnotations"]["workloadspread/mode"],
-        "best-effort"
-    );
+    assert_eq!(best.response["auditAnnotations"]["mode"], "best-effort");
     assert_eq!(best.patch()?, patch, "both modes choose zone-b");
     Ok(())
 }
@@ -143,11 +137,9 @@ fn lookup_failures_reject_or_admit_per_settings() -> Result<()> {
         ],
     )?;
     assert_eq!(lenient.response["allowed"], true);
-    assert!(
-        lenient.response["auditAnnotations"]["workloadspread/lookup-failure"]
-            .as_str()
-            .is_some_and(|s| s.contains("missing-rs"))
-    );
+    assert!(lenient.response["auditAnnotations"]["lookup-failure"]
+        .as_str()
+        .is_some_and(|s| s.contains("missing-rs")));
     assert_eq!(
         lenient.response["warnings"].as_array().map(Vec::len),
         Some(1)
@@ -289,14 +281,8 @@ fn kwctl_sessions_replay() -> Result<()> {
     };
     let (created, warnings) = replay("pod-create.json", "pod-create.yml")?;
     assert_eq!(created["allowed"], true);
-    assert_eq!(
-        created["auditAnnotations"]["workloadspread/mode"],
-        "best-effort"
-    );
-    assert_eq!(
-        created["auditAnnotations"]["workloadspread/subset"],
-        "web-spread/zone-b"
-    );
+    assert_eq!(created["auditAnnotations"]["mode"], "best-effort");
+    assert_eq!(created["auditAnnotations"]["subset"], "web-spread/zone-b");
     assert!(!warnings.contains("not used"), "{warnings}");
     let (invalid, _) = replay(
         "workloadspread-create-invalid.json",

@@ -4,12 +4,16 @@ use crate::settings::{LookupFailure, Settings};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
+// Audit annotation keys are plain names: the API server records them as
+// `<webhook name>/<key>` (e.g. `pods.workloadspread.io/mode`) and drops a key that
+// already has a prefix ("annotation key has invalid format").
+
 /// Audit annotation: how the subset counters were kept for this request.
-pub const AUDIT_MODE: &str = "workloadspread/mode";
+pub const AUDIT_MODE: &str = "mode";
 /// Audit annotation: the WorkloadSpread and subset chosen.
-pub const AUDIT_SUBSET: &str = "workloadspread/subset";
+pub const AUDIT_SUBSET: &str = "subset";
 /// Audit annotation: why the pod was admitted unmodified after a failed lookup.
-pub const AUDIT_LOOKUP_FAILURE: &str = "workloadspread/lookup-failure";
+pub const AUDIT_LOOKUP_FAILURE: &str = "lookup-failure";
 
 /// What to answer.
 #[derive(Clone, Debug, PartialEq)]

@@ -90,6 +90,12 @@ impl Cluster {
         &self.kubeconfig
     }
 
+    /// The API server's audit log of pod writes (`cluster.sh` keeps it next to the
+    /// kubeconfig): one JSON `audit.k8s.io/v1` Event per line.
+    pub fn audit_log(&self) -> PathBuf {
+        self.kubeconfig.with_file_name("audit.log")
+    }
+
     /// A client authenticated as cluster admin.
     pub async fn client(&self) -> Result<Client> {
         let kc = Kubeconfig::read_from(&self.kubeconfig)
