@@ -72,7 +72,7 @@ playground-test: playground
 	node playground/tests/browser.mjs
 
 FUZZ_SECONDS ?= 20
-## Every cargo-fuzz target for FUZZ_SECONDS each (nightly toolchain; seeds from fixtures).
+## Every cargo-fuzz target for FUZZ_SECONDS each (stable toolchain with RUSTC_BOOTSTRAP=1; seeds from fixtures).
 fuzz:
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)
 

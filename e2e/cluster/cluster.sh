@@ -15,7 +15,7 @@
 #   WS_CACHE_DIR     binaries + Go caches (default ${XDG_CACHE_HOME:-~/.cache}/workloadspread)
 #   WS_CLUSTER_DIR   state dir           (default ${TMPDIR:-/tmp}/workloadspread-cluster)
 #   WS_NODES         KWOK nodes, comma-separated ZONE=COUNT[:KEY=VALUE:EFFECT]
-#                    (default zone-a=2,zone-b=2,zone-c=2)
+#                    (default zone-a=2,zone-b=2,zone-c=2; "none": no nodes)
 #   WS_APISERVER_PORT  fixed apiserver port (default: a free one)
 #   WS_READY_TIMEOUT   seconds to wait for each component (default 60)
 set -euo pipefail
@@ -406,6 +406,7 @@ node_json() {
 
 create_nodes() {
   local entry zone rest count taint i
+  [ "$NODES" = none ] && { log "no nodes (WS_NODES=none)"; return 0; }
   IFS=',' read -ra entries <<<"$NODES"
   for entry in "${entries[@]}"; do
     [ -n "$entry" ] || continue

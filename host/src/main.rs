@@ -531,9 +531,13 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
     let module = args.policy.clone().unwrap_or_else(default_policy);
     let allow = serve::allow_list_from_metadata(&policy_metadata(args.metadata.as_ref(), &module)?)
         .with_custom_workloads(&settings);
-    let caps = Arc::new(
-        serve::kube_state::KubeCapabilities::start(client.clone(), allow, committer).await?,
-    );
+    let caps = serve::kube_state::KubeCapabilities::start(
+        client.clone(),
+        allow,
+        committer,
+        metrics.clone(),
+    )
+    .await?;
     {
         let (engine, settings, caps) = (engine.clone(), settings.clone(), caps.clone());
         tokio::task::spawn_blocking(move || run::validate_settings(&engine, &settings, caps))

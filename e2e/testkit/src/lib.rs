@@ -123,6 +123,59 @@ impl Cluster {
     }
 }
 
+/// A control plane of a test's own (`cluster.sh` in a state dir of its own, no nodes),
+/// for tests that change what the shared one serves; stopped on drop.
+pub struct SeparateCluster {
+    state: PathBuf,
+    cluster: Cluster,
+}
+
+impl SeparateCluster {
+    /// Starts one (about 10 s).
+    pub fn up(hint: &str) -> Result<Self> {
+        let state = std::env::temp_dir().join(unique_name(hint));
+        let script = repo_root().join("e2e/cluster/cluster.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg("up")
+            .env("WS_CLUSTER_DIR", &state)
+            .env("WS_NODES", "none")
+            .env_remove("WS_APISERVER_PORT")
+            .output()
+            .with_context(|| format!("running {}", script.display()))?;
+        let separate = SeparateCluster {
+            state: state.clone(),
+            cluster: Cluster {
+                kubeconfig: state.join("kubeconfig"),
+            },
+        };
+        if !out.status.success() {
+            bail!(
+                "{} up (state {}) failed:\n{}",
+                script.display(),
+                state.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(separate)
+    }
+
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+}
+
+impl Drop for SeparateCluster {
+    fn drop(&mut self) {
+        let script = repo_root().join("e2e/cluster/cluster.sh");
+        let _ = Command::new("bash")
+            .arg(&script)
+            .arg("down")
+            .env("WS_CLUSTER_DIR", &self.state)
+            .output();
+    }
+}
+
 /// A DNS-1123 name unique across test processes: `<hint>-<pid>-<n>`.
 pub fn unique_name(hint: &str) -> String {
     static COUNTER: AtomicU32 = AtomicU32::new(0);

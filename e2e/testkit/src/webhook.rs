@@ -85,7 +85,29 @@ impl HostProcess {
         Ok(host)
     }
 
-    async fn wait_ready(&mut self) -> Result<()> {
+    /// As [`HostProcess::start_on`] without waiting for `/readyz`.
+    pub fn spawn_on(bin: &Path, kubeconfig: &Path, port: u16, args: &[String]) -> Result<Self> {
+        let log = std::env::temp_dir().join(format!("{}.log", crate::unique_name("host")));
+        let child = Command::new(bin)
+            .arg("serve")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--tls-san", "127.0.0.1"])
+            .args(args)
+            .env(
+                "RUST_LOG",
+                std::env::var("WS_HOST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        Ok(HostProcess { child, port, log })
+    }
+
+    /// Waits (60 s at most) until `/readyz` answers "ok"; fails at once if the host exits.
+    pub async fn wait_ready(&mut self) -> Result<()> {
         for _ in 0..300 {
             if let Some(status) = self.child.try_wait()? {
                 bail!(

@@ -2,8 +2,14 @@
 //! kube-rs reflectors started at boot (live GET on a cache miss, so a ReplicaSet
 //! created a moment ago is still found) and the counter capability through
 //! [`Committer`].
+//!
+//! A kind the API server does not serve at start is discovered again in the background
+//! (every 2 s, backing off to 30 s). While a kind the policy cannot do without is missing
+//! (the WorkloadSpread CRD, any built-in kind) the host is not ready and says why:
+//! admitting pods without the WorkloadSpread watch would pass them unspread.
 
 use super::commit::{Answer, Committer, Op};
+use super::metrics::{KindLabels, Metrics};
 use crate::capabilities::{denied, AllowList, Capabilities, KubeRead};
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
@@ -12,8 +18,8 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Value};
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 use tokio::runtime::Handle;
 use workloadspread_core::counter::{self, ClaimRequest, ReleaseRequest};
@@ -23,6 +29,9 @@ use workloadspread_core::counter::{self, ClaimRequest, ReleaseRequest};
 const COUNTER_WAIT: Duration = Duration::from_secs(8);
 /// How long a live read may take.
 const LIVE_READ: Duration = Duration::from_secs(5);
+/// First and longest pause between discoveries of kinds the API server does not serve.
+const REDISCOVER_FIRST: Duration = Duration::from_secs(2);
+const REDISCOVER_MAX: Duration = Duration::from_secs(30);
 
 #[derive(Clone)]
 struct Discovered {
@@ -30,81 +39,175 @@ struct Discovered {
     namespaced: bool,
 }
 
+#[derive(Clone)]
 struct Reflected {
     resource: ApiResource,
     namespaced: bool,
     store: Store<DynamicObject>,
 }
 
+type KindKey = (String, String);
+
 /// Capabilities of `serve`.
 pub struct KubeCapabilities {
     client: Client,
     handle: Handle,
     allow: AllowList,
-    reflected: HashMap<(String, String), Reflected>,
+    reflected: RwLock<HashMap<KindKey, Reflected>>,
+    /// Allowed kinds the API server did not serve at the last discovery.
+    unserved: Mutex<BTreeSet<KindKey>>,
     committer: Option<Arc<Committer>>,
-    discovered: std::sync::Mutex<HashMap<(String, String), Discovered>>,
+    discovered: Mutex<HashMap<KindKey, Discovered>>,
+    metrics: Arc<Metrics>,
+}
+
+/// Whether the policy cannot work without `kind`: everything but OpenKruise's workload
+/// kinds (CloneSet & co. exist only where OpenKruise is installed).
+fn is_required(api_version: &str, kind: &str) -> bool {
+    let group = api_version.split_once('/').map_or("", |(g, _)| g);
+    group != "apps.kruise.io" || kind == workloadspread_core::api::KIND
 }
 
 impl KubeCapabilities {
-    /// Discovers and starts a reflector per allowed (apiVersion, kind). Kinds the
-    /// cluster does not serve (e.g. CloneSet without OpenKruise) are skipped; reads of
-    /// them answer "not found".
+    /// Discovers and starts a reflector per allowed (apiVersion, kind); kinds the cluster
+    /// does not serve are discovered again in the background (module doc).
     pub async fn start(
         client: Client,
         allow: AllowList,
         committer: Option<Arc<Committer>>,
-    ) -> anyhow::Result<Self> {
-        let mut reflected = HashMap::new();
-        for (api_version, kind) in allow.resources.clone().unwrap_or_default() {
-            let gvk = gvk(&api_version, &kind);
-            let (resource, caps) = match pinned_kind(&client, &gvk).await {
-                Ok(found) => found,
-                Err(e) => {
-                    tracing::info!("{api_version} {kind} is not served, not reflected: {e}");
-                    continue;
-                }
-            };
-            let store = spawn_reflector(client.clone(), resource.clone());
-            let namespaced = caps.scope == Scope::Namespaced;
-            reflected.insert(
-                (api_version, kind),
-                Reflected {
-                    resource,
-                    namespaced,
-                    store,
-                },
-            );
-        }
-        let ws_key = (
-            workloadspread_core::api::v1beta1::API_VERSION.to_string(),
-            workloadspread_core::api::KIND.to_string(),
-        );
-        if let (Some(c), Some(r)) = (&committer, reflected.get(&ws_key)) {
-            c.use_reflector(r.store.clone());
-        }
-        Ok(KubeCapabilities {
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Arc<Self>> {
+        let caps = Arc::new(KubeCapabilities {
             client,
             handle: Handle::current(),
             allow,
-            reflected,
+            reflected: RwLock::new(HashMap::new()),
+            unserved: Mutex::new(BTreeSet::new()),
             committer,
             discovered: Default::default(),
-        })
-    }
-
-    /// Resolves once every reflector has listed its resource.
-    pub async fn wait_until_ready(&self) {
-        for r in self.reflected.values() {
-            let _ = r.store.wait_until_ready().await;
+            metrics,
+        });
+        let wanted = caps.allow.resources.clone().unwrap_or_default();
+        for (api_version, kind) in wanted {
+            if !caps.reflect(&api_version, &kind).await {
+                caps.mark_unserved(api_version, kind, true);
+            }
         }
+        if !caps.lock_unserved().is_empty() {
+            tokio::spawn(rediscover(Arc::downgrade(&caps)));
+        }
+        Ok(caps)
     }
 
-    /// Whether every reflector has its initial list.
+    /// Discovers `kind` and starts its reflector; false when it is not served (yet).
+    async fn reflect(&self, api_version: &str, kind: &str) -> bool {
+        let gvk = gvk(api_version, kind);
+        let (resource, caps) =
+            match tokio::time::timeout(LIVE_READ, pinned_kind(&self.client, &gvk)).await {
+                Ok(Ok(found)) => found,
+                Ok(Err(e)) => {
+                    let missing = format!("{api_version} {kind} is not served: {e}");
+                    match is_required(api_version, kind) {
+                        true => {
+                            tracing::warn!("{missing}; not ready until it is (install its CRD)")
+                        }
+                        false => tracing::info!("{missing}; reads of it answer \"not found\""),
+                    }
+                    return false;
+                }
+                Err(_) => {
+                    tracing::warn!("discovering {api_version} {kind}: no answer in {LIVE_READ:?}");
+                    return false;
+                }
+            };
+        let store = spawn_reflector(self.client.clone(), resource.clone());
+        let is_workloadspread = api_version == workloadspread_core::api::v1beta1::API_VERSION
+            && kind == workloadspread_core::api::KIND;
+        if let (true, Some(c)) = (is_workloadspread, &self.committer) {
+            c.use_reflector(store.clone());
+        }
+        let reflected = Reflected {
+            resource,
+            namespaced: caps.scope == Scope::Namespaced,
+            store,
+        };
+        self.write_reflected()
+            .insert((api_version.to_string(), kind.to_string()), reflected);
+        true
+    }
+
+    fn mark_unserved(&self, api_version: String, kind: String, unserved: bool) {
+        let labels = KindLabels {
+            api_version: api_version.clone(),
+            kind: kind.clone(),
+        };
+        self.metrics
+            .kind_not_served
+            .get_or_create(&labels)
+            .set(i64::from(unserved));
+        let mut set = self.lock_unserved();
+        match unserved {
+            true => set.insert((api_version, kind)),
+            false => set.remove(&(api_version, kind)),
+        };
+    }
+
+    fn lock_unserved(&self) -> std::sync::MutexGuard<'_, BTreeSet<KindKey>> {
+        self.unserved.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn read_reflected(&self) -> std::sync::RwLockReadGuard<'_, HashMap<KindKey, Reflected>> {
+        self.reflected.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write_reflected(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<KindKey, Reflected>> {
+        self.reflected.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn reflected(&self, api_version: &str, kind: &str) -> Option<Reflected> {
+        self.read_reflected()
+            .get(&(api_version.to_string(), kind.to_string()))
+            .cloned()
+    }
+
+    /// Why the host cannot decide yet (`None`: ready): a required kind not served, or a
+    /// cache without its first list.
+    pub fn not_ready_reason(&self) -> Option<String> {
+        let missing: Vec<String> = self
+            .lock_unserved()
+            .iter()
+            .filter(|(v, k)| is_required(v, k))
+            .map(|(v, k)| format!("{k} ({v})"))
+            .collect();
+        if !missing.is_empty() {
+            return Some(format!(
+                "not served by the API server: {} (install the CRD; rediscovered every {}s at most)",
+                missing.join(", "),
+                REDISCOVER_MAX.as_secs()
+            ));
+        }
+        let syncing: Vec<String> = self
+            .read_reflected()
+            .iter()
+            .filter(|(_, r)| {
+                futures::FutureExt::now_or_never(r.store.wait_until_ready())
+                    .is_none_or(|r| r.is_err())
+            })
+            .map(|((_, k), _)| k.clone())
+            .collect();
+        (!syncing.is_empty()).then(|| format!("caches are syncing: {}", syncing.join(", ")))
+    }
+
+    /// Whether every required kind is served and every reflector has its first list.
     pub fn is_ready(&self) -> bool {
-        self.reflected.values().all(|r| {
-            futures::FutureExt::now_or_never(r.store.wait_until_ready()).is_some_and(|r| r.is_ok())
-        })
+        self.not_ready_reason().is_none()
+    }
+
+    /// Resolves once [`KubeCapabilities::is_ready`].
+    pub async fn wait_until_ready(&self) {
+        while !self.is_ready() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     fn read(&self, operation: &str, payload: &[u8]) -> Result<Vec<u8>, String> {
@@ -115,10 +218,8 @@ impl KubeCapabilities {
                 "Policy has not been granted access to Kubernetes resource {api_version} {kind}"
             ));
         }
-        let reflected = self
-            .reflected
-            .get(&(api_version.to_string(), kind.to_string()));
-        let answer = match (&read, reflected) {
+        let reflected = self.reflected(api_version, kind);
+        let answer = match (&read, reflected.as_ref()) {
             (
                 KubeRead::Get {
                     namespace, name, ..
@@ -274,6 +375,29 @@ impl Capabilities for KubeCapabilities {
             ("kubewarden", "kubernetes") => self.read(operation, payload),
             (counter::BINDING, counter::NAMESPACE) => self.counter_call(operation, payload),
             _ => Err(format!("unknown binding {binding}")),
+        }
+    }
+}
+
+/// Discovers the kinds that were not served, with backoff, until all are (or the
+/// capabilities are dropped).
+async fn rediscover(caps: Weak<KubeCapabilities>) {
+    let mut pause = REDISCOVER_FIRST;
+    loop {
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(REDISCOVER_MAX);
+        let Some(caps) = caps.upgrade() else {
+            return;
+        };
+        let pending: Vec<KindKey> = caps.lock_unserved().iter().cloned().collect();
+        if pending.is_empty() {
+            return;
+        }
+        for (api_version, kind) in pending {
+            if caps.reflect(&api_version, &kind).await {
+                tracing::info!("{api_version} {kind} is served now: watching it");
+                caps.mark_unserved(api_version, kind, false);
+            }
         }
     }
 }

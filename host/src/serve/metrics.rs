@@ -3,6 +3,7 @@
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
@@ -50,6 +51,13 @@ pub struct CounterLabels {
     pub result: CounterResult,
 }
 
+/// A kind the policy reads.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub api_version: String,
+    pub kind: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum CounterOp {
     Claim,
@@ -65,6 +73,8 @@ pub struct Metrics {
     pub batch_size: Histogram,
     pub status_writes: Counter,
     pub conflicts: Counter,
+    /// 1 while the API server does not serve a kind the policy reads.
+    pub kind_not_served: Family<KindLabels, Gauge>,
 }
 
 impl Metrics {
@@ -78,6 +88,12 @@ impl Metrics {
         let batch_size = Histogram::new(exponential_buckets(1.0, 2.0, 10));
         let status_writes = Counter::default();
         let conflicts = Counter::default();
+        let kind_not_served = Family::<KindLabels, Gauge>::default();
+        registry.register(
+            "kind_not_served",
+            "1 while the API server does not serve a kind the policy reads (not ready if required)",
+            kind_not_served.clone(),
+        );
         registry.register(
             "evaluations",
             "Admission requests evaluated",
@@ -116,6 +132,7 @@ impl Metrics {
             batch_size,
             status_writes,
             conflicts,
+            kind_not_served,
         }
     }
 

@@ -120,10 +120,9 @@ fn body_error(app: &App, e: BytesRejection) -> Response {
 }
 
 async fn readyz(State(app): State<Arc<App>>) -> Response {
-    if app.capabilities.is_ready() {
-        "ok".into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches are syncing").into_response()
+    match app.capabilities.not_ready_reason() {
+        None => "ok".into_response(),
+        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
     }
 }
 
@@ -191,11 +190,8 @@ async fn evaluate(app: &Arc<App>, request: Value) -> AdmissionResponse {
         .await
         .is_err()
     {
-        return run::rejection(
-            uid,
-            "the host's caches are still syncing; retry".into(),
-            503,
-        );
+        let why = app.capabilities.not_ready_reason().unwrap_or_default();
+        return run::rejection(uid, format!("the host is not ready ({why}); retry"), 503);
     }
     let Ok(_permit) = app.slots.acquire().await else {
         return run::rejection(uid, "the server is shutting down".into(), 503);
