@@ -46,7 +46,7 @@ unit:
 
 ## Integration tests against a fresh local control plane, stopped afterwards even on failure.
 integration: policy
-	@env="$$(bash $(CLUSTER) up)"; eval "$$env"; \
+	@env="$$(bash $(CLUSTER) up)" || exit 1; eval "$$env"; \
 	trap 'bash $(CLUSTER) down' EXIT; \
 	$(CARGO) build --workspace --locked --bins && \
 	WS_TEST_KUBECONFIG="$$KUBECONFIG" WS_REQUIRE_WASM=1 \

@@ -28,7 +28,7 @@ say "building the policy module, host and controller (first run: ~10 min, cached
 make -C "$root" --no-print-directory policy
 (cd "$root" && cargo build --bins -p workloadspread-host -p workloadspread-controller)
 
-say "bringing up the local control plane (first run builds Kubernetes, etcd and KWOK from the Go module proxy: ~20 min, cached after)"
+say "bringing up the local control plane (first run builds Kubernetes, etcd and KWOK from the Go module proxy: ~11 min, cached after)"
 bash "$cluster" install
 started_here=1
 bash "$cluster" status >/dev/null 2>&1 && started_here=0
@@ -122,8 +122,8 @@ cost_of='(.metadata.annotations["controller.kubernetes.io/pod-deletion-cost"] //
 # Settled: the wanted number of Running pods, each with a deletion cost, and a status that
 # counts exactly them with nothing in flight (the controller has caught up).
 wait_settled() {
-  local want=$1 pods status
-  for _ in $(seq 1 240); do
+  local want=$1 pods status deadline=$((SECONDS + 120))
+  while [ "$SECONDS" -lt "$deadline" ]; do
     pods=$(pods_json | jq --argjson n "$want" '
       length == $n and all(.[]; .status.phase == "Running" and
         .metadata.annotations["controller.kubernetes.io/pod-deletion-cost"])')
@@ -154,8 +154,15 @@ show() {
 # cost each carried, and whether they were the lowest-cost ones.
 show_removed() {
   local before="$1" after="$2"
-  awk -F'\t' 'NR==FNR {kept[$1]=1; next} !($1 in kept)' "$after" "$before" | sort -t$'\t' -k3,3n >"$state/removed"
-  awk -F'\t' 'NR==FNR {kept[$1]=1; next} ($1 in kept)' "$after" "$before" >"$state/kept"
+  # FILENAME, not NR==FNR: an empty "after" must not be taken for "before".
+  awk -F'\t' -v after="$after" 'FILENAME == after {kept[$1]=1; next} !($1 in kept)' "$after" "$before" |
+    sort -t$'\t' -k3,3n >"$state/removed"
+  awk -F'\t' -v after="$after" 'FILENAME == after {kept[$1]=1; next} ($1 in kept)' "$after" "$before" >"$state/kept"
+  if [ ! -s "$state/removed" ]; then
+    echo "=> no pod was removed although the Deployment was scaled in"
+    demo_failed=1
+    return
+  fi
   echo "removed by the ReplicaSet controller:"
   (printf 'POD\tSUBSET\tDELETION-COST\n'; cat "$state/removed") | column -t | sed 's/^/  /'
   local max_removed min_kept

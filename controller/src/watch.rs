@@ -240,7 +240,11 @@ where
             item = stream.next() => match item {
                 Some(Err(e)) => tracing::warn!("{what} watch: {e}"),
                 Some(Ok(_)) => {}
-                None => break,
+                // A watcher never ends; if it did, reconciles would wait for the cache.
+                None => {
+                    tracing::error!("the {what} watch ended before its first list");
+                    return;
+                }
             },
             _ = report.tick() => tracing::info!(
                 "waiting for the first list of {what} ({:?} so far)", started.elapsed()),

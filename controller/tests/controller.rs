@@ -116,9 +116,9 @@ async fn existing_pods_are_adopted_and_scale_in_is_ordered() -> Result<()> {
     )
     .await?;
     // The reference's cost values (§4.5), checked below; the default rules are covered by
-    // the scenario suite. Cluster-wide on purpose: other tests' WorkloadSpreads are
-    // reconciled too (a start with many of them once stalled the first reconcile 30 s).
-    let args = ["--rules".to_string(), "reference".to_string()];
+    // the scenario suite. Scoped to the namespace: the other tests here run their own
+    // controllers with other rules at the same time.
+    let args = ["--rules", "reference", "--namespace", ns.name()].map(str::to_string);
     let _controller =
         ControllerProcess::start(controller_bin(), cluster()?.kubeconfig(), &args).await?;
     let costs = wait_for(

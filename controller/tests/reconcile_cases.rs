@@ -318,7 +318,7 @@ async fn create_pod(
     // KWOK's stages skip pods with this label: a case's pod stays in its state (Pending on a
     // node, Running but not Ready) instead of being made Ready as a kubelet would.
     let mut pod = json!({"metadata": {"name": name,
-            "labels": {"app": ws, "workloadspread.test/kwok-frozen": "true"},
+            "labels": {"app": ws, workloadspread_testkit::KWOK_FROZEN_LABEL: "true"},
             "annotations": {"apps.kruise.io/matched-workloadspread": matched},
             "ownerReferences": [{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": ws,
                 "uid": uid, "controller": true}]},

@@ -332,7 +332,7 @@ fn missing_for(max: i32, s: &WorkloadSpreadSubsetStatus) -> i32 {
 fn subset_count(s: &WorkloadSpreadSubsetStatus, max: Option<&IntOrString>, replicas: i32) -> i64 {
     match max.and_then(|m| scaled_value(m, replicas).ok()) {
         Some(max) if s.missing_replicas >= 0 => i64::from(max) - i64::from(s.missing_replicas),
-        _ => i64::from(s.replicas) + s.creating_pods.len() as i64 - s.deleting_pods.len() as i64,
+        _ => occupancy(s),
     }
 }
 

@@ -22,8 +22,17 @@ pub const OP_HELLO: &str = "v1/hello";
 pub const OP_CLAIM: &str = "v1/claim";
 /// Release a pod's slot on delete or eviction.
 pub const OP_RELEASE: &str = "v1/release";
-/// Protocol version answered by `v1/hello`.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Protocol version answered by `v1/hello`. 2 added [`ClaimRequest::rules`]: a host
+/// answering 1 ignores it and scales percentages by the reference's rules.
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// The lowest protocol a host must speak for claims under `rules`.
+pub fn protocol_needed(rules: Rules) -> u32 {
+    match rules {
+        Rules::Planned => 2,
+        Rules::Reference => 1,
+    }
+}
 
 /// Answer to `v1/hello`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,8 +15,8 @@ version="${1:?usage: gen-k8s-module.sh VERSION DIR}"
 dir="${2:?usage: gen-k8s-module.sh VERSION DIR}"
 [[ "$version" =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] || { echo "gen-k8s-module: want v1.MINOR.PATCH, got $version" >&2; exit 2; }
 staging_version="v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
-# Written next to DIR and moved into place only when `go mod tidy` succeeded, so a failed
-# attempt (e.g. a module the proxy refuses) never leaves a half module behind.
+# Written next to DIR and copied into it only when `go mod tidy` succeeded, so a failed
+# attempt (e.g. a module the proxy refuses) never leaves a module with a go.sum behind.
 final="$(mkdir -p "$dir" && cd "$dir" && pwd)"
 work="$final.tmp.$$"
 rm -rf "$work" && mkdir -p "$work"
@@ -60,4 +60,5 @@ import (
 )
 GO
 go mod tidy
-cp go.mod go.sum tools.go "$final/"
+# go.sum last: cluster.sh takes a module with a go.sum as complete.
+cp go.mod tools.go "$final/" && cp go.sum "$final/"

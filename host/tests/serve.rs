@@ -617,9 +617,9 @@ async fn v1alpha1_objects_convert_through_the_host() -> Result<()> {
             {
                 return Ok(None);
             }
-            let converted =
-                beta.get(&name).await?.data["spec"]["subsets"][0]["requiredNodeSelector"] == term;
-            alpha.delete(&name, &Default::default()).await?;
+            let stored = beta.get(&name).await;
+            let _ = alpha.delete(&name, &Default::default()).await;
+            let converted = stored?.data["spec"]["subsets"][0]["requiredNodeSelector"] == term;
             Ok(converted.then_some(()))
         },
     )
@@ -770,15 +770,15 @@ async fn a_recreated_workloadspread_admits_its_pods_at_once() -> Result<()> {
         Ok(s.spreads.get_opt("spread").await?.is_none().then_some(()))
     })
     .await?;
+    let started = Instant::now();
     let recreated = s.create_spread().await?;
     // As a ReplicaSet would: retry the create until it is admitted (10 s at most).
-    let started = Instant::now();
     let subset = wait_for("fleet-1 admitted", Duration::from_secs(10), || async {
         Ok(s.create_pod("fleet-1").await.ok())
     })
     .await?;
     eprintln!(
-        "recreated WorkloadSpread: pod admitted {:.2} s after the new object was seen",
+        "recreated WorkloadSpread: pod admitted {:.2} s after the object was created again",
         started.elapsed().as_secs_f64()
     );
     ensure!(subset.as_deref() == Some("a"), "admitted into {subset:?}");
@@ -820,8 +820,9 @@ async fn a_hung_status_write_does_not_stall_the_queue() -> Result<()> {
         hung.is_err(),
         "admitted through a hung API connection: {hung:?}"
     );
+    // Within the commit deadline (6 s), below the guest's 8 s wait and the API server's 10 s.
     ensure!(
-        answered < Duration::from_secs(10),
+        answered < Duration::from_secs(8),
         "answered after {answered:?}"
     );
     let started = Instant::now();
@@ -849,8 +850,16 @@ async fn audit_annotations_reach_the_audit_log() -> Result<()> {
     let Some(s) = FleetSetup::start("ws-audit", cluster()?.kubeconfig()).await? else {
         return Ok(());
     };
-    ensure!(s.create_pod("fleet-0").await?.as_deref() == Some("a"));
     let log = cluster()?.audit_log();
+    if !log.exists() {
+        // Only cluster.sh's control plane is known to audit pods there (CI always is).
+        eprintln!(
+            "SKIP: no audit log at {} (WS_TEST_KUBECONFIG is another cluster)",
+            log.display()
+        );
+        return s.configs.delete().await;
+    }
+    ensure!(s.create_pod("fleet-0").await?.as_deref() == Some("a"));
     let ns = s.ns.name().to_string();
     let annotations = wait_for("the pod's audit event", Duration::from_secs(30), || async {
         let text = std::fs::read_to_string(&log)

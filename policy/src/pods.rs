@@ -201,17 +201,32 @@ fn ws_key(ws: &WorkloadSpread) -> WorkloadSpreadKey {
     }
 }
 
-/// Whether to use the host's counter capability.
+/// Whether to use the host's counter capability: it must speak the protocol the rules
+/// need (a host of protocol 1 would ignore `rules` and apply the reference's).
 fn use_counter(ctx: &Ctx<'_>) -> Result<bool, HostError> {
-    match ctx.settings.mode {
-        Mode::Exact => Ok(true),
-        Mode::BestEffort => Ok(false),
-        Mode::Auto => Ok(ctx
-            .host
+    let needed = counter::protocol_needed(ctx.settings.rules);
+    let spoken = || {
+        ctx.host
             .counter(counter::OP_HELLO, &json!({}))
             .ok()
             .and_then(|v| serde_json::from_value::<counter::Hello>(v).ok())
-            .is_some_and(|h| h.protocol >= counter::PROTOCOL_VERSION)),
+            .map(|h| h.protocol)
+    };
+    match ctx.settings.mode {
+        Mode::BestEffort => Ok(false),
+        Mode::Auto => Ok(spoken().is_some_and(|p| p >= needed)),
+        Mode::Exact => match spoken() {
+            Some(p) if p >= needed => Ok(true),
+            spoken => Err(HostError {
+                what: "the counter capability".into(),
+                reason: format!(
+                    "mode exact with rules {:?} needs counter protocol {needed}, the host {}: \
+                     update the host, or set rules: reference or mode: best-effort",
+                    ctx.settings.rules.as_str(),
+                    spoken.map_or("does not offer it".into(), |p| format!("speaks {p}"))
+                ),
+            }),
+        },
     }
 }
 

@@ -29,6 +29,8 @@ fn now() -> Timestamp {
 struct FakeCluster {
     objects: RefCell<Vec<Value>>,
     counter: bool,
+    /// The counter protocol `v1/hello` answers.
+    protocol: u32,
     calls: RefCell<Vec<String>>,
 }
 
@@ -41,6 +43,7 @@ impl FakeCluster {
         FakeCluster {
             objects: RefCell::new(objects),
             counter,
+            protocol: counter::PROTOCOL_VERSION,
             calls: RefCell::new(vec![]),
         }
     }
@@ -119,7 +122,7 @@ impl Host for FakeCluster {
             });
         }
         match operation {
-            counter::OP_HELLO => Ok(json!({"protocol": 1})),
+            counter::OP_HELLO => Ok(json!({"protocol": self.protocol})),
             counter::OP_CLAIM => {
                 let req: ClaimRequest = serde_json::from_value(payload.clone()).unwrap();
                 let mut ws =
@@ -214,7 +217,7 @@ fn create_best_effort_recounts_pods() {
         Outcome::Reject { message, code } => {
             assert_eq!(code, 500);
             assert!(
-                message.contains("claiming a subset") && message.contains("unknown binding"),
+                message.contains("claiming a subset") && message.contains("does not offer it"),
                 "{message}"
             );
         }
@@ -337,4 +340,33 @@ fn workloadspread_validation() {
         }
         other => panic!("expected rejection, got {other:?}"),
     }
+}
+
+/// A host of counter protocol 1 ignores `rules`: under the planned rules `auto` decides
+/// best-effort instead and `exact` refuses with what to do; under the reference's rules
+/// the old host is used.
+#[test]
+fn a_protocol_1_host_is_not_used_for_planned_rules() {
+    let mut cluster = FakeCluster::load(true);
+    cluster.protocol = 1;
+    let (_, audit) = mutated(run("pod-create.json", &Settings::default(), &cluster));
+    assert_eq!(audit[AUDIT_MODE], "best-effort");
+    let exact = Settings {
+        mode: Mode::Exact,
+        ..Settings::default()
+    };
+    match run("pod-create.json", &exact, &cluster) {
+        Outcome::Reject { message, .. } => assert!(
+            message.contains("needs counter protocol 2, the host speaks 1")
+                && message.contains("rules: reference"),
+            "{message}"
+        ),
+        other => panic!("exact mode on a protocol-1 host must refuse: {other:?}"),
+    }
+    let reference = Settings {
+        rules: workloadspread_core::rules::Rules::Reference,
+        ..Settings::default()
+    };
+    let (_, audit) = mutated(run("pod-create.json", &reference, &cluster));
+    assert_eq!(audit[AUDIT_MODE], "exact");
 }

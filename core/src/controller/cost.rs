@@ -20,7 +20,9 @@ use crate::api::{FAKE_SUBSET_NAME, POD_DELETION_COST_ANNOTATION};
 use crate::percent::scaled_value;
 use crate::pods::{deletion_order, is_active, name};
 use crate::rules::{planned_spread, Rules};
+use crate::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::SignedDuration;
 use std::collections::BTreeMap;
 
 /// Planned costs are this minus the pod's level (1 for the last pod standing).
@@ -38,16 +40,32 @@ pub struct CostPatch {
     pub cost: i64,
 }
 
+/// What [`deletion_costs`] needs besides the pods and their grouping.
+#[derive(Clone, Copy, Debug)]
+pub struct CostInput<'a> {
+    pub latest_version: &'a str,
+    pub workload_replicas: i32,
+    pub rules: Rules,
+    pub now: Timestamp,
+    /// How recently a pod must have been created to count as part of a scale-out in
+    /// flight (the creating window).
+    pub recent: SignedDuration,
+}
+
 /// Costs per pod for every version's grouping; only pods whose annotation changes are
 /// returned. Versions other than `latest_version` scale down from the first subset.
 pub fn deletion_costs(
     ws: &WorkloadSpread,
     pods: &[&Pod],
     versioned: &BTreeMap<String, SubsetPods>,
-    latest_version: &str,
-    workload_replicas: i32,
-    rules: Rules,
+    input: &CostInput<'_>,
 ) -> Vec<CostPatch> {
+    let CostInput {
+        latest_version,
+        workload_replicas,
+        rules,
+        ..
+    } = *input;
     let kind = ws
         .spec
         .target_ref
@@ -63,8 +81,7 @@ pub fn deletion_costs(
     // points of the path. Pods without a cost get theirs at once; the rest is ranked
     // again once the pod count reaches the replica count (which rewrites nothing where
     // the path did not move).
-    let active = pods.iter().filter(|p| is_active(p)).count();
-    let settled = usize::try_from(workload_replicas).is_ok_and(|r| r == active);
+    let settled = !scale_in_flight(pods, input);
     let mut costs: Vec<(usize, i64, bool)> = Vec::new();
     for (version, groups) in versioned {
         let latest = version == latest_version;
@@ -85,6 +102,24 @@ pub fn deletion_costs(
             cost,
         })
         .collect()
+}
+
+/// Whether the workload is still creating or removing pods for a new replica count:
+/// more pods than replicas (the ReplicaSet is about to choose victims), a pod being
+/// deleted, or fewer pods than replicas with one created within the creating window. A
+/// workload with fewer selected pods than replicas and nothing new (a `targetFilter`, a
+/// quota) counts as settled.
+fn scale_in_flight(pods: &[&Pod], input: &CostInput<'_>) -> bool {
+    let active: Vec<&&Pod> = pods.iter().filter(|p| is_active(p)).collect();
+    let replicas = usize::try_from(input.workload_replicas).unwrap_or(0);
+    let deleting = pods.iter().any(|p| p.metadata.deletion_timestamp.is_some());
+    let recent = active.iter().any(|p| {
+        p.metadata
+            .creation_timestamp
+            .as_ref()
+            .is_none_or(|t| input.now.duration_since(t.0) < input.recent)
+    });
+    active.len() > replicas || deleting || (active.len() < replicas && recent)
 }
 
 fn current_cost(pod: &Pod) -> Option<&String> {

@@ -118,14 +118,14 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> ReconcileOutput {
         .collect();
     let mut adoptions = Vec::new();
     let (versioned, aggregate) = group_versioned(input, &pods, &mut adoptions);
-    let deletion_costs = deletion_costs(
-        ws,
-        &pods,
-        &versioned,
-        input.latest_version,
-        input.workload_replicas,
-        input.options.rules,
-    );
+    let cost_input = cost::CostInput {
+        latest_version: input.latest_version,
+        workload_replicas: input.workload_replicas,
+        rules: input.options.rules,
+        now: input.now,
+        recent: input.options.creating_window,
+    };
+    let deletion_costs = deletion_costs(ws, &pods, &versioned, &cost_input);
     let mut calc = StatusCalc::new(ws, input.now, input.options);
     let status = calculate_status(&mut calc, input, &pods, &versioned, &aggregate);
     ReconcileOutput {

@@ -1206,4 +1206,22 @@ fn planned_costs_wait_for_the_pod_count_to_settle() {
     // Settled: all three ranked.
     let r = run_planned(&spread, &p, 3);
     assert_eq!(r.out.deletion_costs.len(), 3);
+    // Fewer pods than replicas and none new (a targetFilter, a quota): settled too.
+    assert_eq!(run_planned(&spread, &p, 4).out.deletion_costs.len(), 3);
+    // A scale-out in flight: a pod created just now.
+    let mut young = p.clone();
+    young[2].metadata.creation_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
+    let r = run_planned(&spread, &young, 4);
+    assert_eq!((r.cost("a0"), r.cost("a1")), (None, None));
+    // A pod being deleted: in flight whatever the counts.
+    let mut deleting = p.clone();
+    deleting.push(
+        serde_json::from_value(with(in_subset(pod("b1"), "b"), |p| {
+            p["metadata"]["deletionTimestamp"] = json!("2024-05-01T09:59:00Z");
+        }))
+        .unwrap(),
+    );
+    let r = run_planned(&spread, &deleting, 3);
+    assert_eq!((r.cost("a0"), r.cost("a1")), (None, None));
 }

@@ -27,6 +27,10 @@ use std::time::{Duration, Instant};
 /// Label put on every namespace a test creates.
 pub const TEST_NAMESPACE_LABEL: &str = "workloadspread.test/owned";
 
+/// Pods with this label are skipped by every KWOK pod stage (`cluster.sh`'s
+/// `KWOK_FROZEN_LABEL`): they stay in the state their test wrote.
+pub const KWOK_FROZEN_LABEL: &str = "workloadspread.test/kwok-frozen";
+
 /// A running control plane.
 #[derive(Debug)]
 pub struct Cluster {

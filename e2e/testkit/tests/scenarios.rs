@@ -240,6 +240,19 @@ fn spread_without_lowest(pods: &[Pod], k: usize, ws: &WorkloadSpread) -> Vec<usi
         .collect()
 }
 
+/// Waits until the live pods' costs per subset equal `want` (the controller writes them
+/// pod by pod, after the count settles); returns the pods.
+async fn costs_settle(ns: &TestNamespace, want: BTreeMap<String, Vec<i64>>) -> Result<Vec<Pod>> {
+    let last = std::cell::RefCell::new(BTreeMap::new());
+    let pods = wait_for("costs equal to the planner's", SETTLE, || async {
+        let pods = live_pods(ns).await?;
+        *last.borrow_mut() = costs_by_subset(&pods);
+        Ok((*last.borrow() == want).then_some(pods))
+    })
+    .await;
+    pods.with_context(|| format!("costs {:?}, planner {want:?}", last.borrow()))
+}
+
 fn costs_by_subset(pods: &[Pod]) -> BTreeMap<String, Vec<i64>> {
     let mut out: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     for p in pods {
@@ -284,12 +297,7 @@ async fn two_zones_three_each_then_a_rolling_update() -> Result<()> {
         "{:?}",
         counts(&pods)
     );
-    ensure!(
-        costs_by_subset(&pods) == planned_costs(&spec, &[6])?,
-        "costs {:?}, planner {:?}",
-        costs_by_subset(&pods),
-        planned_costs(&spec, &[6])?
-    );
+    let pods = costs_settle(&stack.ns, planned_costs(&spec, &[6])?).await?;
     for p in &pods {
         let subset = subset_of(p).unwrap_or_default();
         let node = node_of(p).unwrap_or_default();
@@ -323,7 +331,7 @@ async fn two_zones_three_each_then_a_rolling_update() -> Result<()> {
 
     // Rolling update: every status the controller writes is watched, so a status with
     // both versions side by side cannot be missed between two polls.
-    let most_versions = watch_versions(ws.clone());
+    let most_versions = watch_versions(ws.clone()).await?;
     let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "nginx:2"}]}}}});
     stack
         .ns
@@ -381,23 +389,32 @@ impl VersionWatch {
     }
 }
 
-fn watch_versions(api: Api<DynamicObject>) -> VersionWatch {
+/// Returns once the watch has delivered the object (so no later status is missed).
+async fn watch_versions(api: Api<DynamicObject>) -> Result<VersionWatch> {
     use futures::StreamExt;
     use kube::runtime::{watcher, WatchStreamExt};
     let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let seen = most.clone();
+    let (listed, first) = tokio::sync::oneshot::channel();
     let config = watcher::Config::default().fields("metadata.name=web");
     let task = tokio::spawn(async move {
         let stream = watcher(api, config).applied_objects();
         futures::pin_mut!(stream);
+        let mut listed = Some(listed);
         while let Some(item) = stream.next().await {
             if let Ok(ws) = item {
                 let n = versions_in(&ws.data["status"]);
                 seen.fetch_max(n, std::sync::atomic::Ordering::SeqCst);
+                if let Some(tx) = listed.take() {
+                    let _ = tx.send(());
+                }
             }
         }
     });
-    VersionWatch { most, task }
+    tokio::time::timeout(SETTLE, first)
+        .await
+        .context("the WorkloadSpread watch delivered nothing")??;
+    Ok(VersionWatch { most, task })
 }
 
 /// §5.7 (2)/(10): elastic a=2, b unlimited: 2 → 2/0 (b missing −1); 6 → 2/4 with b's
@@ -420,8 +437,7 @@ async fn elastic_two_then_unlimited() -> Result<()> {
     scale(&deployments, 6).await?;
     let pods = settled(&stack.ns, 6).await?;
     ensure!(counts(&pods) == plan[1], "{:?}", counts(&pods));
-    let costs = costs_by_subset(&pods);
-    ensure!(costs == planned_costs(&spec, &[2, 6])?, "{costs:?}");
+    let pods = costs_settle(&stack.ns, planned_costs(&spec, &[2, 6])?).await?;
     let pods = scale_in(&stack, &pods, 2).await?;
     ensure!(counts(&pods) == expect(&[("a", 2)]), "{:?}", counts(&pods));
     status_matches(&ws, &counts(&pods)).await?;

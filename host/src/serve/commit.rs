@@ -232,6 +232,9 @@ impl Committer {
                 return self.answer(batch, answers);
             };
             self.metrics.status_writes.inc();
+            // What the read left of the deadline, not the read's own budget.
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let budget = left.min(CALL_TIMEOUT);
             let params = PostParams::default();
             let write = api.replace_status(name, &params, &updated);
             let Ok(written) = tokio::time::timeout(budget, write).await else {
