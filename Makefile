@@ -13,7 +13,7 @@ CARGO ?= cargo
 CLUSTER := e2e/cluster/cluster.sh
 POLICY_WASM := policy/policy.wasm
 
-.PHONY: all build policy annotated-policy fmt fmt-check lint unit integration test test-integration \
+.PHONY: all build policy annotated-policy fmt fmt-check lint unit integration kwctl-suite test test-integration \
         cluster-up cluster-down cluster-status demo bench clean playground playground-serve \
         playground-test fuzz
 
@@ -45,14 +45,23 @@ unit:
 	$(CARGO) test --workspace --locked --lib --bins
 
 ## Integration tests against a fresh local control plane, stopped afterwards even on failure.
-integration: policy
+integration: annotated-policy
 	@env="$$(bash $(CLUSTER) up)" || exit 1; eval "$$env"; \
 	trap 'bash $(CLUSTER) down' EXIT; \
 	$(CARGO) build --workspace --locked --bins && \
 	WS_TEST_KUBECONFIG="$$KUBECONFIG" WS_REQUIRE_WASM=1 \
 	  $(CARGO) test --workspace --locked --test '*' && \
 	python3 e2e/chart/test_chart.py apply
-	bats e2e/policy.bats
+	$(MAKE) --no-print-directory kwctl-suite
+
+TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
+## The kwctl suite (e2e/policy.bats) against our host's kwctl-compatible `run`, and against
+## kwctl itself where one is installed.
+kwctl-suite: annotated-policy
+	$(CARGO) build --locked -q -p workloadspread-host
+	KWCTL="$(TARGET_DIR)/debug/workloadspread-host" bats e2e/policy.bats
+	@if command -v kwctl >/dev/null; then KWCTL=kwctl bats e2e/policy.bats; \
+	else echo "kwctl-suite: no kwctl installed here; ran against workloadspread-host run"; fi
 
 ## The browser planner (core via wasm-bindgen) into playground/dist.
 playground:

@@ -1,43 +1,104 @@
 #!/usr/bin/env bats
-# The policy module under kwctl, with host calls replayed from recorded sessions.
-# kwctl offers no counter capability, so the policy runs in best-effort mode here.
-# Skipped (with a message) where kwctl is not installed.
+# The annotated policy module as a Kubewarden user runs it: `kwctl run` without an
+# execution mode (the module's metadata says kubewarden-wapc), host calls replayed from
+# recorded sessions. KWCTL names the runner: `make test` runs this suite against
+# workloadspread-host's kwctl-compatible `run` and, where kwctl is installed, against kwctl
+# too. Assertions are on the patched object and on allowed/message, never on the patch's
+# text (kwctl and our host may encode the same change differently).
 
 setup() {
   ROOT="$(cd "$BATS_TEST_DIRNAME/.." && pwd)"
   DATA="$ROOT/policy/test_data"
-  WASM="${WS_POLICY_WASM:-$ROOT/policy/policy.wasm}"
-  command -v kwctl >/dev/null || skip "kwctl is not installed (not available from crates.io/PyPI/apt/npm here)"
-  [ -f "$WASM" ] || skip "$WASM not built: run make policy"
+  WASM="${WS_POLICY_WASM:-$ROOT/policy/annotated-policy.wasm}"
+  KWCTL="${KWCTL:-kwctl}"
+  [ -f "$WASM" ] || { echo "$WASM is missing: run make annotated-policy" >&2; return 1; }
+  command -v "$KWCTL" >/dev/null || { echo "no runner $KWCTL (set KWCTL)" >&2; return 1; }
 }
 
+# run_policy REQUEST [SESSION] [SETTINGS_JSON]: the answer on stdout, the runner's log in
+# $BATS_TEST_TMPDIR/log. Requests that make host calls come with their recorded session.
 run_policy() {
-  local request="$1" session="${2:-}"
-  local args=(run --execution-mode kubewarden --allow-context-aware --request-path "$DATA/requests/$request")
-  [ -n "$session" ] && args+=(--replay-host-capabilities-interactions "$DATA/sessions/$session")
-  kwctl "${args[@]}" "$WASM" 2>/dev/null
+  local request="$1" session="${2:-}" settings="${3:-}"
+  local args=(run --request-path "$DATA/requests/$request")
+  if [ -n "$session" ]; then
+    args+=(--allow-context-aware --replay-host-capabilities-interactions "$DATA/sessions/$session")
+  fi
+  if [ -n "$settings" ]; then args+=(--settings-json "$settings"); fi
+  "$KWCTL" "${args[@]}" "$WASM" 2>"$BATS_TEST_TMPDIR/log"
+}
+
+# patched REQUEST: the request's object with the answer's JSON patch applied (RFC 6902,
+# PyPI jsonpatch), as the API server applies it.
+patched() {
+  ANSWER="$output" python3 -c '
+import base64, json, os, sys, jsonpatch
+answer = json.loads(os.environ["ANSWER"])
+request = json.load(open(sys.argv[1]))
+obj = (request.get("request") or request)["object"]
+ops = json.loads(base64.b64decode(answer["patch"])) if answer.get("patch") else []
+print(json.dumps(jsonpatch.apply_patch(obj, ops)))' "$DATA/requests/$1"
 }
 
 @test "pod create is injected into the subset with room (best effort)" {
   run run_policy pod-create.json pod-create.yml
   [ "$status" -eq 0 ]
-  [[ "$output" == *'"allowed":true'* ]]
-  patch="$(echo "$output" | jq -r '.patch | @base64d')"
-  [[ "$patch" == *'zone-b'* ]]
-  [[ "$patch" == *'apps.kruise.io~1matched-workloadspread'* ]]
+  [ "$(jq -r .allowed <<<"$output")" = true ]
+  pod="$(patched pod-create.json)"
+  [ "$(jq -r '.metadata.annotations["apps.kruise.io/matched-workloadspread"]' <<<"$pod")" \
+    = '{"name":"web-spread","subset":"zone-b"}' ]
+  terms="$(jq -c '.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms' <<<"$pod")"
+  [[ "$terms" == *'{"key":"topology.kubernetes.io/zone","operator":"In","values":["zone-b"]}'* ]]
+  # zone-b injects no toleration: the pod's own stay as they were.
+  [ "$(jq -c '.spec.tolerations' <<<"$pod")" = \
+    "$(jq -c '(.request // .).object.spec.tolerations' "$DATA/requests/pod-create.json")" ]
 }
 
 @test "dry-run pod create is admitted unchanged" {
   run run_policy pod-create-dry-run.json
   [ "$status" -eq 0 ]
-  [[ "$output" == *'"allowed":true'* ]]
-  [ "$(echo "$output" | jq -r .patch)" = "null" ]
+  [ "$(jq -r .allowed <<<"$output")" = true ]
+  [ "$(jq -r .patch <<<"$output")" = null ]
+}
+
+@test "a v1alpha1 WorkloadSpread whose terms the API server would prune is refused" {
+  run run_policy workloadspread-create-valid.json
+  [ "$status" -eq 0 ]
+  [ "$(jq -r .allowed <<<"$output")" = false ]
+  [[ "$(jq -r .status.message <<<"$output")" == *'write it as apps.kruise.io/v1beta1'* ]]
 }
 
 @test "invalid WorkloadSpread is rejected with every field error" {
   run run_policy workloadspread-create-invalid.json workloadspread-create-invalid.yml
   [ "$status" -eq 0 ]
-  [[ "$output" == *'"allowed":false'* ]]
-  [[ "$output" == *'duplicated subset name a'* ]]
-  [[ "$output" == *'ScheduleStrategy'* ]]
+  [ "$(jq -r .allowed <<<"$output")" = false ]
+  message="$(jq -r .status.message <<<"$output")"
+  [[ "$message" == *'duplicated subset name a'* ]]
+  [[ "$message" == *'ScheduleStrategy'* ]]
+}
+
+@test "a WorkloadSpread created before its workload is admitted, with no failed lookup" {
+  run run_policy workloadspread-create-valid-v1beta1.json workloadspread-before-workload.yml
+  [ "$status" -eq 0 ]
+  [ "$(jq -r .allowed <<<"$output")" = true ]
+  ! grep -qi -e "not found" -e "error" "$BATS_TEST_TMPDIR/log"
+}
+
+@test "settings as Kubewarden's manifests give them (best-effort) make no counter call" {
+  run run_policy pod-create.json pod-create.yml '{"mode":"best-effort"}'
+  [ "$status" -eq 0 ]
+  [ "$(jq -r '.metadata.annotations["apps.kruise.io/matched-workloadspread"]' <<<"$(patched pod-create.json)")" \
+    = '{"name":"web-spread","subset":"zone-b"}' ]
+  ! grep -q "unknown binding" "$BATS_TEST_TMPDIR/log"
+}
+
+@test "an unknown execution mode is refused with kwctl's message" {
+  run "$KWCTL" run --execution-mode kubewarden --request-path "$DATA/requests/pod-create-dry-run.json" "$WASM"
+  [ "$status" -ne 0 ]
+  [[ "$output" == *'Unknown policy execution mode "kubewarden". Valid values are "kubewarden-wapc", "opa", "gatekeeper"'* ]]
+}
+
+@test "the execution mode kwctl names for this module runs it" {
+  run "$KWCTL" run --execution-mode kubewarden-wapc --request-path "$DATA/requests/pod-create-dry-run.json" "$WASM"
+  [ "$status" -eq 0 ]
+  [ "$(jq -r .allowed <<<"$output")" = true ]
 }

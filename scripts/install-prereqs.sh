@@ -27,11 +27,11 @@ if [ -n "${todo// /}" ]; then
   echo "[prereqs] installing: $todo"
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $todo >/dev/null
 fi
-# Helm's SDK (chart lint/render) and YAML for the chart tests.
-if ! python3 -c 'import helm_python, yaml' 2>/dev/null; then
-  echo "[prereqs] pip install helm-python-sdk pyyaml"
-  python3 -m pip install -q --disable-pip-version-check helm-python-sdk pyyaml 2>&1 | grep -v WARNING || true
-  python3 -c 'import helm_python, yaml'
+# Helm's SDK (chart lint/render), YAML for the chart tests, JSON patch for the kwctl suite.
+if ! python3 -c 'import helm_python, yaml, jsonpatch' 2>/dev/null; then
+  echo "[prereqs] pip install helm-python-sdk pyyaml jsonpatch"
+  python3 -m pip install -q --disable-pip-version-check helm-python-sdk pyyaml jsonpatch 2>&1 | grep -v WARNING || true
+  python3 -c 'import helm_python, yaml, jsonpatch'
 fi
 # Go builds the control plane, etcd and KWOK (the machine's Go 1.26; GOTOOLCHAIN=local).
 command -v go >/dev/null || { echo "[prereqs] Go >= 1.26 is required (go: command not found)" >&2; exit 1; }

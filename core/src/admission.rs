@@ -364,6 +364,34 @@ pub fn release(
     true
 }
 
+/// Undoes a claim whose pod will not be created (the guest refused it after claiming):
+/// removes the pod's `creatingPods` entry (`key`: its name, or the generated id of an
+/// unnamed pod) from `subset` and frees the slot. Returns whether the status changed.
+pub fn unclaim(
+    status: &mut WorkloadSpreadStatus,
+    ws: &WorkloadSpread,
+    pod: PodKey<'_>,
+    key: &str,
+    subset: &str,
+    scale: Scale,
+) -> bool {
+    let statuses = versioned_statuses(status, ws, pod.version, scale.replicas);
+    let Some(s) = statuses.iter_mut().find(|s| s.name == subset) else {
+        return false;
+    };
+    if s.creating_pods.remove(key).is_none() {
+        return false;
+    }
+    match planned_max(ws, s, scale) {
+        Some(max) => s.missing_replicas = missing_for(max, s),
+        None if s.missing_replicas >= 0 => {
+            s.missing_replicas = s.missing_replicas.saturating_add(1)
+        }
+        None => {}
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests;
 

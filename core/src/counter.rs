@@ -2,11 +2,11 @@
 //! guest) and a host that keeps WorkloadSpread subset counters exactly.
 //!
 //! waPC binding `workloadspread`, namespace `counter`, operations `v1/hello`,
-//! `v1/claim`, `v1/release`; payloads and answers are the JSON types below. Kubewarden's
+//! `v1/claim`, `v1/release`, `v1/unclaim`; payloads and answers are the JSON types below. Kubewarden's
 //! policy-server does not offer it (its host calls are read-only), so the guest detects
 //! it with `v1/hello` and otherwise decides from what it can read. See `docs/counter-protocol.md`.
 
-use crate::admission::{claim_among, release, PodKey, Scale};
+use crate::admission::{claim_among, release, unclaim, PodKey, Scale};
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
 use crate::rules::Rules;
 use crate::Timestamp;
@@ -22,9 +22,13 @@ pub const OP_HELLO: &str = "v1/hello";
 pub const OP_CLAIM: &str = "v1/claim";
 /// Release a pod's slot on delete or eviction.
 pub const OP_RELEASE: &str = "v1/release";
+/// Undo a claim whose pod the guest then refused (protocol 3).
+pub const OP_UNCLAIM: &str = "v1/unclaim";
 /// Protocol version answered by `v1/hello`. 2 added [`ClaimRequest::rules`]: a host
-/// answering 1 ignores it and scales percentages by the reference's rules.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// answering 1 ignores it and scales percentages by the reference's rules. 3 added
+/// `v1/unclaim` (an older host answers it with an error; the slot then expires with the
+/// controller's creating window).
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The lowest protocol a host must speak for claims under `rules`.
 pub fn protocol_needed(rules: Rules) -> u32 {
@@ -112,6 +116,21 @@ pub struct ReleaseRequest {
     pub rules: Rules,
 }
 
+/// `v1/unclaim` request: the claim answered for `pod` into `subset` is void.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnclaimRequest {
+    pub workload_spread: WorkloadSpreadKey,
+    pub pod: PodRef,
+    pub subset: String,
+    /// The claim's `generatedUid` for an unnamed pod (its `creatingPods` key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generated_uid: Option<String>,
+    pub workload_replicas: i32,
+    #[serde(default = "reference_rules")]
+    pub rules: Rules,
+}
+
 /// `v1/release` answer.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -148,6 +167,23 @@ pub fn apply_claim(
             generated_uid: c.generated_uid,
         },
     )
+}
+
+/// Applies an unclaim to `ws`'s status (the host's side of `v1/unclaim`); the answer
+/// says whether a slot was freed.
+pub fn apply_unclaim(
+    ws: &WorkloadSpread,
+    req: &UnclaimRequest,
+) -> (WorkloadSpreadStatus, ReleaseResponse) {
+    let mut status = ws.status.clone().unwrap_or_default();
+    let pod = PodKey {
+        name: &req.pod.name,
+        version: &req.pod.version,
+    };
+    let key = req.generated_uid.as_deref().unwrap_or(&req.pod.name);
+    let scale = Scale::new(req.workload_replicas, req.rules);
+    let released = unclaim(&mut status, ws, pod, key, &req.subset, scale);
+    (status, ReleaseResponse { released })
 }
 
 /// Applies a release to `ws`'s status (the host's side of `v1/release`).
@@ -214,5 +250,58 @@ mod tests {
                 generated_uid: None
             }
         );
+    }
+}
+
+#[cfg(test)]
+mod unclaim_tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A claim undone frees its slot and its `creatingPods` entry; undoing it again (or
+    /// one never claimed) changes nothing.
+    #[test]
+    fn unclaim_frees_the_slot_once() {
+        let statuses =
+            json!([{"name": "a", "missingReplicas": 2}, {"name": "b", "missingReplicas": -1}]);
+        let mut ws: WorkloadSpread = serde_json::from_value(json!({
+            "metadata": {"name": "ws", "namespace": "ns"},
+            "spec": {"subsets": [{"name": "a", "maxReplicas": 2}, {"name": "b"}]},
+            "status": {"subsetStatuses": statuses, "versionedSubsetStatuses": {"v": statuses}}}))
+        .unwrap();
+        let key = WorkloadSpreadKey {
+            namespace: "ns".into(),
+            name: "ws".into(),
+            uid: None,
+        };
+        let pod = PodRef {
+            name: String::new(),
+            version: "v".into(),
+        };
+        let claim = ClaimRequest {
+            workload_spread: key.clone(),
+            pod: pod.clone(),
+            candidates: vec!["a".into(), "b".into()],
+            workload_replicas: 4,
+            generated_uid: "req-1".into(),
+            rules: Rules::Planned,
+        };
+        let (status, answer) = apply_claim(&ws, &claim, Timestamp::UNIX_EPOCH);
+        assert_eq!(answer.subset.as_deref(), Some("a"));
+        ws.status = Some(status);
+        let unclaim = UnclaimRequest {
+            workload_spread: key,
+            pod,
+            subset: "a".into(),
+            generated_uid: answer.generated_uid,
+            workload_replicas: 4,
+            rules: Rules::Planned,
+        };
+        let (status, freed) = apply_unclaim(&ws, &unclaim);
+        assert!(freed.released);
+        let a = &status.versioned_subset_statuses["v"][0];
+        assert_eq!((a.missing_replicas, a.creating_pods.len()), (2, 0));
+        ws.status = Some(status);
+        assert!(!apply_unclaim(&ws, &unclaim).1.released);
     }
 }

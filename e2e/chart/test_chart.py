@@ -80,6 +80,12 @@ def check_webhooks(name, docs, values):
                 (("workloadspreads",), ("CREATE", "UPDATE"))}
         if ops != want:
             fail(f"{name}: policy rules {ops}")
+        # policy-server has no counter capability: auto must be written as best-effort.
+        settings = policy[0]["spec"]["settings"]
+        if isinstance(settings, str):
+            settings = json.loads(settings)
+        if settings["mode"] != "best-effort":
+            fail(f"{name}: kubewarden settings {settings} (want mode best-effort)")
         return
     if len(hooks) != 2:
         fail(f"{name}: expected a mutating and a validating configuration, got {len(hooks)}")

@@ -80,6 +80,11 @@ impl Host for FixtureHost {
                     serde_json::from_value(payload.clone()).map_err(|e| err(e.to_string()))?;
                 json!(counter::apply_release(&ws_for(&req.workload_spread)?, &req, now).1)
             }
+            counter::OP_UNCLAIM => {
+                let req: counter::UnclaimRequest =
+                    serde_json::from_value(payload.clone()).map_err(|e| err(e.to_string()))?;
+                json!(counter::apply_unclaim(&ws_for(&req.workload_spread)?, &req).1)
+            }
             other => return Err(err(format!("unknown operation {other}"))),
         };
         Ok(answer)

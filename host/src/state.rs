@@ -34,14 +34,19 @@ impl ClusterState {
 
     /// Every object in a YAML/JSON file, or in the `.yaml`/`.yml`/`.json` files of a
     /// directory (by name); lists flattened as `workloadspread_core::manifests` does.
+    /// WorkloadSpreads are kept as the API server stores them, in v1beta1: a v1alpha1
+    /// manifest is converted as the CRD's conversion webhook converts it, so its node
+    /// selector terms are served under their v1beta1 names.
     pub fn load_objects(path: &Path) -> anyhow::Result<Vec<Value>> {
         let mut objects = vec![];
         for file in manifest_files(path)? {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("reading {}", file.display()))?;
-            objects.extend(
-                objects_from_yaml(&text).with_context(|| format!("parsing {}", file.display()))?,
-            );
+            let parsed =
+                objects_from_yaml(&text).with_context(|| format!("parsing {}", file.display()))?;
+            for o in parsed {
+                objects.push(stored(o).with_context(|| format!("in {}", file.display()))?);
+            }
         }
         Ok(objects)
     }
@@ -133,6 +138,14 @@ impl ClusterState {
                 })?;
                 json!(answer)
             }
+            counter::OP_UNCLAIM => {
+                let req: counter::UnclaimRequest =
+                    serde_json::from_slice(payload).map_err(|e| format!("invalid unclaim: {e}"))?;
+                let answer = self.with_workloadspread(&req.workload_spread, |ws, _| {
+                    counter::apply_unclaim(ws, &req)
+                })?;
+                json!(answer)
+            }
             other => return Err(format!("unknown operation workloadspread/counter/{other}")),
         };
         serde_json::to_vec(&answer).map_err(|e| e.to_string())
@@ -214,6 +227,15 @@ fn manifest_files(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
     });
     files.sort();
     Ok(files)
+}
+
+/// `object` in the version the API server stores it in.
+fn stored(object: Value) -> anyhow::Result<Value> {
+    use workloadspread_core::api::{v1beta1, KIND};
+    if object["kind"] != KIND || object["apiVersion"] == v1beta1::API_VERSION {
+        return Ok(object);
+    }
+    crate::serve::convert::convert(&object, v1beta1::API_VERSION).map_err(anyhow::Error::msg)
 }
 
 fn same_kind(o: &Value, api_version: &str, kind: &str) -> bool {

@@ -169,8 +169,15 @@ fn delete_and_eviction_release_the_slot() -> Result<()> {
 #[test]
 fn workloadspread_validation() -> Result<()> {
     let Some(p) = policy()? else { return Ok(()) };
-    let valid = run(&p, "workloadspread-create-valid.json", &[CONTEXT])?;
+    let valid = run(&p, "workloadspread-create-valid-v1beta1.json", &[CONTEXT])?;
     assert_eq!(valid.response["allowed"], true);
+    let converting = ["--settings-json", r#"{"conversionWebhook":true}"#];
+    let alpha = run(
+        &p,
+        "workloadspread-create-valid.json",
+        &[&[CONTEXT][..], &converting[..]].concat(),
+    )?;
+    assert_eq!(alpha.response["allowed"], true);
     let invalid = run(&p, "workloadspread-create-invalid.json", &[CONTEXT])?;
     assert_eq!(invalid.response["allowed"], false);
     assert_eq!(invalid.response["status"]["code"], 400);
@@ -349,5 +356,63 @@ fn hostile_requests() -> Result<()> {
         let response: Value = serde_json::from_slice(&out.stdout)?;
         ensure!(response["allowed"] == true, "{response}");
     }
+    Ok(())
+}
+
+/// Issue #17 (11): an existing OpenKruise v1alpha1 manifest in `--cluster-state` (the
+/// tool for checking a manifest before applying it) is served as the API server stores
+/// it, converted to v1beta1: the pod gets the subset's node requirement, which used to
+/// be dropped silently (`requiredNodeSelectorTerm` unknown to v1beta1).
+#[test]
+fn v1alpha1_workloadspreads_in_the_cluster_state_keep_their_node_selectors() -> Result<()> {
+    let Some(p) = policy()? else { return Ok(()) };
+    let data = root().join("policy/test_data");
+    let text = std::fs::read_to_string(data.join("cluster.yaml"))?;
+    let mut docs: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).map_err(anyhow::Error::from))
+        .collect::<Result<_>>()?;
+    let ws = docs
+        .iter_mut()
+        .find(|d| d["kind"] == "WorkloadSpread")
+        .context("no WorkloadSpread in cluster.yaml")?;
+    ws["apiVersion"] = "apps.kruise.io/v1alpha1".into();
+    for s in ws["spec"]["subsets"].as_array_mut().context("subsets")? {
+        if let Some(term) = s
+            .as_object_mut()
+            .and_then(|m| m.remove("requiredNodeSelector"))
+        {
+            s["requiredNodeSelectorTerm"] = term;
+        }
+    }
+    let state = tempfile_path("alpha-state.yaml");
+    let yaml: Vec<String> = docs
+        .iter()
+        .map(serde_yaml::to_string)
+        .collect::<Result<_, _>>()?;
+    std::fs::write(&state, yaml.join("---\n"))?;
+    let output = Command::new(env!("CARGO_BIN_EXE_workloadspread-host"))
+        .args(["run", "--allow-context-aware", "--request-path"])
+        .arg(data.join("requests/pod-create.json"))
+        .arg("--cluster-state")
+        .arg(&state)
+        .arg(&p)
+        .output()?;
+    ensure!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let response: Value = serde_json::from_slice(&output.stdout)?;
+    let patch = Ran {
+        response,
+        state: Value::Null,
+    }
+    .patch()?
+    .to_string();
+    assert!(
+        patch.contains("requiredDuringSchedulingIgnoredDuringExecution")
+            && patch.contains("zone-b"),
+        "no node requirement injected: {patch}"
+    );
     Ok(())
 }

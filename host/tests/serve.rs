@@ -670,6 +670,16 @@ struct FleetSetup {
 
 impl FleetSetup {
     async fn start(hint: &str, kubeconfig: &Path) -> Result<Option<Self>> {
+        Self::start_with_patch(hint, kubeconfig, None).await
+    }
+
+    /// As [`FleetSetup::start`]; `patch` is subset a's patch, written before the
+    /// namespace is enrolled so the validating webhook does not refuse a bad one.
+    async fn start_with_patch(
+        hint: &str,
+        kubeconfig: &Path,
+        patch: Option<Value>,
+    ) -> Result<Option<Self>> {
         let Some(policy) = policy_wasm()? else {
             return Ok(None);
         };
@@ -693,7 +703,6 @@ impl FleetSetup {
         .map(str::to_string)
         .to_vec();
         let host = HostProcess::start_on(host_bin(), kubeconfig, port, &args).await?;
-        configs.enroll(ns.name()).await?;
         let fleets: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), ns.name(), &fleet_resource());
         let fleet: DynamicObject = serde_json::from_value(json!({
@@ -708,7 +717,8 @@ impl FleetSetup {
             fleet_uid: fleet.metadata.uid.context("fleet uid")?,
             spreads,
         };
-        setup.create_spread().await?;
+        setup.create_spread_with(patch).await?;
+        setup.configs.enroll(setup.ns.name()).await?;
         Ok(Some(setup))
     }
 
@@ -717,11 +727,19 @@ impl FleetSetup {
     }
 
     async fn create_spread(&self) -> Result<DynamicObject> {
+        self.create_spread_with(None).await
+    }
+
+    async fn create_spread_with(&self, patch: Option<Value>) -> Result<DynamicObject> {
+        let mut a = zone_subset("a", "zone-a", json!(5));
+        if let Some(p) = patch {
+            a["patch"] = p;
+        }
         let ws: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
             "metadata": {"name": "spread"},
-            "spec": {"targetRef": Self::target(), "subsets": [
-                zone_subset("a", "zone-a", json!(5)), zone_subset("b", "zone-b", Value::Null)]}}))?;
+            "spec": {"targetRef": Self::target(), "subsets": [a,
+                zone_subset("b", "zone-b", Value::Null)]}}))?;
         let created = self.spreads.create(&PostParams::default(), &ws).await?;
         self.host
             .wait_sees_workloadspread(self.ns.name(), "spread", &Self::target())
@@ -968,4 +986,35 @@ async fn workloadspread_not_served(host: &HostProcess) -> Result<f64> {
         "workloadspread_host_kind_not_served",
         "kind=\"WorkloadSpread\"",
     ))
+}
+
+/// Issue #17 (3): a pod the guest refuses after claiming its slot (subset a's patch cannot
+/// be applied) gives the slot back in the same request: right after the refusal the
+/// status holds no entry for it and a's room is whole again. It used to stay in
+/// `creatingPods` for the controller's 30 s creating window.
+#[tokio::test]
+async fn a_slot_claimed_for_a_refused_pod_is_free_at_once() -> Result<()> {
+    let bad = json!({"metadata": {"$deleteFromPrimitiveListfinalizers": ["x"]}});
+    let kubeconfig = cluster()?.kubeconfig();
+    let Some(s) = FleetSetup::start_with_patch("ws-unclaim", kubeconfig, Some(bad)).await? else {
+        return Ok(());
+    };
+    let refused = s.create_pod("fleet-0").await;
+    let started = Instant::now();
+    ensure!(refused.is_err(), "a pod whose patch fails must be refused");
+    let status = s.spreads.get("spread").await?.data["status"].clone();
+    let a = status["versionedSubsetStatuses"]
+        .as_object()
+        .and_then(|m| m.values().next())
+        .map(|v| v[0].clone())
+        .unwrap_or(Value::Null);
+    eprintln!(
+        "refused after its claim: slot back {:.3} s after the refusal; subset a {a}",
+        started.elapsed().as_secs_f64()
+    );
+    ensure!(
+        a["creatingPods"].as_object().is_none_or(|m| m.is_empty()) && a["missingReplicas"] == 5,
+        "the slot is still held: {a}"
+    );
+    s.configs.delete().await
 }

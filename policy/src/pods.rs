@@ -89,9 +89,46 @@ pub fn create(ctx: &Ctx<'_>, object: &Value, namespace: &str) -> Outcome {
         CreatePath::Counted => counted_claim(ctx, ws, key, replicas, namespace),
     };
     match decision {
-        Ok(d) => apply(object, ws, d),
+        Ok(d) => {
+            let claimed = match (d.mode, &d.subset) {
+                (Some(EXACT), Some(subset)) => Some((subset.clone(), d.uid.clone())),
+                _ => None,
+            };
+            let outcome = apply(object, ws, d);
+            if let (Outcome::Reject { .. }, Some((subset, uid))) = (&outcome, claimed) {
+                unclaim(ctx, ws, key, &subset, uid, replicas);
+            }
+            outcome
+        }
         Err(e) => Outcome::lookup_failure(ctx.settings, "claiming a subset", &e),
     }
+}
+
+const EXACT: &str = "exact";
+
+/// The pod is refused after its slot was claimed: give the slot back at once instead of
+/// holding it for the controller's creating window. Best effort: a host of protocol < 3
+/// answers with an error, and the window still frees it.
+fn unclaim(
+    ctx: &Ctx<'_>,
+    ws: &WorkloadSpread,
+    pod: PodKey<'_>,
+    subset: &str,
+    uid: Option<String>,
+    replicas: i32,
+) {
+    let request = counter::UnclaimRequest {
+        workload_spread: ws_key(ws),
+        pod: PodRef {
+            name: pod.name.to_string(),
+            version: pod.version.to_string(),
+        },
+        subset: subset.to_string(),
+        generated_uid: uid,
+        workload_replicas: replicas,
+        rules: ctx.settings.rules,
+    };
+    let _ = ctx.host.counter(counter::OP_UNCLAIM, &json!(request));
 }
 
 struct Decided {
@@ -257,7 +294,7 @@ fn counted_claim(
         return Ok(Decided {
             subset: answer.subset,
             uid: answer.generated_uid,
-            mode: Some("exact"),
+            mode: Some(EXACT),
         });
     }
     best_effort_claim(ctx, ws, pod, replicas, ns)

@@ -47,6 +47,11 @@ pub struct Settings {
     /// How percentage subsets are scaled at admission: "planned" (default: from the
     /// workload's current replicas) or "reference" (OpenKruise's `missingReplicas`).
     pub rules: Rules,
+    /// Whether the WorkloadSpread CRD converts v1alpha1 through a webhook (the bundled
+    /// host's `/convert`; the chart sets it in bundled mode). Without one (Kubewarden) the
+    /// API server would prune a v1alpha1 object's node selector terms, so such objects
+    /// are refused.
+    pub conversion_webhook: bool,
 }
 
 impl Default for Settings {
@@ -57,6 +62,7 @@ impl Default for Settings {
             versioned_status_kinds: vec!["deployment".into(), "replicaset".into()],
             custom_workloads: Vec::new(),
             rules: Rules::default(),
+            conversion_webhook: false,
         }
     }
 }

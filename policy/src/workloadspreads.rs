@@ -28,6 +28,11 @@ pub fn validate(
     object: &Value,
     old: Option<&Value>,
 ) -> Outcome {
+    if version == "v1alpha1" && !settings.conversion_webhook {
+        if let Some(refusal) = alpha_terms_would_be_pruned(object) {
+            return refusal;
+        }
+    }
     let ws = match decode(object, version) {
         Ok(ws) => ws,
         Err(e) => return Outcome::reject(format!("invalid WorkloadSpread: {e}"), 400),
@@ -65,6 +70,34 @@ pub fn validate(
     }
 }
 
+/// Without a conversion webhook the API server stores a v1alpha1 object as v1beta1 by
+/// relabelling it, and prunes the fields v1beta1 names differently: refuse instead of
+/// keeping an emptied WorkloadSpread.
+fn alpha_terms_would_be_pruned(object: &Value) -> Option<Outcome> {
+    let subsets = object["spec"]["subsets"].as_array()?;
+    let names: Vec<String> = subsets
+        .iter()
+        .filter(|s| {
+            !s["requiredNodeSelectorTerm"].is_null() || !s["preferredNodeSelectorTerms"].is_null()
+        })
+        .map(|s| s["name"].as_str().unwrap_or_default().to_string())
+        .collect();
+    (!names.is_empty()).then(|| {
+        Outcome::reject(
+            format!(
+                "WorkloadSpread {}: this cluster has no conversion webhook for apps.kruise.io/v1alpha1, \
+                 so the API server would drop requiredNodeSelectorTerm/preferredNodeSelectorTerms of \
+                 subsets {}; write it as apps.kruise.io/v1beta1 (requiredNodeSelector, \
+                 preferredNodeSelector), or serve the CRD's conversion (the bundled host's /convert) \
+                 and set conversionWebhook: true",
+                object["metadata"]["name"].as_str().unwrap_or_default(),
+                names.join(", ")
+            ),
+            400,
+        )
+    })
+}
+
 /// The target's pod template for patch validation; absent workloads skip it.
 fn workload_template(
     host: &dyn Host,
@@ -81,8 +114,13 @@ fn workload_template(
     } else {
         target.api_version.as_str()
     };
+    // A list, not a GET: a WorkloadSpread may be created before its workload, and
+    // Kubewarden's policy-server logs every GET of a missing object as an error (with a
+    // backtrace). One list per kind and namespace is one long-lived cache there.
     let workload = host
-        .get(api_version, &target.kind, Some(namespace), &target.name)
-        .ok()?;
+        .list(api_version, &target.kind, namespace, None)
+        .ok()?
+        .into_iter()
+        .find(|o| o["metadata"]["name"] == target.name.as_str())?;
     pod_template_for_validation(&target.kind, &workload)
 }

@@ -141,6 +141,15 @@ impl Host for FakeCluster {
                 self.store(&ws);
                 Ok(json!(answer))
             }
+            counter::OP_UNCLAIM => {
+                let req: counter::UnclaimRequest = serde_json::from_value(payload.clone()).unwrap();
+                let mut ws =
+                    self.workloadspread(&req.workload_spread.namespace, &req.workload_spread.name);
+                let (status, answer) = counter::apply_unclaim(&ws, &req);
+                ws.status = Some(status);
+                self.store(&ws);
+                Ok(json!(answer))
+            }
             other => Err(HostError {
                 what: other.into(),
                 reason: "unknown operation".into(),
@@ -314,14 +323,42 @@ fn delete_and_eviction_release_the_slot() {
 #[test]
 fn workloadspread_validation() {
     let cluster = FakeCluster::load(true);
+    let converting = Settings {
+        conversion_webhook: true,
+        ..Settings::default()
+    };
+    assert_eq!(
+        run("workloadspread-create-valid.json", &converting, &cluster),
+        Outcome::accept()
+    );
     assert_eq!(
         run(
-            "workloadspread-create-valid.json",
+            "workloadspread-create-valid-v1beta1.json",
             &Settings::default(),
             &cluster
         ),
         Outcome::accept()
     );
+    // Issue #17 (11): without a conversion webhook the API server would prune the v1alpha1
+    // node selector terms: refused, saying what to do.
+    match run(
+        "workloadspread-create-valid.json",
+        &Settings::default(),
+        &cluster,
+    ) {
+        Outcome::Reject { message, code } => {
+            assert_eq!(code, 400);
+            assert!(
+                message.contains("requiredNodeSelectorTerm")
+                    && message.contains("write it as apps.kruise.io/v1beta1")
+                    && message.contains("subsets a"),
+                "{message}"
+            );
+        }
+        other => {
+            panic!("a v1alpha1 object with terms and no conversion must be refused: {other:?}")
+        }
+    }
     match run(
         "workloadspread-create-invalid.json",
         &Settings::default(),
@@ -369,4 +406,33 @@ fn a_protocol_1_host_is_not_used_for_planned_rules() {
     };
     let (_, audit) = mutated(run("pod-create.json", &reference, &cluster));
     assert_eq!(audit[AUDIT_MODE], "exact");
+}
+
+/// Issue #17 (3): the guest claims zone-b, then cannot inject its patch (a directive the
+/// strategic merge patch refuses) and refuses the pod; it gives the slot back at once
+/// (`v1/unclaim`) instead of leaving it held for the controller's 30 s window.
+#[test]
+fn a_pod_refused_after_its_claim_gives_the_slot_back() {
+    let cluster = FakeCluster::load(true);
+    {
+        let mut objects = cluster.objects.borrow_mut();
+        let ws = objects
+            .iter_mut()
+            .find(|o| o["kind"] == "WorkloadSpread")
+            .unwrap();
+        ws["spec"]["subsets"][1]["patch"] =
+            json!({"metadata": {"$deleteFromPrimitiveListfinalizers": ["a"]}});
+    }
+    let before = zone_b_status(&cluster);
+    match run("pod-create.json", &Settings::default(), &cluster) {
+        Outcome::Reject { code, .. } => assert_eq!(code, 500),
+        other => panic!("an injection failure must refuse the pod: {other:?}"),
+    }
+    let calls = cluster.calls.borrow().clone();
+    assert!(
+        calls.iter().any(|c| c == "counter v1/claim")
+            && calls.iter().any(|c| c == "counter v1/unclaim"),
+        "{calls:?}"
+    );
+    assert_eq!(zone_b_status(&cluster), before, "the slot is free again");
 }

@@ -22,7 +22,11 @@ readOnlyRootFilesystem: true
 capabilities: {drop: [ALL]}
 {{- end -}}
 {{- define "ws.settingsJson" -}}
-{{- $s := dict "mode" .Values.settings.mode "onLookupFailure" .Values.settings.onLookupFailure "rules" .Values.settings.rules "versionedStatusKinds" .Values.controller.versionedStatusKinds "customWorkloads" .Values.controller.customWorkloads -}}
+{{- /* Kubewarden's policy-server has no counter capability: "auto" would probe it and log an
+     error for every request, so the ClusterAdmissionPolicy says best-effort outright. */ -}}
+{{- $mode := .Values.settings.mode -}}
+{{- if and (eq .Values.mode "kubewarden") (eq $mode "auto") }}{{ $mode = "best-effort" }}{{ end -}}
+{{- $s := dict "mode" $mode "conversionWebhook" (eq .Values.mode "bundled") "onLookupFailure" .Values.settings.onLookupFailure "rules" .Values.settings.rules "versionedStatusKinds" .Values.controller.versionedStatusKinds "customWorkloads" .Values.controller.customWorkloads -}}
 {{- toJson $s -}}
 {{- end -}}
 {{- define "ws.webhookRules.pods" -}}

@@ -18,8 +18,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::counter::{
-    apply_claim, apply_release, ClaimRequest, ClaimResponse, ReleaseRequest, ReleaseResponse,
-    WorkloadSpreadKey,
+    apply_claim, apply_release, apply_unclaim, ClaimRequest, ClaimResponse, ReleaseRequest,
+    ReleaseResponse, UnclaimRequest, WorkloadSpreadKey,
 };
 use workloadspread_core::Timestamp;
 
@@ -39,6 +39,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 pub enum Op {
     Claim(ClaimRequest),
     Release(ReleaseRequest),
+    Unclaim(UnclaimRequest),
 }
 
 /// The answer to an [`Op`].
@@ -182,6 +183,11 @@ impl Committer {
         batch: Vec<Pending>,
     ) {
         let name = key.1.as_str();
+        let (batch, abandoned) = still_awaited(batch);
+        self.metrics.abandoned.inc_by(abandoned as u64);
+        if batch.is_empty() {
+            return;
+        }
         self.metrics.batch_size.observe(batch.len() as f64);
         let ops: Vec<&Op> = batch.iter().map(|p| &p.op).collect();
         let mut last_error = String::new();
@@ -296,6 +302,7 @@ impl Committer {
         let op = match op {
             Op::Claim(_) => CounterOp::Claim,
             Op::Release(_) => CounterOp::Release,
+            Op::Unclaim(_) => CounterOp::Unclaim,
         };
         self.metrics
             .counter_ops
@@ -309,6 +316,7 @@ impl Op {
         match self {
             Op::Claim(c) => &c.workload_spread,
             Op::Release(r) => &r.workload_spread,
+            Op::Unclaim(u) => &u.workload_spread,
         }
     }
 }
@@ -342,6 +350,10 @@ fn apply_batch(object: &DynamicObject, ops: &[&Op], now: Timestamp) -> Result<Ap
                 let (s, a) = apply_release(&ws, r, now);
                 (s, Answer::Release(a))
             }
+            Op::Unclaim(u) => {
+                let (s, a) = apply_unclaim(&ws, u);
+                (s, Answer::Release(a))
+            }
         };
         ws.status = Some(status);
         answers.push(Ok(answer));
@@ -355,6 +367,16 @@ fn apply_batch(object: &DynamicObject, ops: &[&Op], now: Timestamp) -> Result<Ap
         map.insert("status".into(), status);
     }
     Ok((Some(updated), answers))
+}
+
+/// The operations whose waiter still waits, and how many were dropped. A waiter that
+/// gave up (its webhook call timed out) gets no pod: applying its claim would hold a slot
+/// for a pod that will not exist.
+fn still_awaited(batch: Vec<Pending>) -> (Vec<Pending>, usize) {
+    let before = batch.len();
+    let kept: Vec<Pending> = batch.into_iter().filter(|p| !p.reply.is_closed()).collect();
+    let dropped = before - kept.len();
+    (kept, dropped)
 }
 
 /// Why a live read gave no object.
@@ -601,6 +623,7 @@ mod tests {
         let pod = |p: &Pending| match &p.op {
             Op::Claim(c) => c.pod.name.clone(),
             Op::Release(r) => r.pod.name.clone(),
+            Op::Unclaim(u) => u.pod.name.clone(),
         };
         batch.iter().map(pod).collect()
     }
@@ -624,6 +647,24 @@ mod tests {
             tx.send(pending(pod)).unwrap();
         }
         (tx, rx)
+    }
+
+    #[test]
+    fn operations_whose_waiter_gave_up_are_dropped() {
+        let (reply, answer) = oneshot::channel();
+        let waited = Pending {
+            op: claim("waited", None),
+            reply,
+        };
+        let (reply, gone) = oneshot::channel();
+        let abandoned = Pending {
+            op: claim("abandoned", None),
+            reply,
+        };
+        drop(gone);
+        let (kept, dropped) = still_awaited(vec![waited, abandoned]);
+        assert_eq!((pods(&kept), dropped), (vec!["waited".to_string()], 1));
+        drop(answer);
     }
 
     #[tokio::test(start_paused = true)]

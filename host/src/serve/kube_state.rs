@@ -243,9 +243,19 @@ impl KubeCapabilities {
                 Some(r) => self.live_get(&r, namespace.as_deref(), name)?,
                 None => return Err(not_found(api_version, kind, namespace.as_deref(), name)),
             },
-            (KubeRead::List { .. }, None) => {
-                json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}, "items": []})
-            }
+            (
+                KubeRead::List {
+                    namespace,
+                    label_selector,
+                    ..
+                },
+                None,
+            ) => match self.discover(api_version, kind)? {
+                Some(r) => self.live_list(&r, namespace.as_deref(), label_selector.as_deref())?,
+                None => {
+                    json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}, "items": []})
+                }
+            },
         };
         serde_json::to_vec(&answer).map_err(|e| e.to_string())
     }
@@ -297,6 +307,38 @@ impl KubeCapabilities {
         }
     }
 
+    /// A list of a kind that is readable but not reflected (custom workloads: few
+    /// objects, read when a WorkloadSpread targeting one is validated).
+    fn live_list(
+        &self,
+        r: &Discovered,
+        namespace: Option<&str>,
+        selector: Option<&str>,
+    ) -> Result<Value, String> {
+        let api: Api<DynamicObject> = match (r.namespaced, namespace) {
+            (true, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &r.resource),
+            _ => Api::all_with(self.client.clone(), &r.resource),
+        };
+        let params = match selector {
+            Some(s) => kube::api::ListParams::default().labels(s),
+            None => kube::api::ListParams::default(),
+        };
+        let (api_version, kind) = (&r.resource.api_version, &r.resource.kind);
+        let listed = self
+            .handle
+            .block_on(tokio::time::timeout(LIVE_READ, api.list(&params)))
+            .map_err(|_| format!("listing {api_version} {kind}: timed out after {LIVE_READ:?}"))?
+            .map_err(|e| format!("listing {api_version} {kind}: {e}"))?;
+        let items: Vec<Value> = listed
+            .items
+            .iter()
+            .map(|o| with_type(o, &r.resource))
+            .collect();
+        Ok(
+            json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}, "items": items}),
+        )
+    }
+
     fn live_get(
         &self,
         r: &Discovered,
@@ -339,6 +381,10 @@ impl KubeCapabilities {
             counter::OP_RELEASE => Op::Release(
                 serde_json::from_slice::<ReleaseRequest>(payload)
                     .map_err(|e| format!("invalid release: {e}"))?,
+            ),
+            counter::OP_UNCLAIM => Op::Unclaim(
+                serde_json::from_slice::<counter::UnclaimRequest>(payload)
+                    .map_err(|e| format!("invalid unclaim: {e}"))?,
             ),
             other => return Err(format!("unknown operation workloadspread/counter/{other}")),
         };

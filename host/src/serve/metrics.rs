@@ -62,6 +62,7 @@ pub struct KindLabels {
 pub enum CounterOp {
     Claim,
     Release,
+    Unclaim,
 }
 
 /// All metrics of the host.
@@ -75,6 +76,8 @@ pub struct Metrics {
     pub conflicts: Counter,
     /// 1 while the API server does not serve a kind the policy reads.
     pub kind_not_served: Family<KindLabels, Gauge>,
+    /// Counter operations dropped because their waiter had given up.
+    pub abandoned: Counter,
 }
 
 impl Metrics {
@@ -89,6 +92,12 @@ impl Metrics {
         let status_writes = Counter::default();
         let conflicts = Counter::default();
         let kind_not_served = Family::<KindLabels, Gauge>::default();
+        let abandoned = Counter::default();
+        registry.register(
+            "counter_abandoned",
+            "Counter operations dropped unapplied because their waiter had given up",
+            abandoned.clone(),
+        );
         registry.register(
             "kind_not_served",
             "1 while the API server does not serve a kind the policy reads (not ready if required)",
@@ -133,6 +142,7 @@ impl Metrics {
             status_writes,
             conflicts,
             kind_not_served,
+            abandoned,
         }
     }
 

@@ -1,0 +1,130 @@
+//! One module per command (as kwctl has), and what they share: the policy options,
+//! settings, the engine and the offline inputs of `run` and `bench`.
+
+pub mod annotate;
+pub mod bench;
+pub mod pull;
+pub mod push;
+pub mod run;
+pub mod serve;
+
+use crate::engine::{EngineOptions, PolicyEngine};
+use crate::state::ClusterState;
+use anyhow::{Context, Result};
+use clap::Args;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Options shared by every command that evaluates the policy.
+#[derive(Args, Clone)]
+pub struct PolicyArgs {
+    /// Settings as JSON.
+    #[arg(long, conflicts_with = "settings_path")]
+    pub settings_json: Option<String>,
+    /// Settings file (YAML or JSON).
+    #[arg(short = 's', long)]
+    pub settings_path: Option<PathBuf>,
+    /// Evaluation deadline in seconds.
+    #[arg(long, default_value_t = 2.0)]
+    pub timeout: f64,
+    /// Linear memory cap per policy instance, in MiB.
+    #[arg(long, default_value_t = 256)]
+    pub max_memory_mib: usize,
+    /// wasmtime compilation cache directory (`none` disables it).
+    #[arg(long, default_value_os_t = default_cache_dir())]
+    pub cache_dir: PathBuf,
+}
+
+pub fn current_thread_runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+pub fn default_cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("workloadspread").join("wasmtime")
+}
+
+pub fn default_policy() -> PathBuf {
+    std::env::var_os("WS_POLICY_WASM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../policy/policy.wasm"))
+}
+
+pub fn read_input(path: &PathBuf) -> Result<String> {
+    if path.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
+        return Ok(s);
+    }
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+pub fn settings(args: &PolicyArgs) -> Result<Value> {
+    if let Some(json) = &args.settings_json {
+        return serde_json::from_str(json).context("--settings-json");
+    }
+    match &args.settings_path {
+        Some(p) => serde_yaml::from_str(&read_input(p)?)
+            .with_context(|| format!("parsing {}", p.display())),
+        None => Ok(Value::Object(Default::default())),
+    }
+}
+
+pub fn now() -> workloadspread_core::Timestamp {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    workloadspread_core::timestamp_since_epoch(since)
+}
+
+pub fn engine_options(args: &PolicyArgs, pool_instances: u32) -> Result<EngineOptions> {
+    if !(args.timeout.is_finite() && args.timeout > 0.0) {
+        anyhow::bail!("--timeout must be a positive number of seconds");
+    }
+    let cache_dir = (args.cache_dir.as_os_str() != "none").then(|| args.cache_dir.clone());
+    Ok(EngineOptions {
+        timeout: Duration::from_secs_f64(args.timeout),
+        max_memory_bytes: args.max_memory_mib << 20,
+        pool_instances,
+        cache_dir,
+    })
+}
+
+/// What `run` and `bench` evaluate: the request, settings, compiled module and the
+/// objects answering its reads.
+pub struct Offline {
+    pub request: Value,
+    pub settings: Value,
+    pub engine: PolicyEngine,
+    pub objects: Vec<Value>,
+}
+
+impl Offline {
+    fn load(
+        request_path: &PathBuf,
+        policy_args: &PolicyArgs,
+        policy: Option<&PathBuf>,
+        cluster_state: &[PathBuf],
+        pool_instances: u32,
+    ) -> Result<Self> {
+        let input: Value =
+            serde_json::from_str(&read_input(request_path)?).context("request is not JSON")?;
+        let policy = policy.cloned().unwrap_or_else(default_policy);
+        let mut objects = vec![];
+        for path in cluster_state {
+            objects.extend(ClusterState::load_objects(path)?);
+        }
+        Ok(Offline {
+            request: crate::run::admission_request(&input)?,
+            settings: settings(policy_args)?,
+            engine: PolicyEngine::from_file(&policy, engine_options(policy_args, pool_instances)?)?,
+            objects,
+        })
+    }
+}

@@ -1,0 +1,133 @@
+//! `run`: one admission request offline, kwctl run compatible.
+
+use super::{now, read_input, Offline, PolicyArgs};
+use crate::capabilities::AllowList;
+use crate::state::ClusterState;
+use anyhow::{Context, Result};
+use clap::Args;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// AdmissionRequest or AdmissionReview JSON; `-` reads stdin.
+    #[arg(short = 'r', long)]
+    pub request_path: PathBuf,
+    #[command(flatten)]
+    pub policy_args: PolicyArgs,
+    /// Grant the Kubernetes reads the policy declares (metadata.yml contextAwareResources).
+    #[arg(long)]
+    pub allow_context_aware: bool,
+    /// Objects answering the policy's reads and holding WorkloadSpread counters
+    /// (files or directories of YAML/JSON; repeatable).
+    #[arg(long)]
+    pub cluster_state: Vec<PathBuf>,
+    /// Write the WorkloadSpreads (with updated statuses) to this file after the run.
+    #[arg(long)]
+    pub output_state: Option<PathBuf>,
+    /// Do not offer the counter capability (behave like Kubewarden's policy-server).
+    #[arg(long)]
+    pub no_counter: bool,
+    /// Answer the policy's reads from a kwctl session file (FIFO; requests must match).
+    #[arg(long, conflicts_with = "cluster_state")]
+    pub replay_host_capabilities_interactions: Option<PathBuf>,
+    /// As kwctl's: the values its parser accepts ("kubewarden-wapc", "opa",
+    /// "gatekeeper"); only kubewarden-wapc modules run here. Without it the module's
+    /// metadata decides, as in kwctl.
+    #[arg(short = 'e', long, value_parser = parse_execution_mode)]
+    pub execution_mode: Option<ExecutionMode>,
+    /// The policy module (default: policy/policy.wasm of this workspace).
+    pub policy: Option<PathBuf>,
+}
+
+/// A policy execution mode kwctl knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecutionMode {
+    KubewardenWapc,
+    Opa,
+    Gatekeeper,
+}
+
+/// kwctl 1.36's parser: the same names, and its message for anything else.
+fn parse_execution_mode(s: &str) -> Result<ExecutionMode, String> {
+    match s {
+        "kubewarden-wapc" => Ok(ExecutionMode::KubewardenWapc),
+        "opa" => Ok(ExecutionMode::Opa),
+        "gatekeeper" => Ok(ExecutionMode::Gatekeeper),
+        other => Err(format!(
+            "Unknown policy execution mode \"{other}\". Valid values are \"kubewarden-wapc\", \"opa\", \"gatekeeper\""
+        )),
+    }
+}
+
+pub fn run(args: RunArgs) -> Result<()> {
+    if let Some(mode @ (ExecutionMode::Opa | ExecutionMode::Gatekeeper)) = args.execution_mode {
+        anyhow::bail!(
+            "execution mode {mode:?} is not supported: workloadspread-host runs kubewarden-wapc \
+             modules (omit --execution-mode, or use kwctl for Rego policies)"
+        );
+    }
+    let Offline {
+        request,
+        settings,
+        engine,
+        objects,
+    } = Offline::load(
+        &args.request_path,
+        &args.policy_args,
+        args.policy.as_ref(),
+        &args.cluster_state,
+        0,
+    )?;
+    let allow = AllowList {
+        capabilities: vec![],
+        // Without --allow-context-aware no Kubernetes read is granted (as kwctl).
+        resources: (!args.allow_context_aware).then(Vec::new),
+        group_kinds: vec![],
+    };
+    if let Some(session) = &args.replay_host_capabilities_interactions {
+        let replay = Arc::new(crate::replay::Replay::load(&read_input(session)?)?);
+        crate::run::validate_settings(&engine, &settings, replay.clone())?;
+        let response = crate::run::evaluate(&engine, &request, &settings, replay.clone());
+        println!("{}", serde_json::to_string(&response)?);
+        if replay.leftovers() > 0 {
+            eprintln!(
+                "warning: {} recorded exchanges were not used",
+                replay.leftovers()
+            );
+        }
+        return Ok(());
+    }
+    let state = Arc::new(ClusterState::new(objects, allow, !args.no_counter, now()));
+    crate::run::validate_settings(&engine, &settings, state.clone())?;
+    let response = crate::run::evaluate(&engine, &request, &settings, state.clone());
+    println!("{}", serde_json::to_string(&response)?);
+    if let Some(out) = &args.output_state {
+        let docs: Vec<String> = state
+            .workloadspreads()
+            .iter()
+            .map(serde_yaml::to_string)
+            .collect::<Result<_, _>>()?;
+        std::fs::write(out, docs.join("---\n"))
+            .with_context(|| format!("writing {}", out.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn execution_modes_are_kwctls() {
+        assert_eq!(
+            parse_execution_mode("kubewarden-wapc"),
+            Ok(ExecutionMode::KubewardenWapc)
+        );
+        assert_eq!(parse_execution_mode("opa"), Ok(ExecutionMode::Opa));
+        assert_eq!(
+            parse_execution_mode("kubewarden").unwrap_err(),
+            "Unknown policy execution mode \"kubewarden\". Valid values are \"kubewarden-wapc\", \"opa\", \"gatekeeper\""
+        );
+    }
+}
