@@ -1,7 +1,7 @@
 //! `run`: one admission request offline, kwctl run compatible.
 
 use super::{now, read_input, Offline, PolicyArgs};
-use crate::capabilities::AllowList;
+use crate::capabilities::{AllowList, Capabilities};
 use crate::state::ClusterState;
 use anyhow::{Context, Result};
 use clap::Args;
@@ -87,8 +87,9 @@ pub fn run(args: RunArgs) -> Result<()> {
     };
     if let Some(session) = &args.replay_host_capabilities_interactions {
         let replay = Arc::new(crate::replay::Replay::load(&read_input(session)?)?);
-        crate::run::validate_settings(&engine, &settings, replay.clone())?;
-        let response = crate::run::evaluate(&engine, &request, &settings, replay.clone());
+        let logged = Arc::new(LoggedFailures(replay.clone()));
+        crate::run::validate_settings(&engine, &settings, logged.clone())?;
+        let response = crate::run::evaluate(&engine, &request, &settings, logged);
         println!("{}", serde_json::to_string(&response)?);
         if replay.leftovers() > 0 {
             eprintln!(
@@ -99,8 +100,9 @@ pub fn run(args: RunArgs) -> Result<()> {
         return Ok(());
     }
     let state = Arc::new(ClusterState::new(objects, allow, !args.no_counter, now()));
-    crate::run::validate_settings(&engine, &settings, state.clone())?;
-    let response = crate::run::evaluate(&engine, &request, &settings, state.clone());
+    let logged = Arc::new(LoggedFailures(state.clone()));
+    crate::run::validate_settings(&engine, &settings, logged.clone())?;
+    let response = crate::run::evaluate(&engine, &request, &settings, logged);
     println!("{}", serde_json::to_string(&response)?);
     if let Some(out) = &args.output_state {
         let docs: Vec<String> = state
@@ -112,6 +114,30 @@ pub fn run(args: RunArgs) -> Result<()> {
             .with_context(|| format!("writing {}", out.display()))?;
     }
     Ok(())
+}
+
+/// Reports every failed host call on stderr, as kwctl does (it logs them as errors): a
+/// command that is quiet here is quiet under kwctl.
+struct LoggedFailures<C>(Arc<C>);
+
+impl<C: Capabilities> Capabilities for LoggedFailures<C> {
+    fn call(
+        &self,
+        binding: &str,
+        namespace: &str,
+        operation: &str,
+        payload: &[u8],
+    ) -> Result<Vec<u8>, String> {
+        let answer = self.0.call(binding, namespace, operation, payload);
+        if let Err(e) = &answer {
+            eprintln!("ERROR host call {binding}/{namespace}/{operation} failed: {e}");
+        }
+        answer
+    }
+
+    fn log(&self, message: &str) {
+        self.0.log(message);
+    }
 }
 
 #[cfg(test)]
