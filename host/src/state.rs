@@ -235,6 +235,12 @@ fn stored(object: Value) -> anyhow::Result<Value> {
     if object["kind"] != KIND || object["apiVersion"] == v1beta1::API_VERSION {
         return Ok(object);
     }
+    if object["apiVersion"].as_str().is_none_or(str::is_empty) {
+        anyhow::bail!(
+            "WorkloadSpread {} has no apiVersion: set apps.kruise.io/v1beta1 or apps.kruise.io/v1alpha1",
+            object["metadata"]["name"]
+        );
+    }
     crate::serve::convert::convert(&object, v1beta1::API_VERSION).map_err(anyhow::Error::msg)
 }
 
@@ -290,7 +296,7 @@ mod loading_tests {
         // `kubectl get ws -o json` (a List) and a plain JSON array: both flattened.
         write(
             "2-spreads.json",
-            r#"{"kind": "List", "items": [{"kind": "WorkloadSpread", "metadata": {"name": "ws"}}]}"#,
+            r#"{"kind": "List", "items": [{"apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread", "metadata": {"name": "ws"}}]}"#,
         );
         write(
             "1-pods.json",
@@ -303,6 +309,17 @@ mod loading_tests {
             .map(|o| o["kind"].as_str().unwrap_or_default().to_string())
             .collect();
         assert_eq!(kinds, ["Pod", "WorkloadSpread"]);
+
+        write(
+            "4-unversioned.yaml",
+            "kind: WorkloadSpread\nmetadata: {name: bare}\n",
+        );
+        let err = format!("{:#}", ClusterState::load_objects(dir.path()).unwrap_err());
+        assert!(
+            err.contains("4-unversioned.yaml") && err.contains("set apps.kruise.io/v1beta1"),
+            "{err}"
+        );
+        std::fs::remove_file(dir.path().join("4-unversioned.yaml")).unwrap();
 
         write("3-broken.yaml", "kind: Pod\n---\nmetadata: {name: [\n");
         let err = format!("{:#}", ClusterState::load_objects(dir.path()).unwrap_err());
