@@ -6,6 +6,7 @@
 //! pods stuck unschedulable, then events.
 
 use crate::inputs::{node_infos, workload_view, InputError};
+use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::api::{
@@ -44,6 +45,8 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     pub clock: fn() -> Timestamp,
+    /// Fences every write: false once the Lease was not renewed within its deadline.
+    pub leadership: Arc<Leadership>,
     resources: Mutex<HashMap<(String, String), ApiResource>>,
 }
 
@@ -59,8 +62,10 @@ impl Context {
         recorder: Recorder,
         metrics: Arc<Metrics>,
         clock: fn() -> Timestamp,
+        leadership: Arc<Leadership>,
     ) -> Self {
         Context {
+            leadership,
             client,
             pods,
             nodes,
@@ -96,6 +101,8 @@ pub enum Error {
     CachesNotSynced,
     #[error("status of {0} kept conflicting")]
     Conflicts(String),
+    #[error("not the leader (the Lease was not renewed in time): nothing written")]
+    NotLeader,
 }
 
 /// `apps.kruise.io/v1beta1` `workloadspreads`.
@@ -116,6 +123,16 @@ pub async fn run(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action
     ctx.metrics
         .observe_reconcile(started.elapsed(), result.is_err());
     result
+}
+
+/// A replica whose Lease renewal is overdue writes nothing (it may be paused or cut off
+/// while another replica has taken over).
+fn ensure_leading(ctx: &Context) -> Result<(), Error> {
+    if ctx.leadership.holds() {
+        Ok(())
+    } else {
+        Err(Error::NotLeader)
+    }
 }
 
 /// Backoff on errors.
@@ -148,6 +165,7 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         }
         let output = compute(&ws, ctx).await?;
         if attempt == 0 {
+            ensure_leading(ctx)?;
             apply_pod_patches(&ws, &output, ctx).await?;
         }
         let new_status = serde_json::to_value(&output.status).map_err(|e| Error::Decode {
@@ -159,12 +177,14 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
             if let Some(map) = updated.data.as_object_mut() {
                 map.insert("status".into(), new_status);
             }
+            ensure_leading(ctx)?;
             match api
                 .replace_status(&name, &PostParams::default(), &updated)
                 .await
             {
                 Ok(_) => {
                     ctx.metrics.status_writes.inc();
+                    tracing::debug!(workloadspread = %name, namespace = %ns, "status written");
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     ctx.metrics.conflicts.inc();
@@ -191,6 +211,7 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
             tracing::info!(workloadspread = %name, namespace = %ns, pods = ?output.pods_to_delete,
                 "deleting pods unschedulable past rescheduleCriticalSeconds");
         }
+        ensure_leading(ctx)?;
         delete_unschedulable(&ws, &output, ctx).await?;
         publish_events(&current, &output.events, ctx).await;
         return Ok(match output.requeue_after {

@@ -1,7 +1,7 @@
 //! Online mode: watches, leader election, the kube-runtime Controller and the
 //! metrics/health endpoint.
 
-use crate::leader::LeaderElector;
+use crate::leader::{LeaderElector, Leadership, Timing};
 use crate::metrics::Metrics;
 use crate::reconciler::{self, workloadspread_resource, Context};
 use crate::RunArgs;
@@ -45,32 +45,28 @@ pub async fn run(args: RunArgs) -> Result<()> {
         ready.clone(),
     ));
     let elector = args.leader_elect.then(|| {
-        LeaderElector::new(
+        let timing = Timing::from_duration(Duration::from_secs(args.lease_duration_seconds));
+        Arc::new(LeaderElector::new(
             client.clone(),
             &args.lease_namespace,
             &args.lease_name,
             &args.identity,
-            Duration::from_secs(args.lease_duration_seconds),
-        )
+            timing,
+        ))
     });
     let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
-    if let Some(e) = &elector {
-        tracing::info!(identity = %args.identity, lease = %args.lease_name, "waiting for leadership");
-        wait_for_leadership(e).await;
-        tracing::info!("leading");
-        tokio::spawn(keep_leading(
-            LeaderElector::new(
-                client.clone(),
-                &args.lease_namespace,
-                &args.lease_name,
-                &args.identity,
-                Duration::from_secs(args.lease_duration_seconds),
-            ),
-            Duration::from_secs(args.lease_duration_seconds),
-            lost_tx,
-        ));
-    }
-    let result = run_controller(&args, client, metrics, ready, lost_rx).await;
+    let leadership = match &elector {
+        Some(e) => {
+            tracing::info!(identity = %args.identity, lease = %args.lease_name, "waiting for leadership");
+            wait_for_leadership(e).await;
+            tracing::info!("leading");
+            let leadership = Arc::new(Leadership::elected(e.timing().renew_deadline));
+            tokio::spawn(keep_leading(e.clone(), leadership.clone(), lost_tx));
+            leadership
+        }
+        None => Arc::new(Leadership::unelected()),
+    };
+    let result = run_controller(&args, client, metrics, ready, lost_rx, leadership).await;
     if let Some(e) = &elector {
         if let Err(err) = e.release().await {
             tracing::warn!("releasing the Lease: {err}");
@@ -86,31 +82,40 @@ async fn wait_for_leadership(e: &LeaderElector) {
             Ok(false) => {}
             Err(err) => tracing::warn!("leader election: {err}"),
         }
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep(e.timing().retry).await;
     }
 }
 
-/// Renews every third of the lease; signals `lost` when renewal has failed for a
-/// whole lease duration (another replica may be leading by then).
+/// Renews every `retry`; signals `lost` (and `leadership` stops holding) when another
+/// replica holds the Lease or no renewal succeeded for `renew_deadline` — before any
+/// other replica may take over (it waits a whole lease duration from its last sight of
+/// a change).
 async fn keep_leading(
-    e: LeaderElector,
-    duration: Duration,
+    e: Arc<LeaderElector>,
+    leadership: Arc<Leadership>,
     lost: tokio::sync::oneshot::Sender<()>,
 ) {
+    let timing = e.timing();
     let mut last_ok = tokio::time::Instant::now();
     loop {
-        tokio::time::sleep(duration / 3).await;
+        tokio::time::sleep(timing.retry).await;
+        if last_ok.elapsed() >= timing.renew_deadline {
+            tracing::error!(
+                "could not renew the Lease for {:?}: stepping down",
+                timing.renew_deadline
+            );
+            break;
+        }
         match e.try_acquire(crate::now()).await {
-            Ok(true) => last_ok = tokio::time::Instant::now(),
+            Ok(true) => {
+                last_ok = tokio::time::Instant::now();
+                leadership.renewed();
+            }
             Ok(false) => {
                 tracing::error!("leadership lost to another replica");
                 break;
             }
             Err(err) => tracing::warn!("renewing the Lease: {err}"),
-        }
-        if last_ok.elapsed() > duration {
-            tracing::error!("could not renew the Lease for {duration:?}");
-            break;
         }
     }
     let _ = lost.send(());
@@ -122,6 +127,7 @@ async fn run_controller(
     metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
     lost: tokio::sync::oneshot::Receiver<()>,
+    leadership: Arc<Leadership>,
 ) -> Result<()> {
     let resource = workloadspread_resource();
     let wc = watcher::Config::default();
@@ -154,6 +160,7 @@ async fn run_controller(
         ),
         metrics,
         crate::now,
+        leadership,
     ));
     let ws_api: Api<DynamicObject> = match scope {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),

@@ -366,22 +366,8 @@ impl ControllerProcess {
     /// Starts `bin run --metrics-listen 127.0.0.1:<free port> <args>` and waits
     /// until `/readyz` answers.
     pub async fn start(bin: &Path, kubeconfig: &Path, args: &[String]) -> Result<Self> {
-        let port = free_port()?;
-        let log = std::env::temp_dir().join(format!("{}.log", crate::unique_name("controller")));
-        let child = Command::new(bin)
-            .arg("run")
-            .args(["--metrics-listen", &format!("127.0.0.1:{port}")])
-            .args(args)
-            .env("KUBECONFIG", kubeconfig)
-            .env(
-                "RUST_LOG",
-                std::env::var("WS_CONTROLLER_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        let mut c = ControllerProcess { child, port, log };
+        let level = std::env::var("WS_CONTROLLER_LOG").unwrap_or_else(|_| "info".into());
+        let mut c = Self::spawn(bin, kubeconfig, args, &level)?;
         for _ in 0..300 {
             if let Some(status) = c.child.try_wait()? {
                 bail!("controller exited with {status}: {}", c.log_text());
@@ -392,6 +378,34 @@ impl ControllerProcess {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         bail!("controller not ready after 60 s: {}", c.log_text())
+    }
+
+    /// Starts the process without waiting for it (a standby replica is not ready until
+    /// it leads); `log_level` is its RUST_LOG.
+    pub fn spawn(bin: &Path, kubeconfig: &Path, args: &[String], log_level: &str) -> Result<Self> {
+        let port = free_port()?;
+        let log = std::env::temp_dir().join(format!("{}.log", crate::unique_name("controller")));
+        let child = Command::new(bin)
+            .arg("run")
+            .args(["--metrics-listen", &format!("127.0.0.1:{port}")])
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", log_level)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        Ok(ControllerProcess { child, port, log })
+    }
+
+    /// The process id (to pause it with SIGSTOP, say).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the process has exited (reaping it if so).
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
     }
 
     pub fn log_text(&self) -> String {
