@@ -8,6 +8,7 @@ mod metrics;
 mod offline;
 mod reconciler;
 mod watch;
+mod workloads;
 
 use anyhow::{Context as _, Result};
 use clap::{Args, Parser, Subcommand};

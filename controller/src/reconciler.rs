@@ -8,10 +8,9 @@
 use crate::inputs::{node_infos, workload_view, InputError};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
+use crate::workloads::{Lookup, Workloads};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
-};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::pinned_kind;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
@@ -33,12 +32,16 @@ use workloadspread_core::Timestamp;
 const STATUS_ATTEMPTS: usize = 5;
 /// How long a reconcile waits for the pod and node caches' first list.
 const CACHE_WAIT: Duration = Duration::from_secs(30);
+/// Bound of every API call a reconcile makes.
+const API_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Shared state of the reconciler.
 pub struct Context {
     pub client: Client,
     pub pods: Store<Pod>,
     pub nodes: Store<Node>,
+    /// Cached workloads and ReplicaSets (`crate::workloads`).
+    pub workloads: Arc<Workloads>,
     pub kinds: WorkloadKinds,
     pub versioned: VersionedKinds,
     pub options: ReconcileOptions,
@@ -56,6 +59,7 @@ impl Context {
         client: Client,
         pods: Store<Pod>,
         nodes: Store<Node>,
+        workloads: Arc<Workloads>,
         kinds: WorkloadKinds,
         versioned: VersionedKinds,
         options: ReconcileOptions,
@@ -69,6 +73,7 @@ impl Context {
             client,
             pods,
             nodes,
+            workloads,
             kinds,
             versioned,
             options,
@@ -97,8 +102,10 @@ pub enum Error {
         pod: String,
         source: Box<kube::Error>,
     },
-    #[error("pod and node caches are not synced yet")]
+    #[error("the pod, node or workload caches are not synced yet")]
     CachesNotSynced,
+    #[error("the API server did not answer within {0:?}")]
+    Timeout(Duration),
     #[error("status of {0} kept conflicting")]
     Conflicts(String),
     #[error("not the leader (the Lease was not renewed in time): nothing written")]
@@ -178,17 +185,14 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
                 map.insert("status".into(), new_status);
             }
             ensure_leading(ctx)?;
-            match api
-                .replace_status(&name, &PostParams::default(), &updated)
-                .await
-            {
+            match bounded(api.replace_status(&name, &PostParams::default(), &updated)).await? {
                 Ok(_) => {
                     ctx.metrics.status_writes.inc();
                     tracing::debug!(workloadspread = %name, namespace = %ns, "status written");
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     ctx.metrics.conflicts.inc();
-                    match api.get_opt(&name).await? {
+                    match bounded(api.get_opt(&name)).await?? {
                         Some(fresh) => {
                             current = fresh;
                             continue;
@@ -245,7 +249,7 @@ async fn compute(ws: &WorkloadSpread, ctx: &Context) -> Result<ReconcileOutput, 
         .as_ref()
         .is_some_and(|t| t.kind == "Deployment");
     let replica_sets = if is_deployment && workload.is_some() {
-        list_replica_sets(&ns, ctx).await?
+        cached(|| ctx.workloads.replica_sets(&ns)).await?
     } else {
         vec![]
     };
@@ -278,7 +282,45 @@ async fn compute(ws: &WorkloadSpread, ctx: &Context) -> Result<ReconcileOutput, 
     Ok(reconcile(&input))
 }
 
+/// The target from its watch cache; a kind we do not watch is read from the API server.
 async fn get_workload(ws: &WorkloadSpread, ctx: &Context) -> Result<Option<Value>, Error> {
+    let Some(target) = ws.spec.target_ref.as_ref() else {
+        return Ok(None);
+    };
+    let ns = ws.metadata.namespace.clone().unwrap_or_default();
+    let (group, _) = target
+        .api_version
+        .split_once('/')
+        .unwrap_or(("", &target.api_version));
+    let gk = (group.to_string(), target.kind.clone());
+    let lookup = cached(|| match ctx.workloads.get(&gk, &ns, &target.name) {
+        Lookup::NotSynced => None,
+        other => Some(other),
+    })
+    .await?;
+    match lookup {
+        Lookup::Found(v) => Ok(Some(v)),
+        Lookup::Missing => Ok(None),
+        Lookup::NotWatched | Lookup::NotSynced => get_unwatched(ws, ctx).await,
+    }
+}
+
+/// Polls a cache until it answers (its first list), for at most CACHE_WAIT.
+async fn cached<T>(read: impl Fn() -> Option<T>) -> Result<T, Error> {
+    let deadline = tokio::time::Instant::now() + CACHE_WAIT;
+    loop {
+        if let Some(v) = read() {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Error::CachesNotSynced);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A live GET, for a target kind that is neither built in, OpenKruise's nor configured.
+async fn get_unwatched(ws: &WorkloadSpread, ctx: &Context) -> Result<Option<Value>, Error> {
     let Some(target) = ws.spec.target_ref.as_ref() else {
         return Ok(None);
     };
@@ -287,7 +329,7 @@ async fn get_workload(ws: &WorkloadSpread, ctx: &Context) -> Result<Option<Value
     };
     let ns = ws.metadata.namespace.clone().unwrap_or_default();
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &resource);
-    let Some(object) = api.get_opt(&target.name).await? else {
+    let Some(object) = bounded(api.get_opt(&target.name)).await?? else {
         return Ok(None);
     };
     let mut v = serde_json::to_value(&object).map_err(|e| Error::Decode {
@@ -299,21 +341,11 @@ async fn get_workload(ws: &WorkloadSpread, ctx: &Context) -> Result<Option<Value
     Ok(Some(v))
 }
 
-async fn list_replica_sets(ns: &str, ctx: &Context) -> Result<Vec<Value>, Error> {
-    let api: Api<k8s_openapi::api::apps::v1::ReplicaSet> = Api::namespaced(ctx.client.clone(), ns);
-    let list = api.list(&ListParams::default()).await?;
-    list.items
-        .iter()
-        .map(|rs| {
-            let mut v = serde_json::to_value(rs).map_err(|e| Error::Decode {
-                what: "ReplicaSet".into(),
-                source: e,
-            })?;
-            v["apiVersion"] = "apps/v1".into();
-            v["kind"] = "ReplicaSet".into();
-            Ok(v)
-        })
-        .collect()
+/// Every API call of a reconcile is abandoned after API_TIMEOUT (and retried).
+async fn bounded<T>(call: impl std::future::Future<Output = T>) -> Result<T, Error> {
+    tokio::time::timeout(API_TIMEOUT, call)
+        .await
+        .map_err(|_| Error::Timeout(API_TIMEOUT))
 }
 
 /// The API resource of a kind, discovered once; `None` when the cluster does not serve it.
@@ -333,7 +365,7 @@ async fn resource_for(
     }
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
-    match pinned_kind(&ctx.client, &gvk).await {
+    match bounded(pinned_kind(&ctx.client, &gvk)).await? {
         Ok((resource, _)) => {
             ctx.resources
                 .lock()
@@ -355,14 +387,13 @@ async fn apply_pod_patches(
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let pp = PatchParams::default();
     for adoption in &output.adoptions {
-        pods.patch(&adoption.pod, &pp, &Patch::Strategic(&adoption.patch))
-            .await?;
+        bounded(pods.patch(&adoption.pod, &pp, &Patch::Strategic(&adoption.patch))).await??;
         ctx.metrics.patches.adoption.inc();
     }
     for cost in &output.deletion_costs {
         let patch = json!({"metadata": {"annotations": {
             workloadspread_core::api::POD_DELETION_COST_ANNOTATION: cost.cost.to_string()}}});
-        match pods.patch(&cost.pod, &pp, &Patch::Strategic(&patch)).await {
+        match bounded(pods.patch(&cost.pod, &pp, &Patch::Strategic(&patch))).await? {
             Ok(_) => {}
             // Gone since the cache listed it (a scale-in): nothing left to rank.
             Err(kube::Error::Api(s)) if s.code == 404 => continue,
@@ -394,7 +425,7 @@ async fn delete_unschedulable(
     let ns = ws.metadata.namespace.clone().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     for pod in &output.pods_to_delete {
-        match pods.delete(pod, &DeleteParams::default()).await {
+        match bounded(pods.delete(pod, &DeleteParams::default())).await? {
             Ok(_) => {
                 ctx.metrics.rescheduled.inc();
             }
@@ -403,7 +434,7 @@ async fn delete_unschedulable(
                 let event = Event::warning(
                     "DeletePodFailed",
                     format!(
-                        "Failed to delete unschedulabe Pod {ns}/{pod} in WorkloadSpread {}",
+                        "Failed to delete unschedulable Pod {ns}/{pod} in WorkloadSpread {}",
                         ws.metadata.name.clone().unwrap_or_default()
                     ),
                 );

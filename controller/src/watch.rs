@@ -4,12 +4,11 @@
 use crate::leader::{LeaderElector, Leadership, Timing};
 use crate::metrics::Metrics;
 use crate::reconciler::{self, workloadspread_resource, Context};
+use crate::workloads::Workloads;
 use crate::RunArgs;
 use anyhow::{Context as _, Result};
 use axum::routing::get;
 use futures::{FutureExt as _, StreamExt};
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::events::{Recorder, Reporter};
@@ -144,11 +143,21 @@ async fn run_controller(
     // saying what the controller waits for, instead of silent 30 s reconcile stalls.
     let mut pod_stream = pod_stream.boxed();
     drive_until_ready(&mut pod_stream, &pods, "pods").await;
+    let kinds = args.rules.kinds()?;
+    let ws_api: Api<DynamicObject> = match scope {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let controller = Controller::new_with(ws_api, wc.clone(), resource.clone());
+    let spreads = controller.store();
+    let (workloads, workload_triggers) =
+        Workloads::start(&client, scope, &kinds, spreads.clone(), resource.clone());
     let ctx = Arc::new(Context::new(
         client.clone(),
         pods.clone(),
         nodes.clone(),
-        args.rules.kinds()?,
+        workloads.clone(),
+        kinds,
         args.rules.versioned(),
         args.rules.options()?,
         Recorder::new(
@@ -162,35 +171,10 @@ async fn run_controller(
         crate::now,
         leadership,
     ));
-    let ws_api: Api<DynamicObject> = match scope {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    };
-    let controller = Controller::new_with(ws_api, wc.clone(), resource.clone());
-    let spreads = controller.store();
     let pod_resource = resource.clone();
     let controller = controller
         .watches_stream(pod_stream, move |pod: Pod| pod_trigger(&pod, &pod_resource))
-        .watches(
-            scoped::<Deployment>(&client, scope),
-            wc.clone(),
-            workload_mapper(spreads.clone()),
-        )
-        .watches(
-            scoped::<ReplicaSet>(&client, scope),
-            wc.clone(),
-            workload_mapper(spreads.clone()),
-        )
-        .watches(
-            scoped::<StatefulSet>(&client, scope),
-            wc.clone(),
-            workload_mapper(spreads.clone()),
-        )
-        .watches(
-            scoped::<Job>(&client, scope),
-            wc,
-            workload_mapper(spreads.clone()),
-        )
+        .reconcile_on(workload_triggers)
         .with_config(kube::runtime::controller::Config::default().concurrency(args.concurrency))
         .graceful_shutdown_on(async move {
             let lost = async move {
@@ -206,6 +190,7 @@ async fn run_controller(
             owned_ready(pods.clone()),
             owned_ready(nodes.clone()),
             owned_ready(spreads.clone()),
+            workloads_ready(workloads),
         ],
         ready,
     ));
@@ -262,7 +247,7 @@ where
 
 /// Sets `ready` once every cache has its first list. Polls instead of awaiting: the
 /// pod and WorkloadSpread streams are driven inside the controller's future.
-async fn mark_ready<F>(caches: [F; 3], ready: Arc<AtomicBool>)
+async fn mark_ready<F>(caches: [F; 4], ready: Arc<AtomicBool>)
 where
     F: std::future::Future + Unpin,
 {
@@ -288,6 +273,16 @@ where
 {
     async move {
         let _ = store.wait_until_ready().await;
+    }
+    .boxed()
+}
+
+/// Resolves once the built-in workload kinds' caches have their first list.
+fn workloads_ready(workloads: Arc<Workloads>) -> futures::future::BoxFuture<'static, ()> {
+    async move {
+        while !workloads.builtin_synced() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
     .boxed()
 }
@@ -331,38 +326,6 @@ fn pod_trigger(pod: &Pod, resource: &ApiResource) -> Option<ObjectRef<DynamicObj
     let matched = MatchedWorkloadSpread::parse(value).ok()?;
     let ns = pod.namespace()?;
     Some(ObjectRef::new_with(&matched.name, resource.clone()).within(&ns))
-}
-
-/// A workload change reconciles the WorkloadSpreads targeting it (or, for a
-/// ReplicaSet, its Deployment).
-fn workload_mapper<K: Resource<DynamicType = ()> + ResourceExt>(
-    spreads: Store<DynamicObject>,
-) -> impl Fn(K) -> Vec<ObjectRef<DynamicObject>> + Send + Sync + 'static {
-    move |w: K| {
-        let ns = w.namespace().unwrap_or_default();
-        let mut targets = vec![(K::kind(&()).to_string(), w.name_any())];
-        for o in w
-            .owner_references()
-            .iter()
-            .filter(|o| o.controller == Some(true))
-        {
-            if o.kind == "Deployment" {
-                targets.push(("Deployment".into(), o.name.clone()));
-            }
-        }
-        spreads
-            .state()
-            .iter()
-            .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
-            .filter(|s| {
-                let t = &s.data["spec"]["targetRef"];
-                targets
-                    .iter()
-                    .any(|(kind, name)| t["kind"] == kind.as_str() && t["name"] == name.as_str())
-            })
-            .map(|s| ObjectRef::from_obj_with(s.as_ref(), workloadspread_resource()))
-            .collect()
-    }
 }
 
 async fn serve_metrics(addr: std::net::SocketAddr, metrics: Arc<Metrics>, ready: Arc<AtomicBool>) {
