@@ -23,6 +23,7 @@ pub mod field;
 pub mod inject;
 #[cfg(feature = "yaml")]
 pub mod manifests;
+pub mod masks;
 pub mod names;
 pub mod percent;
 pub mod plan;

@@ -55,15 +55,20 @@ pub struct BenchInput<'a> {
     pub objects: &'a [Value],
     pub counter: bool,
     pub iterations: usize,
+    /// Answer reads whole, ignoring the policy's `field_masks`.
+    pub ignore_field_masks: bool,
 }
 
 fn fresh_state(input: &BenchInput<'_>) -> Arc<ClusterState> {
-    Arc::new(ClusterState::new(
-        input.objects.to_vec(),
-        AllowList::default(),
-        input.counter,
-        crate::now(),
-    ))
+    Arc::new(
+        ClusterState::new(
+            input.objects.to_vec(),
+            AllowList::default(),
+            input.counter,
+            crate::now(),
+        )
+        .ignoring_field_masks(input.ignore_field_masks),
+    )
 }
 
 /// The policy module in wasmtime (fresh instance per evaluation, as `serve`).

@@ -28,12 +28,15 @@ pub enum KubeRead {
         kind: String,
         namespace: Option<String>,
         name: String,
+        /// Kubewarden's `field_masks`: dotted paths the answer is pruned to (none: whole).
+        field_masks: Vec<String>,
     },
     List {
         api_version: String,
         kind: String,
         namespace: Option<String>,
         label_selector: Option<String>,
+        field_masks: Vec<String>,
     },
 }
 
@@ -44,26 +47,44 @@ impl KubeRead {
             .map_err(|e| format!("invalid {operation} request: {e}"))?;
         let s = |k: &str| v[k].as_str().map(str::to_owned);
         let required = |k: &str| s(k).ok_or_else(|| format!("{operation}: missing {k}"));
+        let field_masks: Vec<String> = v["field_masks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m.as_str().map(str::to_owned))
+            .collect();
         match operation {
             "get_resource" => Ok(KubeRead::Get {
                 api_version: required("api_version")?,
                 kind: required("kind")?,
                 namespace: s("namespace"),
                 name: required("name")?,
+                field_masks,
             }),
             "list_resources_by_namespace" => Ok(KubeRead::List {
                 api_version: required("api_version")?,
                 kind: required("kind")?,
                 namespace: Some(required("namespace")?),
                 label_selector: s("label_selector"),
+                field_masks,
             }),
             "list_resources_all" => Ok(KubeRead::List {
                 api_version: required("api_version")?,
                 kind: required("kind")?,
                 namespace: None,
                 label_selector: s("label_selector"),
+                field_masks,
             }),
             other => Err(format!("unknown operation kubernetes/{other}")),
+        }
+    }
+
+    /// The answer's pruning (`field_masks`; empty keeps objects whole).
+    pub fn mask(&self) -> workloadspread_core::masks::Mask {
+        match self {
+            KubeRead::Get { field_masks, .. } | KubeRead::List { field_masks, .. } => {
+                workloadspread_core::masks::Mask::new(field_masks)
+            }
         }
     }
 

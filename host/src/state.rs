@@ -20,6 +20,9 @@ pub struct ClusterState {
     allow: AllowList,
     counter: bool,
     now: Timestamp,
+    /// Answer reads with whole objects whatever `field_masks` asks (as a Kubewarden host
+    /// older than SDK 0.17's masks does).
+    ignore_field_masks: bool,
 }
 
 impl ClusterState {
@@ -29,7 +32,14 @@ impl ClusterState {
             allow,
             counter,
             now,
+            ignore_field_masks: false,
         }
+    }
+
+    /// Reads ignore `field_masks` (a host that predates them): for comparisons.
+    pub fn ignoring_field_masks(mut self, ignore: bool) -> Self {
+        self.ignore_field_masks = ignore;
+        self
     }
 
     /// Every object in a YAML/JSON file, or in the `.yaml`/`.yml`/`.json` files of a
@@ -73,12 +83,18 @@ impl ClusterState {
             ));
         }
         let objects = self.lock();
+        let mask = if self.ignore_field_masks {
+            workloadspread_core::masks::Mask::default()
+        } else {
+            read.mask()
+        };
         let answer = match &read {
             KubeRead::Get {
                 api_version,
                 kind,
                 namespace,
                 name,
+                ..
             } => objects
                 .iter()
                 .find(|o| {
@@ -86,7 +102,7 @@ impl ClusterState {
                         && in_namespace(o, namespace.as_deref())
                         && o["metadata"]["name"] == name.as_str()
                 })
-                .cloned()
+                .map(|o| mask.apply(o))
                 .ok_or_else(|| {
                     format!(
                         "{api_version} {kind} {}{name} not found",
@@ -101,6 +117,7 @@ impl ClusterState {
                 kind,
                 namespace,
                 label_selector,
+                ..
             } => {
                 let selector = parse_selector(label_selector.as_deref())?;
                 let items: Vec<Value> = objects
@@ -109,7 +126,7 @@ impl ClusterState {
                         same_kind(o, api_version, kind) && in_namespace(o, namespace.as_deref())
                     })
                     .filter(|o| selector.as_ref().is_none_or(|s| s.matches(&labels(o))))
-                    .cloned()
+                    .map(|o| mask.apply(o))
                     .collect();
                 json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}, "items": items})
             }
@@ -327,5 +344,27 @@ mod loading_tests {
             err.contains("3-broken.yaml") && err.contains("line"),
             "{err}"
         );
+    }
+
+    /// `field_masks` prune the answer (as policy-server does); a state ignoring them
+    /// answers whole objects.
+    #[test]
+    fn lists_honour_field_masks() {
+        let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "a", "namespace": "ns", "labels": {"x": "1"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}], "nodeName": "n"}});
+        let request = br#"{"api_version":"v1","kind":"Pod","namespace":"ns","field_masks":["metadata.name","spec.containers.name"]}"#;
+        let answer = |ignore: bool| {
+            let state =
+                ClusterState::new(vec![pod.clone()], AllowList::default(), false, crate::now())
+                    .ignoring_field_masks(ignore);
+            let bytes = state.read("list_resources_by_namespace", request).unwrap();
+            serde_json::from_slice::<Value>(&bytes).unwrap()["items"][0].clone()
+        };
+        assert_eq!(
+            answer(false),
+            serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c"}]}})
+        );
+        assert_eq!(answer(true), pod);
     }
 }

@@ -1018,3 +1018,135 @@ async fn a_slot_claimed_for_a_refused_pod_is_free_at_once() -> Result<()> {
     );
     s.configs.delete().await
 }
+
+/// A pod admission request (create, delete or eviction) as the API server sends it.
+fn pod_review(uid: &str, namespace: &str, operation: &str, sub: &str, object: Value) -> Vec<u8> {
+    let kind = if sub == "eviction" { "Eviction" } else { "Pod" };
+    let (group, version) = if sub == "eviction" {
+        ("policy", "v1")
+    } else {
+        ("", "v1")
+    };
+    let name = object["metadata"]["name"].clone();
+    let mut request = json!({"uid": uid, "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": namespace, "name": name, "operation": operation,
+        "userInfo": {"username": "test"}});
+    if sub == "eviction" {
+        request["subResource"] = json!("eviction");
+    }
+    match operation {
+        "DELETE" => request["oldObject"] = object,
+        _ => request["object"] = object,
+    }
+    serde_json::to_vec(
+        &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": request}),
+    )
+    .expect("static review")
+}
+
+/// Issue #19 (2): pods of a namespace without a WorkloadSpread are answered without the
+/// guest — and the answer is the guest's. A host with `--evaluate-unrelated` runs the
+/// module on the same requests; both answers must be equal, byte for byte, and only the
+/// default host counts them as skipped. Once a WorkloadSpread exists in the namespace,
+/// its pods go to the guest again.
+#[tokio::test]
+async fn unrelated_pods_skip_the_guest_with_the_guests_answer() -> Result<()> {
+    let Some(policy) = policy_wasm()? else {
+        return Ok(());
+    };
+    let cluster = cluster()?;
+    let unrelated = cluster.namespace("unrelated").await?;
+    let spread = cluster.namespace("spread").await?;
+    ws_crd(&unrelated.client()).await?;
+    let target = json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"});
+    let spreads: Api<DynamicObject> =
+        Api::namespaced_with(spread.client(), spread.name(), &ws_resource());
+    let ws = |ns: &str| -> Result<DynamicObject> {
+        Ok(serde_json::from_value(
+            json!({"apiVersion": "apps.kruise.io/v1beta1",
+            "kind": "WorkloadSpread", "metadata": {"name": "web", "namespace": ns},
+            "spec": {"targetRef": target, "subsets": [{"name": "a"}]}}),
+        )?)
+    };
+    spreads
+        .create(&PostParams::default(), &ws(spread.name())?)
+        .await?;
+    let args = |extra: &[&str]| -> Vec<String> {
+        let mut a = vec!["--policy".to_string(), policy.display().to_string()];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let skipping = HostProcess::start(host_bin(), cluster.kubeconfig(), &args(&[])).await?;
+    let evaluating = HostProcess::start(
+        host_bin(),
+        cluster.kubeconfig(),
+        &args(&["--evaluate-unrelated"]),
+    )
+    .await?;
+    for host in [&skipping, &evaluating] {
+        host.wait_sees_workloadspread(spread.name(), "web", &target)
+            .await?;
+    }
+    let owned = |name: &str| {
+        json!({"metadata": {"name": name, "ownerReferences": [{"apiVersion": "apps/v1",
+            "kind": "ReplicaSet", "name": "web-1", "uid": "rs-uid", "controller": true}],
+            "annotations": {MATCHED: "{\"name\":\"web\",\"subset\":\"a\"}"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    };
+    let bare = json!({"metadata": {"name": "bare"}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
+    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+        "metadata": {"name": "gone"}});
+    let ns = unrelated.name();
+    let corpus = [
+        pod_review("create-owned", ns, "CREATE", "", owned("p1")),
+        pod_review("create-bare", ns, "CREATE", "", bare.clone()),
+        pod_review("delete-matched", ns, "DELETE", "", owned("p2")),
+        pod_review("evict", ns, "CREATE", "eviction", eviction),
+    ];
+    let skipped = "workloadspread_host_unrelated_pod_requests_total";
+    for review in &corpus {
+        let (code_s, fast) = skipping.post("/mutate", review).await?;
+        let (code_e, guest) = evaluating.post("/mutate", review).await?;
+        ensure!(
+            code_s == 200 && code_e == 200 && fast == guest,
+            "answers differ:\n skipped: {fast}\n guest:   {guest}"
+        );
+        ensure!(
+            serde_json::from_str::<Value>(&fast)?["response"]["allowed"] == true,
+            "{fast}"
+        );
+    }
+    ensure!(skipping.metric(skipped).await? == corpus.len() as f64);
+    ensure!(evaluating.metric(skipped).await? == 0.0);
+
+    // A pod of the namespace that has a WorkloadSpread is the guest's, on both hosts.
+    let (_, fast) = skipping
+        .post(
+            "/mutate",
+            &pod_review("spread-ns", spread.name(), "CREATE", "", bare.clone()),
+        )
+        .await?;
+    ensure!(
+        skipping.metric(skipped).await? == corpus.len() as f64,
+        "{fast}"
+    );
+    // And so is every pod of the unrelated namespace once it has one.
+    let unrelated_spreads: Api<DynamicObject> =
+        Api::namespaced_with(unrelated.client(), ns, &ws_resource());
+    unrelated_spreads
+        .create(&PostParams::default(), &ws(ns)?)
+        .await?;
+    skipping
+        .wait_sees_workloadspread(ns, "web", &target)
+        .await?;
+    let (_, body) = skipping
+        .post("/mutate", &pod_review("after", ns, "CREATE", "", bare))
+        .await?;
+    ensure!(
+        skipping.metric(skipped).await? == corpus.len() as f64,
+        "skipped after a WorkloadSpread appeared: {body}"
+    );
+    Ok(())
+}

@@ -45,6 +45,18 @@ pub trait Host {
         namespace: &str,
         label_selector: Option<&str>,
     ) -> Result<Vec<Value>, HostError>;
+    /// LIST objects of a kind in a namespace, each pruned to `fields` (Kubewarden's
+    /// `field_masks`). A host may ignore the mask: callers read only those fields.
+    fn list_fields(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        fields: &[&str],
+    ) -> Result<Vec<Value>, HostError> {
+        let _ = fields;
+        self.list(api_version, kind, namespace, None)
+    }
     /// Calls the counter capability (binding `workloadspread`, namespace `counter`).
     fn counter(&self, operation: &str, payload: &Value) -> Result<Value, HostError>;
 }
@@ -112,6 +124,31 @@ impl Host for CallHost<'_> {
     ) -> Result<Vec<Value>, HostError> {
         let payload = serde_json::json!({
             "api_version": api_version, "kind": kind, "namespace": namespace, "label_selector": label_selector,
+        });
+        let what = format!("list {api_version} {kind} in {namespace}");
+        let list = self.call(
+            "kubewarden",
+            "kubernetes",
+            "list_resources_by_namespace",
+            &payload,
+            &what,
+        )?;
+        Ok(list["items"].as_array().cloned().unwrap_or_default())
+    }
+
+    fn list_fields(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        fields: &[&str],
+    ) -> Result<Vec<Value>, HostError> {
+        // Sorted and unique, as the SDK's BTreeSet serialises them (recorded sessions
+        // compare requests exactly).
+        let masks: std::collections::BTreeSet<&str> = fields.iter().copied().collect();
+        let payload = serde_json::json!({
+            "api_version": api_version, "kind": kind, "namespace": namespace,
+            "label_selector": null, "field_masks": masks,
         });
         let what = format!("list {api_version} {kind} in {namespace}");
         let list = self.call(

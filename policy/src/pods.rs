@@ -17,6 +17,7 @@ use workloadspread_core::counter::{
     self, ClaimRequest, ClaimResponse, PodRef, ReleaseRequest, ReleaseResponse, WorkloadSpreadKey,
 };
 use workloadspread_core::inject::inject;
+use workloadspread_core::masks::RECOUNT_POD_FIELDS;
 use workloadspread_core::pods::{controller_of, is_active, matched};
 use workloadspread_core::version::pod_version;
 use workloadspread_core::workload::{find_matching_workloadspread, ObjectRef, OwnerLookupError};
@@ -312,7 +313,7 @@ fn best_effort_claim(
 ) -> Result<Decided, HostError> {
     let pods: Vec<Pod> = ctx
         .host
-        .list("v1", "Pod", ns, None)?
+        .list_fields("v1", "Pod", ns, RECOUNT_POD_FIELDS)?
         .into_iter()
         .filter_map(|p| serde_json::from_value::<Pod>(p).ok())
         .filter(|p| matched(p).is_some_and(|m| m.name == ws.name()))

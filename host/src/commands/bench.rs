@@ -23,6 +23,10 @@ pub struct BenchArgs {
     /// Pooling-allocator instance slots, as for `serve` (0 = allocate on demand).
     #[arg(long, default_value_t = 0)]
     pub pool_instances: u32,
+    /// Answer the policy's reads with whole objects, ignoring its `field_masks` (what a
+    /// Kubewarden host older than the masks does), to compare.
+    #[arg(long)]
+    pub ignore_field_masks: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -50,6 +54,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         objects: &objects,
         counter: !args.no_counter,
         iterations: args.iterations.max(1),
+        ignore_field_masks: args.ignore_field_masks,
     };
     // Warm-up: page in the compiled module and the allocator.
     let _ = crate::bench::wasm(&crate::bench::BenchInput {

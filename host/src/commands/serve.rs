@@ -88,6 +88,10 @@ pub struct ServeArgs {
     /// request limit, and an UPDATE carries two); larger bodies get HTTP 413.
     #[arg(long, default_value_t = 8 << 20)]
     pub max_request_bytes: usize,
+    /// Run the policy even for pods of namespaces without a WorkloadSpread (by default
+    /// they are allowed unchanged without it: the answer the policy gives them).
+    #[arg(long)]
+    pub evaluate_unrelated: bool,
 }
 
 pub fn serve(args: ServeArgs) -> Result<()> {
@@ -204,6 +208,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         metrics,
         slots: tokio::sync::Semaphore::new(args.max_concurrency.max(1)),
         max_request_bytes: args.max_request_bytes,
+        skip_unrelated: !args.evaluate_unrelated,
     });
     tracing::info!(listen = %args.listen, "serving (admissions wait for the caches' first list)");
     crate::serve::serve_tls(

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 use tokio::runtime::Handle;
 use workloadspread_core::counter::{self, ClaimRequest, ReleaseRequest};
+use workloadspread_core::masks::Mask;
 
 /// How long a guest waits for a counter answer before the call fails (below the
 /// API server's default 10 s webhook timeout).
@@ -170,6 +171,20 @@ impl KubeCapabilities {
             .cloned()
     }
 
+    /// Whether `namespace` holds a WorkloadSpread, by the watch cache; `None` while that
+    /// cache has not had its first list.
+    pub fn has_workloadspread(&self, namespace: &str) -> Option<bool> {
+        use workloadspread_core::api::{v1beta1, KIND};
+        let r = self.reflected(v1beta1::API_VERSION, KIND)?;
+        futures::FutureExt::now_or_never(r.store.wait_until_ready())?.ok()?;
+        Some(
+            r.store
+                .state()
+                .iter()
+                .any(|o| o.namespace().as_deref() == Some(namespace)),
+        )
+    }
+
     /// Why the host cannot decide yet (`None`: ready): a required kind not served, or a
     /// cache without its first list.
     pub fn not_ready_reason(&self) -> Option<String> {
@@ -219,13 +234,14 @@ impl KubeCapabilities {
             ));
         }
         let reflected = self.reflected(api_version, kind);
+        let mask = read.mask();
         let answer = match (&read, reflected.as_ref()) {
             (
                 KubeRead::Get {
                     namespace, name, ..
                 },
                 Some(r),
-            ) => self.get(r, namespace.as_deref(), name)?,
+            ) => mask.apply(&self.get(r, namespace.as_deref(), name)?),
             (
                 KubeRead::List {
                     namespace,
@@ -233,14 +249,14 @@ impl KubeCapabilities {
                     ..
                 },
                 Some(r),
-            ) => list(r, namespace.as_deref(), label_selector.as_deref())?,
+            ) => list(r, namespace.as_deref(), label_selector.as_deref(), &mask)?,
             (
                 KubeRead::Get {
                     namespace, name, ..
                 },
                 None,
             ) => match self.discover(api_version, kind)? {
-                Some(r) => self.live_get(&r, namespace.as_deref(), name)?,
+                Some(r) => mask.apply(&self.live_get(&r, namespace.as_deref(), name)?),
                 None => return Err(not_found(api_version, kind, namespace.as_deref(), name)),
             },
             (
@@ -251,7 +267,10 @@ impl KubeCapabilities {
                 },
                 None,
             ) => match self.discover(api_version, kind)? {
-                Some(r) => self.live_list(&r, namespace.as_deref(), label_selector.as_deref())?,
+                Some(r) => masked_list(
+                    self.live_list(&r, namespace.as_deref(), label_selector.as_deref())?,
+                    &mask,
+                ),
                 None => {
                     json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}, "items": []})
                 }
@@ -475,7 +494,12 @@ fn spawn_reflector(client: Client, resource: ApiResource) -> Store<DynamicObject
     store
 }
 
-fn list(r: &Reflected, namespace: Option<&str>, selector: Option<&str>) -> Result<Value, String> {
+fn list(
+    r: &Reflected,
+    namespace: Option<&str>,
+    selector: Option<&str>,
+    mask: &Mask,
+) -> Result<Value, String> {
     let selector = crate::state::parse_selector(selector)?;
     let items: Vec<Value> = r
         .store
@@ -488,12 +512,42 @@ fn list(r: &Reflected, namespace: Option<&str>, selector: Option<&str>) -> Resul
                 s.matches(&labels)
             })
         })
-        .map(|o| with_type(o, &r.resource))
+        .map(|o| masked(o, &r.resource, mask))
         .collect();
     let (api_version, kind) = (&r.resource.api_version, &r.resource.kind);
     Ok(
         json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}, "items": items}),
     )
+}
+
+/// `o` with its type, pruned to `mask` without serialising what the mask drops.
+fn masked(o: &DynamicObject, resource: &ApiResource, mask: &Mask) -> Value {
+    if mask.is_empty() {
+        return with_type(o, resource);
+    }
+    let api_version = Value::String(resource.api_version.clone());
+    let kind = Value::String(resource.kind.clone());
+    let metadata = serde_json::to_value(&o.metadata).unwrap_or(Value::Null);
+    let data = o.data.as_object().into_iter().flatten();
+    mask.apply_entries(
+        [
+            ("apiVersion", &api_version),
+            ("kind", &kind),
+            ("metadata", &metadata),
+        ]
+        .into_iter()
+        .chain(data.map(|(k, v)| (k.as_str(), v))),
+    )
+}
+
+/// Every item of a List pruned to `mask`.
+fn masked_list(mut list: Value, mask: &Mask) -> Value {
+    if let Some(items) = list["items"].as_array_mut() {
+        for item in items {
+            *item = mask.apply(item);
+        }
+    }
+    list
 }
 
 /// Objects from list/watch carry no apiVersion/kind; the policy expects them.

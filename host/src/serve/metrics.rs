@@ -78,6 +78,8 @@ pub struct Metrics {
     pub kind_not_served: Family<KindLabels, Gauge>,
     /// Counter operations dropped because their waiter had given up.
     pub abandoned: Counter,
+    /// Pod requests answered without the guest: no WorkloadSpread in their namespace.
+    pub unrelated: Counter,
 }
 
 impl Metrics {
@@ -93,6 +95,12 @@ impl Metrics {
         let conflicts = Counter::default();
         let kind_not_served = Family::<KindLabels, Gauge>::default();
         let abandoned = Counter::default();
+        let unrelated = Counter::default();
+        registry.register(
+            "unrelated_pod_requests",
+            "Pod admission requests answered without the policy: no WorkloadSpread in their namespace",
+            unrelated.clone(),
+        );
         registry.register(
             "counter_abandoned",
             "Counter operations dropped unapplied because their waiter had given up",
@@ -135,6 +143,7 @@ impl Metrics {
         );
         Metrics {
             registry,
+            unrelated,
             evaluations,
             latency,
             counter_ops,

@@ -41,6 +41,8 @@ pub struct App {
     pub slots: Semaphore,
     /// Largest AdmissionReview body accepted.
     pub max_request_bytes: usize,
+    /// Answer pod requests of namespaces without a WorkloadSpread without the guest.
+    pub skip_unrelated: bool,
 }
 
 /// The webhook's routes.
@@ -193,6 +195,12 @@ async fn evaluate(app: &Arc<App>, request: Value) -> AdmissionResponse {
         let why = app.capabilities.not_ready_reason().unwrap_or_default();
         return run::rejection(uid, format!("the host is not ready ({why}); retry"), 503);
     }
+    if app.skip_unrelated {
+        if let Some(answer) = unrelated_pod_answer(app, &request) {
+            app.metrics.unrelated.inc();
+            return answer;
+        }
+    }
     let Ok(_permit) = app.slots.acquire().await else {
         return run::rejection(uid, "the server is shutting down".into(), 503);
     };
@@ -205,6 +213,30 @@ async fn evaluate(app: &Arc<App>, request: Value) -> AdmissionResponse {
         Ok(r) => r,
         Err(e) => run::rejection(uid, format!("policy evaluation failed: {e}"), 500),
     }
+}
+
+/// The policy's answer to a pod request (create, delete, eviction) in a namespace where
+/// the synced WorkloadSpread cache holds none — "allowed, unchanged", whatever the pod —
+/// given without instantiating the module: most pods of a cluster are not spread.
+/// `None` (ask the guest) for anything else or while the cache is not synced.
+fn unrelated_pod_answer(app: &App, request: &Value) -> Option<AdmissionResponse> {
+    let resource = &request["resource"];
+    if resource["group"] != "" || resource["resource"] != "pods" {
+        return None;
+    }
+    let namespace = request["namespace"].as_str()?;
+    if app.capabilities.has_workloadspread(namespace)? {
+        return None;
+    }
+    Some(AdmissionResponse {
+        uid: request["uid"].as_str().unwrap_or_default().to_string(),
+        allowed: true,
+        patch_type: None,
+        patch: None,
+        status: None,
+        audit_annotations: None,
+        warnings: None,
+    })
 }
 
 fn outcome_of(r: &AdmissionResponse) -> Outcome {

@@ -1,0 +1,361 @@
+//! Field masks: Kubewarden's `field_masks` on `list_resources_*` / `get_resource` (SDK
+//! 0.17), which a host honours by returning each object pruned to the listed dotted
+//! paths, traversing arrays implicitly (`spec.containers.name` keeps the name of every
+//! container). The policy asks for [`RECOUNT_POD_FIELDS`] when it recounts a
+//! WorkloadSpread's pods in best-effort mode: what the recount reads, plus the fields
+//! `k8s-openapi` requires to decode a `Pod`. Everything else — most of a running pod's
+//! bytes — is never copied, serialised or parsed.
+
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// The pod fields the best-effort recount (`controller::reconcile` without nodes) reads.
+/// `controller::tests`-style differential tests hold the recount of masked pods equal
+/// to the recount of whole ones.
+pub const RECOUNT_POD_FIELDS: &[&str] = &[
+    "apiVersion",
+    "kind",
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+    "metadata.labels",
+    "metadata.annotations",
+    "metadata.creationTimestamp",
+    "metadata.deletionTimestamp",
+    "metadata.ownerReferences",
+    // `containers[].name` is required to decode a PodSpec.
+    "spec.containers.name",
+    "spec.nodeName",
+    "status.phase",
+    // Unschedulable (type, status, reason); Ready and its transition rank pods.
+    "status.conditions.type",
+    "status.conditions.status",
+    "status.conditions.reason",
+    "status.conditions.lastTransitionTime",
+    // Fields a ContainerStatus cannot be decoded without; restartCount ranks pods.
+    "status.containerStatuses.name",
+    "status.containerStatuses.image",
+    "status.containerStatuses.imageID",
+    "status.containerStatuses.ready",
+    "status.containerStatuses.restartCount",
+];
+
+/// Paths as a tree of names; a leaf keeps the whole value under it.
+#[derive(Debug, Default, PartialEq)]
+pub struct Mask {
+    children: BTreeMap<String, Mask>,
+}
+
+impl Mask {
+    /// The mask of `paths`; a path that is a prefix of another keeps everything under it.
+    pub fn new<S: AsRef<str>>(paths: impl IntoIterator<Item = S>) -> Self {
+        let mut root = Mask::default();
+        let mut whole: Vec<Vec<String>> = vec![];
+        for path in paths {
+            let parts: Vec<String> = path
+                .as_ref()
+                .split('.')
+                .filter(|p| !p.is_empty())
+                .map(str::to_string)
+                .collect();
+            if !parts.is_empty() {
+                whole.push(parts);
+            }
+        }
+        // Shorter paths first, so a prefix marks its subtree whole before longer paths
+        // under it are considered.
+        whole.sort_by_key(Vec::len);
+        for parts in whole {
+            root.insert(&parts);
+        }
+        root
+    }
+
+    fn insert(&mut self, parts: &[String]) {
+        let Some((first, rest)) = parts.split_first() else {
+            return;
+        };
+        match self.children.get_mut(first) {
+            // Already kept whole by a shorter path.
+            Some(child) if child.children.is_empty() => {}
+            Some(child) => child.insert(rest),
+            None => {
+                let mut child = Mask::default();
+                child.insert(rest);
+                self.children.insert(first.clone(), child);
+            }
+        }
+    }
+
+    /// Whether the mask keeps nothing (no paths): the caller returns objects whole.
+    pub fn is_empty(&self) -> bool {
+        self.children.is_empty()
+    }
+
+    /// An object given as its entries (e.g. typed metadata next to untyped data), pruned
+    /// to the mask without building the whole object first.
+    pub fn apply_entries<'a>(
+        &self,
+        entries: impl IntoIterator<Item = (&'a str, &'a Value)>,
+    ) -> Value {
+        let mut out = Map::new();
+        for (name, v) in entries {
+            match self.children.get(name) {
+                Some(child) => {
+                    out.insert(name.to_string(), child.apply(v));
+                }
+                None if self.children.is_empty() => {
+                    out.insert(name.to_string(), v.clone());
+                }
+                None => {}
+            }
+        }
+        Value::Object(out)
+    }
+
+    /// `value` pruned to the mask; only what is kept is cloned.
+    pub fn apply(&self, value: &Value) -> Value {
+        if self.children.is_empty() {
+            return value.clone();
+        }
+        match value {
+            Value::Object(map) => {
+                let mut out = Map::new();
+                for (name, child) in &self.children {
+                    if let Some(v) = map.get(name) {
+                        out.insert(name.clone(), child.apply(v));
+                    }
+                }
+                Value::Object(out)
+            }
+            Value::Array(items) => Value::Array(items.iter().map(|v| self.apply(v)).collect()),
+            // A scalar where the mask expected an object: nothing under it to keep.
+            _ => Value::Null,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn paths_prune_objects_and_traverse_arrays() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"a": "1"}, "managedFields": [{"x": 1}]},
+            "spec": {"containers": [{"name": "c", "image": "i", "env": [{"name": "E"}]},
+                                    {"name": "d", "image": "j"}], "nodeName": "n"},
+            "status": {"phase": "Running", "podIP": "10.0.0.1"}});
+        let mask = Mask::new([
+            "apiVersion",
+            "metadata.labels",
+            "metadata.name",
+            "spec.containers.name",
+            "status.phase",
+            "status.missing",
+        ]);
+        assert_eq!(
+            mask.apply(&pod),
+            json!({"apiVersion": "v1", "metadata": {"name": "p", "labels": {"a": "1"}},
+                "spec": {"containers": [{"name": "c"}, {"name": "d"}]},
+                "status": {"phase": "Running"}})
+        );
+    }
+
+    #[test]
+    fn a_prefix_keeps_its_whole_subtree_and_no_paths_keep_everything() {
+        let v = json!({"metadata": {"name": "p", "labels": {"a": "1"}}, "spec": {}});
+        let prefix_last = Mask::new(["metadata.labels.a", "metadata"]);
+        assert_eq!(
+            prefix_last.apply(&v),
+            json!({"metadata": {"name": "p", "labels": {"a": "1"}}})
+        );
+        let entries = [("metadata", &v["metadata"]), ("spec", &v["spec"])];
+        assert_eq!(
+            Mask::new(["metadata.name"]).apply_entries(entries),
+            json!({"metadata": {"name": "p"}})
+        );
+        let none: [&str; 0] = [];
+        assert_eq!(Mask::new(none).apply_entries(entries), v);
+        assert!(Mask::new(none).is_empty());
+        assert_eq!(Mask::new(none).apply(&v), v);
+        assert_eq!(Mask::new(["", "."]).apply(&v), v);
+    }
+
+    /// A pod as the API server holds it once a kubelet runs it: defaulted spec,
+    /// tolerations, affinity, volumes, and a status with conditions, IPs and container
+    /// statuses — `state` picks the phase the recount cares about.
+    pub(crate) fn kubelet_pod(i: usize, state: usize, subset: &str, version: &str) -> Value {
+        let name = format!("web-{version}-{i:05}");
+        let created = format!("2026-11-24T10:{:02}:{:02}Z", (i / 60) % 60, i % 60);
+        let ready_at = format!("2026-11-24T11:00:0{}Z", (i / 6) % 4);
+        let scheduled = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null,
+            "lastTransitionTime": created});
+        let ready = |s: &str| {
+            json!([
+            {"type": "PodReadyToStartContainers", "status": "True", "lastProbeTime": null, "lastTransitionTime": created},
+            {"type": "Initialized", "status": "True", "lastProbeTime": null, "lastTransitionTime": created},
+            // Readiness shared by a few pods per second (a rollout): restarts then rank them.
+            {"type": "Ready", "status": s, "lastProbeTime": null, "lastTransitionTime": ready_at},
+            {"type": "ContainersReady", "status": s, "lastProbeTime": null, "lastTransitionTime": ready_at},
+            scheduled.clone()])
+        };
+        let container_status = |restarts: i64, ready: bool| {
+            json!([{"name": "main",
+            "state": {"running": {"startedAt": created}}, "lastState": {}, "ready": ready,
+            "restartCount": restarts, "image": "registry.example/web:1.27",
+            "imageID": "registry.example/web@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "containerID": format!("containerd://{:064x}", i), "started": true}])
+        };
+        let node = format!("node-{subset}-{}", i % 7);
+        let (node, status) = match state % 8 {
+            0 => (
+                Some(node),
+                json!({"phase": "Running", "conditions": ready("True"),
+                "containerStatuses": container_status(0, true)}),
+            ),
+            1 => (
+                Some(node),
+                json!({"phase": "Running", "conditions": ready("True"),
+                "containerStatuses": container_status(3, true)}),
+            ),
+            2 => (
+                None,
+                json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+                "status": "False", "reason": "Unschedulable", "lastProbeTime": null,
+                "lastTransitionTime": created,
+                "message": "0/6 nodes are available: 6 Insufficient cpu."}]}),
+            ),
+            3 | 5 => (
+                Some(node),
+                json!({"phase": "Running", "conditions": ready("False"),
+                "containerStatuses": container_status(1, false)}),
+            ),
+            4 => (
+                Some(node),
+                json!({"phase": "Succeeded", "conditions": ready("False")}),
+            ),
+            6 => (
+                Some(node),
+                json!({"phase": "Pending", "conditions": [scheduled.clone()]}),
+            ),
+            _ => (
+                Some(node),
+                json!({"phase": "Failed", "conditions": ready("False")}),
+            ),
+        };
+        let mut status = status;
+        status["qosClass"] = json!("Burstable");
+        status["startTime"] = json!(created);
+        if node.is_some() {
+            status["hostIP"] = json!(format!("10.0.{}.{}", i % 7, 10 + i % 200));
+            status["hostIPs"] = json!([{"ip": status["hostIP"]}]);
+            status["podIP"] = json!(format!("10.244.{}.{}", i / 250, i % 250));
+            status["podIPs"] = json!([{"ip": status["podIP"]}]);
+        }
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "generateName": format!("web-{version}-"), "namespace": "demo",
+                "uid": format!("{i:08x}-0000-4000-8000-{i:012x}"), "resourceVersion": (1000 + i).to_string(),
+                "creationTimestamp": created,
+                "labels": {"app": "web", "pod-template-hash": version, "tier": "frontend"},
+                "annotations": {
+                    "apps.kruise.io/matched-workloadspread": format!("{{\"name\":\"web-spread\",\"subset\":\"{subset}\"}}"),
+                    "controller.kubernetes.io/pod-deletion-cost": (999_990 - (i % 10) as i64).to_string(),
+                    "kubectl.kubernetes.io/restartedAt": "2026-11-20T08:00:00Z"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("web-{version}"),
+                    "uid": format!("rs-{version}"), "controller": true, "blockOwnerDeletion": true}]},
+            "spec": {
+                "containers": [{"name": "main", "image": "registry.example/web:1.27", "imagePullPolicy": "IfNotPresent",
+                    "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
+                    "env": [{"name": "ZONE", "value": subset}, {"name": "POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}}],
+                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+                    "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080, "scheme": "HTTP"}, "periodSeconds": 10, "timeoutSeconds": 1, "successThreshold": 1, "failureThreshold": 3},
+                    "volumeMounts": [{"name": "kube-api-access-x", "readOnly": true, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+                    "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}],
+                "volumes": [{"name": "kube-api-access-x", "projected": {"defaultMode": 420, "sources": [
+                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}],
+                "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+                "serviceAccountName": "default", "serviceAccount": "default", "securityContext": {},
+                "schedulerName": "default-scheduler", "priority": 0, "enableServiceLinks": true,
+                "preemptionPolicy": "PreemptLowerPriority",
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [format!("zone-{subset}")]}]}]}}},
+                "tolerations": [
+                    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]},
+            "status": status});
+        if let Some(node) = node {
+            pod["spec"]["nodeName"] = json!(node);
+        }
+        if state % 8 == 3 {
+            pod["metadata"]["deletionTimestamp"] = json!("2026-11-24T11:59:50Z");
+            pod["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+        }
+        pod
+    }
+
+    /// The best-effort recount of masked pods equals the recount of whole ones, for
+    /// pods in every state the recount distinguishes (running, restarted, unschedulable,
+    /// deleting, not ready, completed, failed, scheduled but pending), two versions,
+    /// percentage and integer subsets and adaptive rescheduling.
+    #[test]
+    fn the_recount_of_masked_pods_equals_the_recount_of_whole_pods() {
+        use crate::api::v1beta1::WorkloadSpread;
+        use crate::controller::{reconcile, ReconcileInput, ReconcileOptions};
+        use crate::version::VersionedKinds;
+        use k8s_openapi::api::core::v1::Pod;
+        let ws: WorkloadSpread = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+            "metadata": {"name": "web-spread", "namespace": "demo", "generation": 1},
+            "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                "scheduleStrategy": {"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 60}},
+                "subsets": [{"name": "a", "maxReplicas": "30%"}, {"name": "b", "maxReplicas": 20},
+                            {"name": "c"}]}}))
+        .unwrap();
+        let subsets = ["a", "b", "c"];
+        let whole: Vec<Value> = (0..240)
+            .map(|i| {
+                kubelet_pod(
+                    i,
+                    i / 3,
+                    subsets[i % 3],
+                    if i % 5 == 0 { "v1" } else { "v2" },
+                )
+            })
+            .collect();
+        let mask = Mask::new(RECOUNT_POD_FIELDS);
+        let decode = |v: &Value| serde_json::from_value::<Pod>(v.clone()).unwrap();
+        let full: Vec<Pod> = whole.iter().map(decode).collect();
+        let masked: Vec<Pod> = whole.iter().map(|p| decode(&mask.apply(p))).collect();
+        let masked_bytes: usize = whole.iter().map(|p| mask.apply(p).to_string().len()).sum();
+        let whole_bytes: usize = whole.iter().map(|p| p.to_string().len()).sum();
+        assert!(
+            masked_bytes * 5 < whole_bytes * 2,
+            "{masked_bytes} of {whole_bytes} bytes kept"
+        );
+        let nodes = BTreeMap::new();
+        let kinds = VersionedKinds::new(["deployment", "replicaset"]);
+        let options = ReconcileOptions::default();
+        let now: crate::Timestamp = "2026-11-24T12:00:00Z".parse().unwrap();
+        for replicas in [0, 50, 240, 400] {
+            let recount = |pods: &[Pod]| {
+                reconcile(&ReconcileInput {
+                    ws: &ws,
+                    pods,
+                    workload_replicas: replicas,
+                    latest_version: "v2",
+                    nodes: &nodes,
+                    versioned_kinds: &kinds,
+                    now,
+                    options: &options,
+                })
+            };
+            let (a, b) = (recount(&full), recount(&masked));
+            assert_eq!(a, b, "recount differs at {replicas} replicas");
+            assert!(replicas == 0 || !a.status.subset_statuses.is_empty());
+        }
+    }
+}

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Cluster state for the best-effort admission benchmark: the fixtures' Deployment `web`
+(ReplicaSet web-7d4b9c) and WorkloadSpread `web-spread` in namespace `demo`, with N pods
+of the workload as a kubelet reports them (defaulted spec, tolerations, affinity, volumes,
+status with conditions, IPs and container statuses), spread over the three subsets, a few
+in the states the recount distinguishes. Usage: bench-state.py N OUT.json
+"""
+import json
+import sys
+
+RS = "web-7d4b9c"
+HASH = "7d4b9c"
+
+
+def pod(i, subset, state):
+    created = f"2026-11-24T{10 + i // 3600 % 10:02d}:{i // 60 % 60:02d}:{i % 60:02d}Z"
+    ready_at = f"2026-11-24T11:00:0{(i // 6) % 4}Z"
+    scheduled = {"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                 "lastTransitionTime": created}
+
+    def conditions(ready):
+        return [
+            {"type": "PodReadyToStartContainers", "status": "True", "lastProbeTime": None, "lastTransitionTime": created},
+            {"type": "Initialized", "status": "True", "lastProbeTime": None, "lastTransitionTime": created},
+            {"type": "Ready", "status": ready, "lastProbeTime": None, "lastTransitionTime": ready_at},
+            {"type": "ContainersReady", "status": ready, "lastProbeTime": None, "lastTransitionTime": ready_at},
+            scheduled,
+        ]
+
+    def container_statuses(restarts, ready):
+        return [{"name": "main", "state": {"running": {"startedAt": created}}, "lastState": {},
+                 "ready": ready, "restartCount": restarts, "image": "registry.example/web:1.27",
+                 "imageID": "registry.example/web@sha256:" + "0123456789abcdef" * 4,
+                 "containerID": f"containerd://{i:064x}", "started": True,
+                 "volumeMounts": [{"name": "kube-api-access-x", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True, "recursiveReadOnly": "Disabled"}]}]
+
+    node = f"node-{subset[-1]}-{i % 7}"
+    if state == "running":
+        status = {"phase": "Running", "conditions": conditions("True"), "containerStatuses": container_statuses(i % 3, True)}
+    elif state == "unschedulable":
+        node = None
+        status = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                  "lastProbeTime": None, "lastTransitionTime": created,
+                  "message": "0/6 nodes are available: 6 Insufficient cpu. preemption: 0/6 nodes are available."}]}
+    else:  # not ready
+        status = {"phase": "Running", "conditions": conditions("False"), "containerStatuses": container_statuses(1, False)}
+    status.update({"qosClass": "Burstable", "startTime": created})
+    if node:
+        status.update({"hostIP": f"10.0.{i % 7}.{10 + i % 200}", "podIP": f"10.244.{i // 250 % 250}.{i % 250}"})
+        status["hostIPs"] = [{"ip": status["hostIP"]}]
+        status["podIPs"] = [{"ip": status["podIP"]}]
+    spec = {
+        "containers": [{
+            "name": "main", "image": "registry.example/web:1.27", "imagePullPolicy": "IfNotPresent",
+            "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
+            "env": [{"name": "ZONE", "value": subset},
+                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}}],
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+            "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080, "scheme": "HTTP"}, "periodSeconds": 10,
+                               "timeoutSeconds": 1, "successThreshold": 1, "failureThreshold": 3},
+            "volumeMounts": [{"name": "kube-api-access-x", "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+            "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}],
+        "volumes": [{"name": "kube-api-access-x", "projected": {"defaultMode": 420, "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}],
+        "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+        "serviceAccountName": "default", "serviceAccount": "default", "securityContext": {},
+        "schedulerName": "default-scheduler", "priority": 0, "enableServiceLinks": True,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [subset]}]}]}}},
+        "tolerations": [
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}],
+    }
+    if node:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": f"{RS}-{i:05d}", "generateName": f"{RS}-", "namespace": "demo",
+            "uid": f"{i:08x}-0000-4000-8000-{i:012x}", "resourceVersion": str(1000 + i),
+            "creationTimestamp": created,
+            "labels": {"app": "web", "pod-template-hash": HASH, "zone": subset[-1]},
+            "annotations": {
+                "apps.kruise.io/matched-workloadspread": json.dumps({"name": "web-spread", "subset": subset}, separators=(",", ":")),
+                "controller.kubernetes.io/pod-deletion-cost": str(999_990 - i % 10),
+                "kubectl.kubernetes.io/restartedAt": "2026-11-20T08:00:00Z"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": RS, "uid": "rs-uid",
+                                 "controller": True, "blockOwnerDeletion": True}],
+        },
+        "spec": spec,
+        "status": status,
+    }
+
+
+def main():
+    n, out = int(sys.argv[1]), sys.argv[2]
+    replicas = n + 10
+    half = replicas // 2
+    subsets = ["zone-a"] * 2 + ["zone-b"] * min(n - 2, half - 1)
+    subsets += ["zone-c"] * (n - len(subsets))
+    states = ["running"] * 18 + ["not-ready", "unschedulable"]
+    pods = [pod(i, s, states[i % len(states)]) for i, s in enumerate(subsets)]
+    workload = [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "demo", "uid": "d-uid"},
+         "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                  "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "main", "image": "nginx"}]}}}},
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+         "metadata": {"name": RS, "namespace": "demo", "uid": "rs-uid", "labels": {"app": "web", "pod-template-hash": HASH},
+                      "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "d-uid", "controller": True}]},
+         "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web", "pod-template-hash": HASH}},
+                  "template": {"metadata": {"labels": {"app": "web", "pod-template-hash": HASH}},
+                               "spec": {"containers": [{"name": "main", "image": "nginx"}]}}}},
+        {"apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+         "metadata": {"name": "web-spread", "namespace": "demo", "uid": "ws-uid", "generation": 1},
+         "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                  "subsets": [
+                      {"name": "zone-a", "maxReplicas": 2, "patch": {"metadata": {"labels": {"zone": "a"}}},
+                       "requiredNodeSelector": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}]}},
+                      {"name": "zone-b", "maxReplicas": "50%",
+                       "requiredNodeSelector": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}]}},
+                      {"name": "zone-c",
+                       "requiredNodeSelector": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-c"]}]}}]}},
+    ]
+    with open(out, "w") as f:
+        json.dump({"apiVersion": "v1", "kind": "List", "items": workload + pods}, f)
+
+
+if __name__ == "__main__":
+    main()
