@@ -47,13 +47,13 @@ best_rows=""
 declare -A best_p50
 for n in 30 300 3000 10000; do
   python3 scripts/bench-state.py "$n" "$sizes_tmp/state-$n.json"
-  iterations=$(( n >= 3000 ? 30 : (n >= 300 ? 200 : 1000) ))
+  iterations=$(( n >= 10000 ? 10 : (n >= 3000 ? 30 : (n >= 300 ? 200 : 1000)) ))
   for masks in honoured ignored; do
     flag=(); [ "$masks" = ignored ] && flag=(--ignore-field-masks)
-    out=$("$host" bench -n "$iterations" --json --cache-dir none --no-counter "${flag[@]}" \
+    result=$("$host" bench -n "$iterations" --json --cache-dir none --no-counter "${flag[@]}" \
       -r policy/test_data/requests/pod-create.json --cluster-state "$sizes_tmp/state-$n.json" policy/policy.wasm)
-    best_p50["$n-$masks"]=$(jq '.wasm.p50_us' <<<"$out")
-    best_rows+=$(jq -r --arg n "$n" --arg m "$masks" '"| \($n) | \($m) | \(.wasm.p50_us/1000*10|floor/10) ms | \(.wasm.p99_us/1000*10|floor/10) ms | \(.native.p50_us/1000*10|floor/10) ms | \(.p50_ratio*100|floor/100) |"' <<<"$out")$'\n'
+    best_p50["$n-$masks"]=$(jq '.wasm.p50_us' <<<"$result")
+    best_rows+=$(jq -r --arg n "$n" --arg m "$masks" '"| \($n) | \($m) | \(.wasm.p50_us/1000*10|floor/10) ms | \(.wasm.p99_us/1000*10|floor/10) ms | \(.native.p50_us/1000*10|floor/10) ms | \(.p50_ratio*100|floor/100) |"' <<<"$result")$'\n'
   done
 done
 rm -rf "$sizes_tmp"

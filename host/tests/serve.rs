@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use workloadspread_testkit::webhook::{
     apply_crd, policy_wasm, round_robin_proxy, HostProcess, WebhookConfigs,
 };
-use workloadspread_testkit::{cluster, unique_name, wait_for};
+use workloadspread_testkit::{cluster, unique_name, wait_for, TestNamespace};
 
 const MATCHED: &str = "apps.kruise.io/matched-workloadspread";
 
@@ -1148,5 +1148,113 @@ async fn unrelated_pods_skip_the_guest_with_the_guests_answer() -> Result<()> {
         skipping.metric(skipped).await? == corpus.len() as f64,
         "skipped after a WorkloadSpread appeared: {body}"
     );
+    Ok(())
+}
+
+/// The host's `workloadspread_host_cached_objects` for `kind` in `namespace` (`None`:
+/// no such series, the namespace is not cached).
+async fn cached_objects(host: &HostProcess, kind: &str, namespace: &str) -> Result<Option<f64>> {
+    let text = host.get("/metrics").await?;
+    let wanted = [
+        format!("kind=\"{kind}\""),
+        format!("namespace=\"{namespace}\""),
+    ];
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("workloadspread_host_cached_objects{"))
+        .filter(|l| wanted.iter().all(|w| l.contains(w.as_str())))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok()))
+}
+
+/// Issue #19 (3): the host caches pods (and every other namespaced kind) only in the
+/// namespaces that hold a WorkloadSpread — memory follows what is spread, not the
+/// cluster. A namespace's caches start when its first WorkloadSpread appears and stop a
+/// grace period after the last one went.
+#[tokio::test]
+async fn only_namespaces_holding_a_workloadspread_are_cached() -> Result<()> {
+    let Some(policy) = policy_wasm()? else {
+        return Ok(());
+    };
+    let cluster = cluster()?;
+    let plain = cluster.namespace("plain").await?;
+    let spread = cluster.namespace("spread").await?;
+    ws_crd(&plain.client()).await?;
+    let pod = |name: String| -> Result<Pod> {
+        Ok(serde_json::from_value(json!({"metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}}))?)
+    };
+    for i in 0..20 {
+        plain
+            .api::<Pod>()
+            .create(&PostParams::default(), &pod(format!("p{i}"))?)
+            .await?;
+    }
+    for i in 0..5 {
+        spread
+            .api::<Pod>()
+            .create(&PostParams::default(), &pod(format!("s{i}"))?)
+            .await?;
+    }
+    let target = json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"});
+    let ws = |ns: &str| -> Result<DynamicObject> {
+        Ok(serde_json::from_value(
+            json!({"apiVersion": "apps.kruise.io/v1beta1",
+            "kind": "WorkloadSpread", "metadata": {"name": "web", "namespace": ns},
+            "spec": {"targetRef": target, "subsets": [{"name": "a"}]}}),
+        )?)
+    };
+    let spreads = |ns: &TestNamespace| -> Api<DynamicObject> {
+        Api::namespaced_with(ns.client(), ns.name(), &ws_resource())
+    };
+    spreads(&spread)
+        .create(&PostParams::default(), &ws(spread.name())?)
+        .await?;
+    let args = [
+        "--policy".to_string(),
+        policy.display().to_string(),
+        "--namespace-cache-grace-seconds".into(),
+        "1".into(),
+    ];
+    let host = HostProcess::start(host_bin(), cluster.kubeconfig(), &args).await?;
+    let pods_cached = |ns: &'static str, want: Option<f64>| {
+        let host = &host;
+        let namespace = if ns == "plain" {
+            plain.name()
+        } else {
+            spread.name()
+        }
+        .to_string();
+        move || {
+            let namespace = namespace.clone();
+            async move { Ok((cached_objects(host, "Pod", &namespace).await? == want).then_some(())) }
+        }
+    };
+    wait_for(
+        "5 pods cached in the spread namespace",
+        Duration::from_secs(30),
+        pods_cached("spread", Some(5.0)),
+    )
+    .await?;
+    ensure!(
+        cached_objects(&host, "Pod", plain.name()).await?.is_none(),
+        "the namespace without a WorkloadSpread is cached"
+    );
+    spreads(&plain)
+        .create(&PostParams::default(), &ws(plain.name())?)
+        .await?;
+    wait_for(
+        "its 20 pods cached once it has one",
+        Duration::from_secs(30),
+        pods_cached("plain", Some(20.0)),
+    )
+    .await?;
+    spreads(&plain).delete("web", &Default::default()).await?;
+    wait_for(
+        "its cache dropped after the grace period",
+        Duration::from_secs(30),
+        pods_cached("plain", None),
+    )
+    .await?;
+    ensure!(cached_objects(&host, "Pod", spread.name()).await? == Some(5.0));
     Ok(())
 }

@@ -88,6 +88,10 @@ pub struct ServeArgs {
     /// request limit, and an UPDATE carries two); larger bodies get HTTP 413.
     #[arg(long, default_value_t = 8 << 20)]
     pub max_request_bytes: usize,
+    /// How long a namespace's caches (pods, workloads) are kept after its last
+    /// WorkloadSpread is deleted (one recreated meanwhile keeps them warm).
+    #[arg(long, default_value_t = 60)]
+    pub namespace_cache_grace_seconds: u64,
     /// Run the policy even for pods of namespaces without a WorkloadSpread (by default
     /// they are allowed unchanged without it: the answer the policy gives them).
     #[arg(long)]
@@ -177,6 +181,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         allow,
         committer,
         metrics.clone(),
+        Duration::from_secs(args.namespace_cache_grace_seconds),
     )
     .await?;
     {

@@ -3,13 +3,20 @@
 //! created a moment ago is still found) and the counter capability through
 //! [`Committer`].
 //!
+//! Memory follows what is spread, not the cluster: WorkloadSpreads (and cluster-scoped
+//! kinds) are cached cluster-wide, every other kind — pods, ReplicaSets, Deployments … —
+//! only in the namespaces that hold a WorkloadSpread (a watch per such namespace, started
+//! when the first WorkloadSpread appears there, stopped a grace period after the last one
+//! went). Pods of other namespaces are answered without the policy (`serve::mod`), and a
+//! read the caches cannot answer yet is made live.
+//!
 //! A kind the API server does not serve at start is discovered again in the background
 //! (every 2 s, backing off to 30 s). While a kind the policy cannot do without is missing
 //! (the WorkloadSpread CRD, any built-in kind) the host is not ready and says why:
 //! admitting pods without the WorkloadSpread watch would pass them unspread.
 
 use super::commit::{Answer, Committer, Op};
-use super::metrics::{KindLabels, Metrics};
+use super::metrics::{CacheLabels, KindLabels, Metrics};
 use crate::capabilities::{denied, AllowList, Capabilities, KubeRead};
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
@@ -44,7 +51,59 @@ struct Discovered {
 struct Reflected {
     resource: ApiResource,
     namespaced: bool,
+    cache: Cache,
+}
+
+/// Where a kind's objects are cached.
+#[derive(Clone)]
+enum Cache {
+    /// One watch of the whole cluster (WorkloadSpreads, cluster-scoped kinds).
+    Cluster(Store<DynamicObject>),
+    /// A watch per namespace that holds a WorkloadSpread.
+    PerNamespace(Arc<NamespaceStores>),
+}
+
+#[derive(Default)]
+struct NamespaceStores {
+    stores: RwLock<HashMap<String, NamespaceStore>>,
+}
+
+/// One namespace's watch of a kind; dropping it stops the watch.
+struct NamespaceStore {
     store: Store<DynamicObject>,
+    watch: tokio::task::AbortHandle,
+    /// Since when the namespace has held no WorkloadSpread.
+    unused_since: Option<std::time::Instant>,
+}
+
+impl Drop for NamespaceStore {
+    fn drop(&mut self) {
+        self.watch.abort();
+    }
+}
+
+impl NamespaceStores {
+    fn store(&self, namespace: &str) -> Option<Store<DynamicObject>> {
+        self.stores
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(namespace)
+            .map(|n| n.store.clone())
+    }
+}
+
+/// The store that answers reads of `namespace` (`None`: read live).
+fn store_for(r: &Reflected, namespace: Option<&str>) -> Option<Store<DynamicObject>> {
+    let store = match (&r.cache, namespace) {
+        (Cache::Cluster(s), _) => s.clone(),
+        (Cache::PerNamespace(m), Some(ns)) => m.store(ns)?,
+        (Cache::PerNamespace(_), None) => return None,
+    };
+    synced(&store).then_some(store)
+}
+
+fn synced(store: &Store<DynamicObject>) -> bool {
+    futures::FutureExt::now_or_never(store.wait_until_ready()).is_some_and(|r| r.is_ok())
 }
 
 type KindKey = (String, String);
@@ -77,6 +136,7 @@ impl KubeCapabilities {
         allow: AllowList,
         committer: Option<Arc<Committer>>,
         metrics: Arc<Metrics>,
+        namespace_grace: Duration,
     ) -> anyhow::Result<Arc<Self>> {
         let caps = Arc::new(KubeCapabilities {
             client,
@@ -97,6 +157,7 @@ impl KubeCapabilities {
         if !caps.lock_unserved().is_empty() {
             tokio::spawn(rediscover(Arc::downgrade(&caps)));
         }
+        tokio::spawn(follow_namespaces(Arc::downgrade(&caps), namespace_grace));
         Ok(caps)
     }
 
@@ -121,16 +182,23 @@ impl KubeCapabilities {
                     return false;
                 }
             };
-        let store = spawn_reflector(self.client.clone(), resource.clone());
         let is_workloadspread = api_version == workloadspread_core::api::v1beta1::API_VERSION
             && kind == workloadspread_core::api::KIND;
-        if let (true, Some(c)) = (is_workloadspread, &self.committer) {
-            c.use_reflector(store.clone());
-        }
+        let namespaced = caps.scope == Scope::Namespaced;
+        let cache = if is_workloadspread || !namespaced {
+            let api = Api::all_with(self.client.clone(), &resource);
+            let (store, _) = spawn_reflector(api, resource.clone());
+            if let (true, Some(c)) = (is_workloadspread, &self.committer) {
+                c.use_reflector(store.clone());
+            }
+            Cache::Cluster(store)
+        } else {
+            Cache::PerNamespace(Arc::default())
+        };
         let reflected = Reflected {
             resource,
-            namespaced: caps.scope == Scope::Namespaced,
-            store,
+            namespaced,
+            cache,
         };
         self.write_reflected()
             .insert((api_version.to_string(), kind.to_string()), reflected);
@@ -176,9 +244,9 @@ impl KubeCapabilities {
     pub fn has_workloadspread(&self, namespace: &str) -> Option<bool> {
         use workloadspread_core::api::{v1beta1, KIND};
         let r = self.reflected(v1beta1::API_VERSION, KIND)?;
-        futures::FutureExt::now_or_never(r.store.wait_until_ready())?.ok()?;
+        let store = store_for(&r, None)?;
         Some(
-            r.store
+            store
                 .state()
                 .iter()
                 .any(|o| o.namespace().as_deref() == Some(namespace)),
@@ -201,13 +269,11 @@ impl KubeCapabilities {
                 REDISCOVER_MAX.as_secs()
             ));
         }
+        // Namespace watches are not waited for: their reads are made live meanwhile.
         let syncing: Vec<String> = self
             .read_reflected()
             .iter()
-            .filter(|(_, r)| {
-                futures::FutureExt::now_or_never(r.store.wait_until_ready())
-                    .is_none_or(|r| r.is_err())
-            })
+            .filter(|(_, r)| matches!(&r.cache, Cache::Cluster(s) if !synced(s)))
             .map(|((_, k), _)| k.clone())
             .collect();
         (!syncing.is_empty()).then(|| format!("caches are syncing: {}", syncing.join(", ")))
@@ -249,7 +315,26 @@ impl KubeCapabilities {
                     ..
                 },
                 Some(r),
-            ) => list(r, namespace.as_deref(), label_selector.as_deref(), &mask)?,
+            ) => match store_for(r, namespace.as_deref()) {
+                Some(store) => list(
+                    &store,
+                    &r.resource,
+                    namespace.as_deref(),
+                    label_selector.as_deref(),
+                    &mask,
+                )?,
+                None => masked_list(
+                    self.live_list(
+                        &Discovered {
+                            resource: r.resource.clone(),
+                            namespaced: r.namespaced,
+                        },
+                        namespace.as_deref(),
+                        label_selector.as_deref(),
+                    )?,
+                    &mask,
+                ),
+            },
             (
                 KubeRead::Get {
                     namespace, name, ..
@@ -284,7 +369,7 @@ impl KubeCapabilities {
         if let (true, Some(ns)) = (r.namespaced, namespace) {
             key = key.within(ns);
         }
-        if let Some(o) = r.store.get(&key) {
+        if let Some(o) = store_for(r, namespace).and_then(|s| s.get(&key)) {
             return Ok(with_type(&o, &r.resource));
         }
         // The watch may lag behind an object created just now: ask the API server.
@@ -467,15 +552,98 @@ async fn rediscover(caps: Weak<KubeCapabilities>) {
     }
 }
 
+/// How often the namespace watches are matched to the namespaces holding WorkloadSpreads.
+const FOLLOW_EVERY: Duration = Duration::from_millis(500);
+
+/// Keeps one watch per (namespaced kind, namespace holding a WorkloadSpread); stops a
+/// namespace's watches `grace` after its last WorkloadSpread went (a WorkloadSpread
+/// deleted and created again keeps them). Ends when the capabilities are dropped.
+async fn follow_namespaces(caps: Weak<KubeCapabilities>, grace: Duration) {
+    loop {
+        tokio::time::sleep(FOLLOW_EVERY).await;
+        let Some(caps) = caps.upgrade() else {
+            return;
+        };
+        if let Some(wanted) = caps.workloadspread_namespaces() {
+            caps.follow(&wanted, grace);
+        }
+    }
+}
+
+impl KubeCapabilities {
+    /// Namespaces holding a WorkloadSpread; `None` until its cache is synced.
+    fn workloadspread_namespaces(&self) -> Option<BTreeSet<String>> {
+        use workloadspread_core::api::{v1beta1, KIND};
+        let store = store_for(&self.reflected(v1beta1::API_VERSION, KIND)?, None)?;
+        Some(store.state().iter().filter_map(|o| o.namespace()).collect())
+    }
+
+    fn follow(&self, wanted: &BTreeSet<String>, grace: Duration) {
+        let per_namespace: Vec<(ApiResource, Arc<NamespaceStores>)> = self
+            .read_reflected()
+            .values()
+            .filter_map(|r| match &r.cache {
+                Cache::PerNamespace(m) => Some((r.resource.clone(), m.clone())),
+                Cache::Cluster(_) => None,
+            })
+            .collect();
+        for (resource, stores) in per_namespace {
+            let mut stores = stores.stores.write().unwrap_or_else(|p| p.into_inner());
+            for ns in wanted {
+                let entry = stores.entry(ns.clone()).or_insert_with(|| {
+                    let api = Api::namespaced_with(self.client.clone(), ns, &resource);
+                    let (store, watch) = spawn_reflector(api, resource.clone());
+                    tracing::debug!(kind = %resource.kind, namespace = %ns, "watching");
+                    NamespaceStore {
+                        store,
+                        watch,
+                        unused_since: None,
+                    }
+                });
+                entry.unused_since = None;
+            }
+            let now = std::time::Instant::now();
+            stores.retain(|ns, n| {
+                if wanted.contains(ns) {
+                    return true;
+                }
+                let since = *n.unused_since.get_or_insert(now);
+                let keep = now.duration_since(since) < grace;
+                if !keep {
+                    tracing::debug!(kind = %resource.kind, namespace = %ns, "no WorkloadSpread left: watch stopped");
+                    self.metrics.cached_objects.remove(&CacheLabels {
+                        kind: resource.kind.clone(),
+                        namespace: ns.clone(),
+                    });
+                }
+                keep
+            });
+            for (ns, n) in stores.iter() {
+                let labels = CacheLabels {
+                    kind: resource.kind.clone(),
+                    namespace: ns.clone(),
+                };
+                let objects = i64::try_from(n.store.state().len()).unwrap_or(i64::MAX);
+                self.metrics
+                    .cached_objects
+                    .get_or_create(&labels)
+                    .set(objects);
+            }
+        }
+    }
+}
+
 fn gvk(api_version: &str, kind: &str) -> GroupVersionKind {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     GroupVersionKind::gvk(group, version, kind)
 }
 
-fn spawn_reflector(client: Client, resource: ApiResource) -> Store<DynamicObject> {
+fn spawn_reflector(
+    api: Api<DynamicObject>,
+    resource: ApiResource,
+) -> (Store<DynamicObject>, tokio::task::AbortHandle) {
     let writer = reflector::store::Writer::new(resource.clone());
     let store = writer.as_reader();
-    let api: Api<DynamicObject> = Api::all_with(client, &resource);
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
         // Nobody reads managedFields; on big clusters they are most of the memory.
@@ -483,7 +651,7 @@ fn spawn_reflector(client: Client, resource: ApiResource) -> Store<DynamicObject
         .reflect(writer)
         .applied_objects();
     let kind = resource.kind.clone();
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
             if let Err(e) = event {
@@ -491,18 +659,18 @@ fn spawn_reflector(client: Client, resource: ApiResource) -> Store<DynamicObject
             }
         }
     });
-    store
+    (store, task.abort_handle())
 }
 
 fn list(
-    r: &Reflected,
+    store: &Store<DynamicObject>,
+    resource: &ApiResource,
     namespace: Option<&str>,
     selector: Option<&str>,
     mask: &Mask,
 ) -> Result<Value, String> {
     let selector = crate::state::parse_selector(selector)?;
-    let items: Vec<Value> = r
-        .store
+    let items: Vec<Value> = store
         .state()
         .iter()
         .filter(|o| namespace.is_none_or(|ns| o.namespace().as_deref() == Some(ns)))
@@ -512,9 +680,9 @@ fn list(
                 s.matches(&labels)
             })
         })
-        .map(|o| masked(o, &r.resource, mask))
+        .map(|o| masked(o, resource, mask))
         .collect();
-    let (api_version, kind) = (&r.resource.api_version, &r.resource.kind);
+    let (api_version, kind) = (&resource.api_version, &resource.kind);
     Ok(
         json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}, "items": items}),
     )

@@ -52,6 +52,13 @@ pub struct CounterLabels {
 }
 
 /// A kind the policy reads.
+/// A namespace's cache of a kind (namespaces holding a WorkloadSpread only).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabels {
+    pub kind: String,
+    pub namespace: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub api_version: String,
@@ -80,6 +87,8 @@ pub struct Metrics {
     pub abandoned: Counter,
     /// Pod requests answered without the guest: no WorkloadSpread in their namespace.
     pub unrelated: Counter,
+    /// Objects cached per kind and namespace (namespaces holding a WorkloadSpread).
+    pub cached_objects: Family<CacheLabels, Gauge>,
 }
 
 impl Metrics {
@@ -96,6 +105,12 @@ impl Metrics {
         let kind_not_served = Family::<KindLabels, Gauge>::default();
         let abandoned = Counter::default();
         let unrelated = Counter::default();
+        let cached_objects = Family::<CacheLabels, Gauge>::default();
+        registry.register(
+            "cached_objects",
+            "Objects cached per kind and namespace: only namespaces holding a WorkloadSpread are watched",
+            cached_objects.clone(),
+        );
         registry.register(
             "unrelated_pod_requests",
             "Pod admission requests answered without the policy: no WorkloadSpread in their namespace",
@@ -144,6 +159,7 @@ impl Metrics {
         Metrics {
             registry,
             unrelated,
+            cached_objects,
             evaluations,
             latency,
             counter_ops,
