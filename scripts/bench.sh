@@ -31,7 +31,7 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 phase "evaluation latency"
 exact=$(eval_bench pod-create.json)
 best=$(eval_bench pod-create.json --no-counter)
-validate=$(eval_bench workloadspread-create-valid.json)
+validate=$(eval_bench workloadspread-create-valid-v1beta1.json)
 pooled=$(eval_bench pod-create.json --pool-instances 4)
 row() { jq -r --arg n "$1" '"| \($n) | \(.wasm.p50_us|floor) µs | \(.wasm.p99_us|floor) µs | \(.native.p50_us|floor) µs | \(.native.p99_us|floor) µs | \(.p50_ratio*100|floor/100) |"' <<<"$2"; }
 worst_ratio=$(jq -s 'map(.p50_ratio) | max * 100 | floor / 100' <<<"$exact $best $validate")
