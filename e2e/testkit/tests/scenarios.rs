@@ -62,8 +62,16 @@ async fn create_ws(stack: &Stack, spec: Value) -> Result<Api<DynamicObject>> {
         Api::namespaced_with(stack.ns.client(), stack.ns.name(), &ws_resource());
     let ws: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
-        "metadata": {"name": "web"}, "spec": spec}))?;
+        "metadata": {"name": "web"}, "spec": spec.clone()}))?;
     api.create(&PostParams::default(), &ws).await?;
+    // Pods created before the webhook's cache holds the WorkloadSpread are admitted
+    // unspread (its watch lags the API server by milliseconds): wait for it.
+    if let Some(target) = spec.get("targetRef") {
+        stack
+            .host
+            .wait_sees_workloadspread(stack.ns.name(), "web", target)
+            .await?;
+    }
     Ok(api)
 }
 
