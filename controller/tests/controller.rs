@@ -406,23 +406,7 @@ async fn rescheduling_through_three_subsets_reaches_the_last_one() -> Result<()>
 async fn a_paused_leader_is_replaced_and_never_writes_again() -> Result<()> {
     let ns = setup("ctl-leader").await?;
     let lease = unique_name("lease");
-    let args = |identity: &str| -> Vec<String> {
-        [
-            "--leader-elect",
-            "--lease-namespace",
-            ns.name(),
-            "--lease-name",
-            &lease,
-            "--identity",
-            identity,
-            "--lease-duration-seconds",
-            "6",
-            "--namespace",
-            ns.name(),
-        ]
-        .map(str::to_string)
-        .to_vec()
-    };
+    let args = |identity: &str| leader_args(ns.name(), &lease, identity);
     let kubeconfig = cluster()?.kubeconfig();
     let mut a = ControllerProcess::spawn(controller_bin(), kubeconfig, &args("a"), "debug")?;
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> = ns.api();
@@ -518,6 +502,25 @@ async fn a_paused_leader_is_replaced_and_never_writes_again() -> Result<()> {
     Ok(())
 }
 
+/// A replica `identity` electing on Lease `lease` (6 s) and reconciling only `namespace`.
+fn leader_args(namespace: &str, lease: &str, identity: &str) -> Vec<String> {
+    [
+        "--leader-elect",
+        "--lease-namespace",
+        namespace,
+        "--lease-name",
+        lease,
+        "--identity",
+        identity,
+        "--lease-duration-seconds",
+        "6",
+        "--namespace",
+        namespace,
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
 /// Issue #17 (9), the network side: the leader's connection to the API server hangs (a
 /// partition: bytes swallowed, socket open). It must stop acting at its renew deadline,
 /// before the standby may take the Lease (a whole lease duration after it last saw it
@@ -528,22 +531,7 @@ async fn a_partitioned_leader_stops_before_the_standby_leads() -> Result<()> {
     use workloadspread_testkit::faults::{api_server_addr, fault_proxy, kubeconfig_via, Faults};
     let ns = setup("ctl-partition").await?;
     let lease = unique_name("lease");
-    let args = |identity: &str| -> Vec<String> {
-        let flags = [
-            "--leader-elect",
-            "--lease-namespace",
-            ns.name(),
-            "--lease-name",
-            &lease,
-            "--identity",
-            identity,
-            "--lease-duration-seconds",
-            "6",
-            "--namespace",
-            ns.name(),
-        ];
-        flags.map(str::to_string).to_vec()
-    };
+    let args = |identity: &str| leader_args(ns.name(), &lease, identity);
     let kubeconfig = cluster()?.kubeconfig();
     let faults = Faults {
         delay: Duration::ZERO,

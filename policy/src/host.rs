@@ -93,6 +93,28 @@ impl CallHost<'_> {
         let answer = (self.0)(binding, namespace, operation, &bytes).map_err(err)?;
         serde_json::from_slice(&answer).map_err(|e| err(format!("invalid answer: {e}")))
     }
+    /// `kubernetes/list_resources_by_namespace` with `payload`; the List's items, moved
+    /// out of the answer (with thousands of pods a copy is a large part of the cost).
+    fn list_by_namespace(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        payload: &Value,
+    ) -> Result<Vec<Value>, HostError> {
+        let what = format!("list {api_version} {kind} in {namespace}");
+        let mut list = self.call(
+            "kubewarden",
+            "kubernetes",
+            "list_resources_by_namespace",
+            payload,
+            &what,
+        )?;
+        match list.get_mut("items").map(Value::take) {
+            Some(Value::Array(items)) => Ok(items),
+            _ => Ok(vec![]),
+        }
+    }
 }
 
 impl Host for CallHost<'_> {
@@ -125,15 +147,7 @@ impl Host for CallHost<'_> {
         let payload = serde_json::json!({
             "api_version": api_version, "kind": kind, "namespace": namespace, "label_selector": label_selector,
         });
-        let what = format!("list {api_version} {kind} in {namespace}");
-        let list = self.call(
-            "kubewarden",
-            "kubernetes",
-            "list_resources_by_namespace",
-            &payload,
-            &what,
-        )?;
-        Ok(list["items"].as_array().cloned().unwrap_or_default())
+        self.list_by_namespace(api_version, kind, namespace, &payload)
     }
 
     fn list_fields(
@@ -150,15 +164,7 @@ impl Host for CallHost<'_> {
             "api_version": api_version, "kind": kind, "namespace": namespace,
             "label_selector": null, "field_masks": masks,
         });
-        let what = format!("list {api_version} {kind} in {namespace}");
-        let list = self.call(
-            "kubewarden",
-            "kubernetes",
-            "list_resources_by_namespace",
-            &payload,
-            &what,
-        )?;
-        Ok(list["items"].as_array().cloned().unwrap_or_default())
+        self.list_by_namespace(api_version, kind, namespace, &payload)
     }
 
     fn counter(&self, operation: &str, payload: &Value) -> Result<Value, HostError> {
