@@ -77,7 +77,9 @@ pub fn evaluate(
         req.sub_resource.as_str(),
         req.operation.as_str(),
     ) {
-        _ if req.dry_run => Outcome::accept(),
+        // A dry run must not claim or release a slot; a WorkloadSpread is still validated
+        // (`kubectl apply --dry-run=server` must show the errors, as OpenKruise's does).
+        ("Pod", _, _) | ("Eviction", _, _) if req.dry_run => Outcome::accept(),
         ("Pod", "", "CREATE") => pods::create(&ctx, &req.object, &req.namespace),
         ("Pod", "", "DELETE") => pods::release(&ctx, &req.old_object),
         ("Eviction", "eviction", "CREATE") => {

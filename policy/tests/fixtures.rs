@@ -379,6 +379,22 @@ fn workloadspread_validation() {
     }
 }
 
+/// `kubectl apply --dry-run=server` of an invalid WorkloadSpread shows the errors (a dry
+/// run skips only the pod paths, which would claim or release a slot).
+#[test]
+fn a_dry_run_workloadspread_is_validated() {
+    let cluster = FakeCluster::load(true);
+    let mut req = request("workloadspread-create-invalid.json");
+    req.dry_run = true;
+    match evaluate(&Settings::default(), &req, &cluster, now()) {
+        Outcome::Reject { message, code } => {
+            assert_eq!(code, 400);
+            assert!(message.contains("duplicated subset name a"), "{message}");
+        }
+        other => panic!("a dry run of an invalid WorkloadSpread must be refused: {other:?}"),
+    }
+}
+
 /// A host of counter protocol 1 ignores `rules`: under the planned rules `auto` decides
 /// best-effort instead and `exact` refuses with what to do; under the reference's rules
 /// the old host is used.

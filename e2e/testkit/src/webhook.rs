@@ -9,7 +9,9 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 use std::net::{SocketAddr, TcpListener as StdListener};
@@ -284,13 +286,48 @@ impl WebhookConfigs {
         })
     }
 
-    /// Routes namespace `ns` through these webhooks.
+    /// Routes namespace `ns` through these webhooks and waits until the API server
+    /// does: its webhook and namespace caches lag the writes, so a request sent at
+    /// once can bypass the webhook (seen in CI: an invalid WorkloadSpread admitted).
+    /// The proof is a dry-run create of an invalid WorkloadSpread refused by our
+    /// validating webhook; the WorkloadSpread CRD must be installed.
     pub async fn enroll(&self, ns: &str) -> Result<()> {
         let patch = json!({"metadata": {"labels": {"workloadspread.test/webhook": self.name}}});
         Api::<Namespace>::all(self.client.clone())
             .patch(ns, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
-        Ok(())
+        self.wait_until_enforced(ns).await
+    }
+
+    async fn wait_until_enforced(&self, ns: &str) -> Result<()> {
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apps.kruise.io", "v1beta1", "WorkloadSpread"),
+            "workloadspreads",
+        );
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &resource);
+        let probe: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+            "metadata": {"name": "enrollment-probe"},
+            "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "probe"},
+                "subsets": [{"name": "a", "maxReplicas": "1.5"}]}
+        }))?;
+        let dry_run = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        let webhook = "validate.workloadspread.test";
+        crate::wait_for(
+            &format!("the API server to route namespace {ns} through webhook {webhook}"),
+            Duration::from_secs(30),
+            || async {
+                match api.create(&dry_run, &probe).await {
+                    Err(e) if e.to_string().contains(webhook) => Ok(Some(())),
+                    Err(e) => Err(e.into()),
+                    Ok(_) => Ok(None),
+                }
+            },
+        )
+        .await
     }
 
     /// Whether both configurations carry a CA bundle.
