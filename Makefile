@@ -15,7 +15,7 @@ POLICY_WASM := policy/policy.wasm
 
 .PHONY: all build policy annotated-policy fmt fmt-check lint unit integration kwctl-suite test test-integration \
         cluster-up cluster-down cluster-status demo bench clean playground playground-serve \
-        playground-test fuzz
+        playground-test fuzz images push-images image-test
 
 all: build policy
 
@@ -63,6 +63,37 @@ kwctl-suite: annotated-policy
 	@if command -v kwctl >/dev/null; then KWCTL=kwctl bats e2e/policy.bats; \
 	else echo "kwctl-suite: no kwctl installed here; ran against workloadspread-host run"; fi
 
+# The crates' version: image tags and the chart's appVersion follow it.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n 1)
+IMAGES_DIR ?= dist/images
+## OCI image layouts of the host (with the annotated policy module) and the controller, built
+## from the release binaries and Debian packages without a container engine (reproducible).
+images: annotated-policy
+	$(CARGO) build --release --locked -p workloadspread-host -p workloadspread-controller
+	python3 scripts/build_image.py --name workloadspread-host --version $(VERSION) \
+	  --binary $(TARGET_DIR)/release/workloadspread-host \
+	  --file policy/annotated-policy.wasm:/policy/policy.wasm \
+	  --description "WorkloadSpread admission host (webhook, exact counters)" --out $(IMAGES_DIR)/host
+	python3 scripts/build_image.py --name workloadspread-controller --version $(VERSION) \
+	  --binary $(TARGET_DIR)/release/workloadspread-controller \
+	  --description "WorkloadSpread controller (status, deletion costs, rescheduling)" \
+	  --out $(IMAGES_DIR)/controller
+
+## Pushes both images as REGISTRY/host:VERSION and REGISTRY/controller:VERSION
+## (e.g. REGISTRY=ghcr.io/workloadspread, the chart's default; SKOPEO_FLAGS=--dest-tls-verify=false
+## for a plain-http registry).
+REGISTRY ?=
+SKOPEO_FLAGS ?=
+push-images: images
+	@[ -n "$(REGISTRY)" ] || { echo "push-images: set REGISTRY=host[:port][/path], e.g. REGISTRY=127.0.0.1:5000/workloadspread" >&2; exit 2; }
+	for image in host controller; do \
+	  skopeo copy $(SKOPEO_FLAGS) oci:$(IMAGES_DIR)/$$image:$(VERSION) docker://$(REGISTRY)/$$image:$(VERSION); \
+	done
+
+## The image builder's own tests (layout, reproducibility, runs as non-root, skopeo reads it).
+image-test:
+	python3 scripts/test_build_image.py
+
 ## The browser planner (core via wasm-bindgen) into playground/dist.
 playground:
 	scripts/build-playground.sh
@@ -85,7 +116,7 @@ FUZZ_SECONDS ?= 20
 fuzz:
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
-test: fmt-check lint unit integration playground-test fuzz
+test: fmt-check lint unit image-test integration playground-test fuzz
 	@echo "make test: all checks passed"
 
 cluster-up:

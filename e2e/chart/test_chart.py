@@ -117,6 +117,29 @@ def check_webhooks(name, docs, values):
         fail(f"{name}: no PodDisruptionBudget for the host")
 
 
+def crates_version():
+    with open(os.path.join(ROOT, "Cargo.toml")) as f:
+        for line in f:
+            if line.startswith("version = "):
+                return line.split('"')[1]
+    fail("no workspace version in Cargo.toml")
+
+
+def check_versions():
+    """Images are tagged with the crates' version (make images); the chart's appVersion is
+    the default tag, so the three must agree."""
+    version = crates_version()
+    chart = helm_python.Chart.load(CHART)
+    app_version = chart.metadata["appVersion"]
+    if app_version != version:
+        fail(f"Chart.yaml appVersion {app_version!r} != crates' version {version!r}")
+    for d in by_kind(render({"mode": "bundled"}), "Deployment"):
+        image = d["spec"]["template"]["spec"]["containers"][0]["image"]
+        if not image.endswith(f":{version}"):
+            fail(f"{d['metadata']['name']}: default image {image} is not tagged {version}")
+    print(f"versions: crates, appVersion and default image tags are {version}")
+
+
 def lint():
     result = helm_python.lint(CHART)
     problems = [m for m in result["messages"] if m["severity"] >= 2] + result.get("errors", [])
@@ -129,6 +152,7 @@ def lint():
         check_webhooks(name, docs, values)
         kinds = sorted({d["kind"] for d in docs})
         print(f"render {name}: {len(docs)} objects ({', '.join(kinds)})")
+    check_versions()
     custom = render(VARIANTS["custom-workloads"])
     role = [d for d in by_kind(custom, "ClusterRole") if d["metadata"]["name"] == "ws-controller"][0]
     if not any("example.io" in r["apiGroups"] for r in role["rules"]):
