@@ -15,7 +15,7 @@ POLICY_WASM := policy/policy.wasm
 
 .PHONY: all build policy annotated-policy fmt fmt-check lint unit integration kwctl-suite test test-integration \
         cluster-up cluster-down cluster-status demo bench clean playground playground-serve \
-        playground-test fuzz images push-images image-test
+        playground-test fuzz images push-images image-test release chart-e2e
 
 all: build policy
 
@@ -89,6 +89,20 @@ push-images: images
 	for image in host controller; do \
 	  skopeo copy $(SKOPEO_FLAGS) oci:$(IMAGES_DIR)/$$image:$(VERSION) docker://$(REGISTRY)/$$image:$(VERSION); \
 	done
+
+## Everything a release publishes into dist/release (policy module, image archives, packaged
+## chart, metadata, SHA256SUMS); REGISTRY=... also pushes images and policy (PLAIN_HTTP=1).
+release: images
+	bash scripts/release.sh
+
+## The chart installed for real: a cluster with a real kubelet node and a loopback registry
+## (own state dir, stopped afterwards), the released images pushed, helm install/upgrade/uninstall.
+CHART_CLUSTER_DIR ?= $(or $(TMPDIR),/tmp)/workloadspread-chart-cluster
+chart-e2e: release
+	@export WS_REAL_NODE=1 WS_CLUSTER_DIR="$(CHART_CLUSTER_DIR)"; \
+	env="$$(bash $(CLUSTER) up)" || exit 1; eval "$$env"; \
+	trap 'bash $(CLUSTER) down' EXIT; \
+	python3 e2e/chart/test_install.py
 
 ## The image builder's own tests (layout, reproducibility, runs as non-root, skopeo reads it).
 image-test:

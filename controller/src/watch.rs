@@ -38,10 +38,16 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let client = client(args.kubeconfig.as_ref()).await?;
     let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
+    // A standby replica is ready (healthy, waiting for the Lease): otherwise a Deployment of
+    // two replicas never becomes available and `helm install --wait` never returns.
+    let leading = Arc::new(AtomicBool::new(!args.leader_elect));
     tokio::spawn(serve_metrics(
         args.metrics_listen,
         metrics.clone(),
-        ready.clone(),
+        Readiness {
+            leading: leading.clone(),
+            synced: ready.clone(),
+        },
     ));
     let elector = args.leader_elect.then(|| {
         let timing = Timing::from_duration(Duration::from_secs(args.lease_duration_seconds));
@@ -58,6 +64,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         Some(e) => {
             tracing::info!(identity = %args.identity, lease = %args.lease_name, "waiting for leadership");
             wait_for_leadership(e).await;
+            leading.store(true, Ordering::Relaxed);
             tracing::info!("leading");
             let leadership = Arc::new(Leadership::elected(e.timing().renew_deadline));
             tokio::spawn(keep_leading(e.clone(), leadership.clone(), lost_tx));
@@ -328,23 +335,35 @@ fn pod_trigger(pod: &Pod, resource: &ApiResource) -> Option<ObjectRef<DynamicObj
     Some(ObjectRef::new_with(&matched.name, resource.clone()).within(&ns))
 }
 
-async fn serve_metrics(addr: std::net::SocketAddr, metrics: Arc<Metrics>, ready: Arc<AtomicBool>) {
+/// What `/readyz` answers: a standby is ready; a leader once its caches are synced.
+#[derive(Clone)]
+struct Readiness {
+    leading: Arc<AtomicBool>,
+    synced: Arc<AtomicBool>,
+}
+
+impl Readiness {
+    fn answer(&self) -> (axum::http::StatusCode, &'static str) {
+        use axum::http::StatusCode;
+        match (
+            self.leading.load(Ordering::Relaxed),
+            self.synced.load(Ordering::Relaxed),
+        ) {
+            (false, _) => (StatusCode::OK, "standby: waiting for leadership"),
+            (true, true) => (StatusCode::OK, "ok"),
+            (true, false) => (StatusCode::SERVICE_UNAVAILABLE, "caches are syncing"),
+        }
+    }
+}
+
+async fn serve_metrics(addr: std::net::SocketAddr, metrics: Arc<Metrics>, readiness: Readiness) {
     let app = axum::Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route(
             "/readyz",
             get(move || {
-                let ready = ready.clone();
-                async move {
-                    if ready.load(Ordering::Relaxed) {
-                        (axum::http::StatusCode::OK, "ok")
-                    } else {
-                        (
-                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                            "caches are syncing",
-                        )
-                    }
-                }
+                let readiness = readiness.clone();
+                async move { readiness.answer() }
             }),
         )
         .route(

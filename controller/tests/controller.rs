@@ -419,6 +419,12 @@ async fn a_paused_leader_is_replaced_and_never_writes_again() -> Result<()> {
     })
     .await?;
     let b = ControllerProcess::spawn(controller_bin(), kubeconfig, &args("b"), "debug")?;
+    // A standby passes its readiness probe (else two replicas never become available).
+    let standby = wait_for("b ready as a standby", Duration::from_secs(30), || async {
+        Ok(Some(b.readiness().await?).filter(|(ok, _)| *ok))
+    })
+    .await?;
+    ensure!(standby.1.starts_with("standby"), "b's /readyz: {standby:?}");
     let ws_api = create_ws(
         &ns,
         json!({"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},

@@ -417,8 +417,8 @@ impl ControllerProcess {
         bail!("controller not ready after 60 s: {}", c.log_text())
     }
 
-    /// Starts the process without waiting for it (a standby replica is not ready until
-    /// it leads); `log_level` is its RUST_LOG.
+    /// Starts the process without waiting for it (a standby replica answers `/readyz`
+    /// with 200 "standby: …", not "ok", until it leads); `log_level` is its RUST_LOG.
     pub fn spawn(bin: &Path, kubeconfig: &Path, args: &[String], log_level: &str) -> Result<Self> {
         let port = free_port()?;
         let log = std::env::temp_dir().join(format!("{}.log", crate::unique_name("controller")));
@@ -465,6 +465,18 @@ impl ControllerProcess {
     /// Sum of metric `name` in `/metrics`.
     pub async fn metric(&self, name: &str) -> Result<f64> {
         Ok(sum_metric(&self.get("/metrics").await?, name))
+    }
+
+    /// `/readyz` as a kubelet probe sees it: whether the status is 2xx, and the body.
+    pub async fn readiness(&self) -> Result<(bool, String)> {
+        let out = tokio::process::Command::new("curl")
+            .args(["-sS", "--max-time", "5", "-w", "\n%{http_code}"])
+            .arg(format!("http://127.0.0.1:{}/readyz", self.port))
+            .output()
+            .await?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').context("curl printed no status")?;
+        Ok((code.starts_with('2'), body.to_string()))
     }
 
     /// Sends SIGKILL.
