@@ -100,7 +100,10 @@ $(grep '^\* Unrelated' <<<"$admission" | sed 's/(goal ≤ +1 ms: \(.*\));/(goal 
 
 \`workloadspread-host bench\`: the module in wasmtime with a fresh instance per
 evaluation (as \`serve\` does) vs the same policy crate compiled natively, both
-answering host calls from the same in-memory cluster state. Goal: wasm ≤ 1.5× native.
+answering host calls from the same in-memory cluster state and doing the same work around
+the policy: the request encoded into the waPC payload, \`validate\` on those bytes, the
+answer decoded and the JSON patch computed (\`run::evaluate_with\`); before timing, both
+sides' answers to the request are checked equal. Goal: wasm ≤ 1.5× native.
 
 | request | wasm p50 | wasm p99 | native p50 | native p99 | ratio (p50) |
 |---|---|---|---|---|---|
@@ -110,8 +113,8 @@ $(row "WorkloadSpread validation" "$validate")
 $(row "pod create, exact, pooling allocator (\`--pool-instances 4\`)" "$pooled")
 
 Where the difference comes from: per-evaluation work that native code does not do —
-instantiating a fresh instance (WASI context, linear memory), copying the request in,
-JSON encode/decode on both sides of every host call. The decision logic is the same
+instantiating a fresh instance (WASI context, linear memory), copying the payload across
+the boundary, JSON encode/decode on both sides of every host call. The decision logic is the same
 code. The last row runs the same pod create with the pooling allocator
 (\`serve --pool-instances\`, off by default), which pre-reserves instance slots. The
 remaining lever is reusing an instance per worker for trusted modules (Kubewarden also

@@ -5,6 +5,7 @@
 
 use crate::capabilities::{AllowList, Capabilities};
 use crate::engine::PolicyEngine;
+use crate::run::AdmissionResponse;
 use crate::state::ClusterState;
 use serde_json::Value;
 use std::sync::Arc;
@@ -97,22 +98,47 @@ pub fn wasm(input: &BenchInput<'_>) -> Summary {
     Summary::of(samples)
 }
 
-/// The same policy code compiled natively, with the same host capabilities.
-pub fn native(input: &BenchInput<'_>) -> anyhow::Result<Summary> {
-    let settings: workloadspread_policy::Settings = serde_json::from_value(input.settings.clone())?;
-    let request: kubewarden_policy_sdk::request::KubernetesAdmissionRequest =
-        serde_json::from_value(input.request.clone())?;
+/// The same policy code compiled natively, doing the same work around it: the payload
+/// encoded, `validate` on the bytes, the answer decoded and the patch computed, with the
+/// same host capabilities. Only instantiation and the guest/host boundary differ.
+pub fn native(input: &BenchInput<'_>) -> Summary {
     let shared = shared_state(input);
     let mut samples = Vec::with_capacity(input.iterations);
     for _ in 0..input.iterations {
         let state = state_for(input, &shared);
-        let call = |b: &str, n: &str, o: &str, p: &[u8]| state.call(b, n, o, p);
-        let host = CallHost(&call);
         let started = Instant::now();
-        let _ = workloadspread_policy::evaluate(&settings, &request, &host, crate::now());
+        let _ = native_evaluate(input, state.clone());
         samples.push(started.elapsed());
+        drop(state);
     }
-    Ok(Summary::of(samples))
+    Summary::of(samples)
+}
+
+fn native_evaluate(input: &BenchInput<'_>, state: Arc<ClusterState>) -> AdmissionResponse {
+    let call = |b: &str, n: &str, o: &str, p: &[u8]| state.call(b, n, o, p);
+    let host = CallHost(&call);
+    crate::run::evaluate_with(input.request, input.settings, |bytes| {
+        workloadspread_policy::validate_payload(bytes, &host, crate::now())
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// Both sides answer alike (else their timings compare different work): one evaluation
+/// each, on fresh states, and the answers compared.
+pub fn same_answers(input: &BenchInput<'_>) -> anyhow::Result<()> {
+    let wasm = crate::run::evaluate(
+        input.engine,
+        input.request,
+        input.settings,
+        fresh_state(input),
+    );
+    let native = native_evaluate(input, fresh_state(input));
+    let (wasm, native) = (serde_json::to_value(wasm)?, serde_json::to_value(native)?);
+    anyhow::ensure!(
+        wasm == native,
+        "the module and the native build answer differently:\nwasm:   {wasm}\nnative: {native}"
+    );
+    Ok(())
 }
 
 #[cfg(test)]

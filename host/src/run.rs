@@ -73,15 +73,26 @@ pub fn evaluate(
     settings: &Value,
     caps: Arc<dyn Capabilities>,
 ) -> AdmissionResponse {
+    evaluate_with(request, settings, |bytes| {
+        engine
+            .call("validate", bytes, caps)
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// One evaluation as `serve` makes it around any implementation of the guest's `validate`
+/// (the module, or the policy crate compiled natively): the payload encoded, the answer
+/// decoded, the patch computed.
+pub fn evaluate_with(
+    request: &Value,
+    settings: &Value,
+    validate: impl FnOnce(&[u8]) -> Result<Vec<u8>, String>,
+) -> AdmissionResponse {
     let uid = request["uid"].as_str().unwrap_or_default().to_string();
     let payload = json!({"request": request, "settings": settings});
     let answer = serde_json::to_vec(&payload)
         .map_err(|e| e.to_string())
-        .and_then(|bytes| {
-            engine
-                .call("validate", &bytes, caps)
-                .map_err(|e| e.to_string())
-        })
+        .and_then(|bytes| validate(&bytes))
         .and_then(|bytes| {
             serde_json::from_slice::<Value>(&bytes)
                 .map_err(|e| format!("invalid policy answer: {e}"))

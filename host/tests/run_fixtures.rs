@@ -416,3 +416,42 @@ fn v1alpha1_workloadspreads_in_the_cluster_state_keep_their_node_selectors() -> 
     );
     Ok(())
 }
+
+/// `bench` compares like with like: before timing, the module and the native build
+/// answer every fixture identically (same allowed, patch, status and audit annotations),
+/// with and without the counter.
+#[test]
+fn bench_sides_answer_alike() -> Result<()> {
+    let Some(p) = policy()? else { return Ok(()) };
+    let data = root().join("policy/test_data");
+    for request in [
+        "pod-create.json",
+        "pod-create-generate-name.json",
+        "pod-create-no-owner.json",
+        "pod-delete.json",
+        "pod-eviction.json",
+        "workloadspread-create-invalid.json",
+        "workloadspread-create-valid-v1beta1.json",
+    ] {
+        for extra in [&[][..], &["--no-counter"][..]] {
+            let output = Command::new(env!("CARGO_BIN_EXE_workloadspread-host"))
+                .arg("bench")
+                .arg("--request-path")
+                .arg(data.join("requests").join(request))
+                .arg("--cluster-state")
+                .arg(data.join("cluster.yaml"))
+                .args(["-n", "3", "--json"])
+                .args(extra)
+                .arg(&p)
+                .output()?;
+            ensure!(
+                output.status.success(),
+                "bench {request} {extra:?}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let summary: Value = serde_json::from_slice(&output.stdout)?;
+            ensure!(summary["native"]["iterations"] == 3, "{summary}");
+        }
+    }
+    Ok(())
+}

@@ -33,6 +33,13 @@ pub extern "C" fn wapc_init() {
 
 /// waPC `validate`.
 fn validate(payload: &[u8]) -> CallResult {
+    validate_payload(payload, &wapc_host(), wall_clock())
+}
+
+/// The `validate` operation on its raw payload, with the host and the clock as parameters:
+/// the guest's entry point, and the same bytes-to-bytes work natively (the benchmark's
+/// native side).
+pub fn validate_payload(payload: &[u8], host: &dyn Host, now: Timestamp) -> CallResult {
     let request: ValidationRequest<Settings> = match ValidationRequest::new(payload) {
         Ok(r) => r,
         Err(e) => {
@@ -42,12 +49,7 @@ fn validate(payload: &[u8]) -> CallResult {
             ))
         }
     };
-    respond(evaluate(
-        &request.settings,
-        &request.request,
-        &wapc_host(),
-        wall_clock(),
-    ))
+    respond(evaluate(&request.settings, &request.request, host, now))
 }
 
 /// Current time from WASI's clock (the epoch if the host gives none).
