@@ -530,9 +530,11 @@ claim_node_address() {
   touch "$STATE/real-node"
   # The bridge plugin (isGateway) turns forwarding on; `down` puts the old value back.
   cat /proc/sys/net/ipv4/ip_forward >"$STATE/ip_forward.orig"
-  # Directories others create on first use: the CNI result cache, the kubelet's log links,
-  # containerd 1.6's shim sockets (always under /run/containerd/s, whatever its state dir).
+  # Directories others create on first use: the CNI result cache, the kubelet's log links and
+  # device-plugin socket (/var/lib/kubelet/device-plugins, whatever its root dir), containerd
+  # 1.6's shim sockets (always under /run/containerd/s, whatever its state dir).
   [ -d /var/lib/cni ] || touch "$STATE/var-lib-cni.created"
+  [ -d /var/lib/kubelet ] || touch "$STATE/var-lib-kubelet.created"
   [ -d /run/containerd ] || touch "$STATE/run-containerd.created"
   [ -d /var/log/containers ] || touch "$STATE/var-log-containers.created"
   ip link add "$NODE_LINK" type veth peer name "$NODE_PEER"
@@ -713,10 +715,9 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 EOF
   start kubelet "$STATE/kubelet.log" "$K8S_BIN/kubelet" --config "$STATE/kubelet.yaml" \
-    --kubeconfig "$STATE/kubelet.kubeconfig" --root-dir "$k" --cert-dir "$k/pki" \
+    --kubeconfig "$STATE/kubelet.kubeconfig" --root-dir "$k" \
     --hostname-override "$REAL_NODE_NAME" --node-ip "$NODE_IP" \
     --node-labels topology.kubernetes.io/zone=zone-real,type=real
-  wait_until "kubelet ($REAL_NODE_NAME Ready, not-ready taint lifted)" "$STATE/kubelet.log" real_node_ready
 }
 
 real_node_ready() {
@@ -732,8 +733,10 @@ start_real_node() {
   start_registry
   start_containerd
   import_pause_image
-  start_kube_proxy "$port"
+  # The kubelet first: kube-proxy waits up to 30 s for its node's Node object to exist.
   start_kubelet "$port"
+  start_kube_proxy "$port"
+  wait_until "kubelet ($REAL_NODE_NAME Ready, not-ready taint lifted)" "$STATE/kubelet.log" real_node_ready
   log "real node $REAL_NODE_NAME Ready (pods in $POD_CIDR, registry $(cat "$STATE/registry"))"
 }
 
@@ -784,6 +787,10 @@ teardown_real_node() (
   done
   [ -f "$STATE/var-lib-cni.created" ] && rmdir /var/lib/cni/results /var/lib/cni 2>/dev/null
   [ -f "$STATE/run-containerd.created" ] && rmdir /run/containerd/s /run/containerd 2>/dev/null
+  if [ -f "$STATE/var-lib-kubelet.created" ]; then
+    rm -f /var/lib/kubelet/device-plugins/kubelet.sock
+    rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet 2>/dev/null
+  fi
   if [ -d /var/log/containers ]; then
     find /var/log/containers -maxdepth 1 -lname "$STATE/*" -delete
     [ -f "$STATE/var-log-containers.created" ] && rmdir /var/log/containers 2>/dev/null
