@@ -7,7 +7,9 @@ here="$(cd "$(dirname "$0")" && pwd)"
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 
 APT_PKGS=(rustc-web cargo-web rust-web-src wasi-libc rsync jq make bats openssl curl
-  bsdextrautils chromium docker-registry skopeo)
+  bsdextrautils chromium docker-registry
+  # images (skopeo), the real kubelet node (cluster.sh with WS_REAL_NODE=1) and its smoke test
+  containerd runc containernetworking-plugins busybox-static iptables skopeo)
 # Node.js for the playground's browser test (any packaged node >= 18 will do).
 command -v npm >/dev/null || APT_PKGS+=(nodejs npm)
 
