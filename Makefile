@@ -2,7 +2,8 @@
 #
 #   make demo   - local control plane + webhook + controller, a workload spread across zones
 #   make test   - everything CI runs: fmt, clippy, unit tests, Wasm build, integration tests,
-#                 the playground in headless Chromium
+#                 images + the chart installed on a real kubelet node, the playground in
+#                 headless Chromium, fuzzing
 #   make playground-serve - the browser planner on http://127.0.0.1:8090/
 #
 # CARGO_TARGET_DIR is honoured (CI keeps it outside the repo as a cache).
@@ -99,6 +100,7 @@ release: images
 ## (own state dir, stopped afterwards), the released images pushed, helm install/upgrade/uninstall.
 CHART_CLUSTER_DIR ?= $(or $(TMPDIR),/tmp)/workloadspread-chart-cluster
 chart-e2e: release
+	bash e2e/cluster/test-real-node.sh
 	@export WS_REAL_NODE=1 WS_CLUSTER_DIR="$(CHART_CLUSTER_DIR)"; \
 	env="$$(bash $(CLUSTER) up)" || exit 1; eval "$$env"; \
 	trap 'bash $(CLUSTER) down' EXIT; \
@@ -130,7 +132,7 @@ FUZZ_SECONDS ?= 20
 fuzz:
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
-test: fmt-check lint unit image-test integration playground-test fuzz
+test: fmt-check lint unit image-test integration chart-e2e playground-test fuzz
 	@echo "make test: all checks passed"
 
 cluster-up:

@@ -11,11 +11,12 @@ all of it. Steps, each asserting what a user would see:
   2. both Deployments Ready, the webhook configurations carry the CA bundle
   3. a v1alpha1 WorkloadSpread (conversion through the in-cluster host) spreads a Deployment
      over three zones of KWOK nodes exactly
-  4. a 100-pod scale-out with one host pod deleted in the middle: no pod refused, exact counts
+  4. a 100-pod scale-out spanning one host pod's deletion: no pod refused, exact counts
   5. the controller's leader pod deleted: another replica takes the Lease; scale-in follows
      the deletion costs the new leader keeps, status converges
   6. /metrics of host and controller through their Services
-  7. `helm upgrade` of a value during a scale-out: no failed pod create
+  7. `helm upgrade` of a value (the host pods roll) while pods keep being created: no failed
+     pod create
   8. with no host running, the Fail webhook refuses pods (what an orphaned configuration would
      do to a cluster); after `helm uninstall` no webhook configuration is left and pods are
      created again
@@ -24,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import helm_python
@@ -33,7 +35,7 @@ IMAGES = os.environ.get("IMAGES_DIR", os.path.join(ROOT, "dist", "images"))
 RELEASE_DIR = os.environ.get("RELEASE_DIR", os.path.join(ROOT, "dist", "release"))
 SYSTEM_NS = "workloadspread-system"
 RELEASE = "ws"
-TEST_NS = "chart-e2e"
+TEST_NS = f"chart-e2e-{os.getpid()}"
 MATCHED = "apps.kruise.io/matched-workloadspread"
 COST = "controller.kubernetes.io/pod-deletion-cost"
 REAL_NODE_TAINT = "workloadspread.test/real-node"
@@ -245,6 +247,35 @@ def scale(replicas):
     kubectl("scale", "deployment/web", "-n", TEST_NS, f"--replicas={replicas}")
 
 
+class ScaleStream:
+    """Scales web up by `step` every `period` seconds from `start` to `end` in a thread, so
+    pod creates keep arriving through a host replica's termination or a rollout."""
+
+    def __init__(self, start, end, step, period):
+        self.targets = list(range(start + step, end, step)) + [end]
+        self.period = period
+        self.error = None
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        try:
+            for replicas in self.targets:
+                scale(replicas)
+                time.sleep(self.period)
+        except Failure as e:
+            self.error = e
+
+    def join(self):
+        self.thread.join(timeout=len(self.targets) * (self.period + 60))
+        if self.error:
+            raise self.error
+
+
+def pod_gone(name):
+    return kubectl("get", "pod", name, "-n", SYSTEM_NS, check=False).returncode != 0
+
+
 def failed_creates(since):
     events = get_json("events", "-n", TEST_NS, "--field-selector", "reason=FailedCreate")["items"]
     return [e.get("message", "") for e in events
@@ -265,22 +296,32 @@ def check_spread():
 # ------------------------------------------------------------------ 4. burst + host loss
 
 def check_burst_with_host_loss():
+    """100 pods created over ~10 s (5 every 0.5 s) while one host replica is deleted: it
+    keeps serving through its preStop delay, stops, and creates continue on the other."""
     since = now_rfc3339()
     started = time.monotonic()
-    scale(106)
+    stream = ScaleStream(6, 106, 5, 0.5)
     victim = wait_for("pods being created", lambda: (
-        (host_pods()[0]["metadata"]["name"] if len(web_pods()) >= 30 else None), len(web_pods())),
+        (host_pods()[0]["metadata"]["name"] if len(web_pods()) >= 20 else None), len(web_pods())),
         timeout=120, interval=0.2)
     kubectl("delete", "pod", victim, "-n", SYSTEM_NS, "--wait=false")
-    log(f"deleted host pod {victim} with {len(web_pods())} of 106 pods created")
+    deleted_at, created_then = time.monotonic(), len(web_pods())
+    wait_for(f"host pod {victim} gone", lambda: (pod_gone(victim), "still there"), timeout=120,
+             interval=0.2)
+    gone_at, created_when_gone = time.monotonic(), len(web_pods())
+    stream.join()
     wait_spread({"a@zone-a": 2, "b@zone-b": 3, "c@zone-c": 101}, timeout=300)
     elapsed = time.monotonic() - started
+    if created_when_gone >= 106:
+        raise Failure(f"all pods were created before host pod {victim} was gone: "
+                      f"the scale-out did not span its termination")
     failed = failed_creates(since)
     if failed:
         raise Failure(f"{len(failed)} pod creates failed during the scale-out: {failed[:3]}")
     wait_status({"a": 2, "b": 3, "c": 101})
-    log(f"100-pod scale-out with a host pod deleted: 106 pods 2/3/101 in {elapsed:.0f}s, "
-        f"no failed create, status exact")
+    log(f"100-pod scale-out with host pod {victim} deleted at {created_then} pods, gone "
+        f"{gone_at - deleted_at:.1f}s later at {created_when_gone}: 106 pods 2/3/101 in "
+        f"{elapsed:.0f}s, no failed create, status exact")
 
 
 # ------------------------------------------------------------------ 5. leader failover
@@ -337,22 +378,26 @@ def check_metrics():
 # ------------------------------------------------------------------ 7. upgrade
 
 def check_upgrade(values):
+    """`helm upgrade` rolls the host pods while pods keep being created (2 every second)."""
     since = now_rfc3339()
     old_hosts = {p["metadata"]["name"] for p in host_pods()}
-    scale(40)
+    stream = ScaleStream(10, 60, 2, 1.0)
     started = time.monotonic()
-    helm().upgrade(packaged_chart(), RELEASE, values, namespace=SYSTEM_NS, wait="watcher", timeout=300)
+    helm().upgrade(packaged_chart(), RELEASE, values, namespace=SYSTEM_NS, wait="watcher",
+                   timeout=300)
     took = time.monotonic() - started
-    wait_spread({"a@zone-a": 2, "b@zone-b": 3, "c@zone-c": 35}, timeout=180)
+    created_by_then = len(web_pods())
+    stream.join()
+    wait_spread({"a@zone-a": 2, "b@zone-b": 3, "c@zone-c": 55}, timeout=180)
     new_hosts = {p["metadata"]["name"] for p in host_pods()}
     if new_hosts & old_hosts:
         raise Failure(f"helm upgrade did not roll the host pods: {old_hosts} -> {new_hosts}")
     failed = failed_creates(since)
     if failed:
         raise Failure(f"{len(failed)} pod creates failed during helm upgrade: {failed[:3]}")
-    wait_status({"a": 2, "b": 3, "c": 35})
-    log(f"helm upgrade during a scale-out to 40: host pods rolled in {took:.0f}s, "
-        f"no failed create, 2/3/35")
+    wait_status({"a": 2, "b": 3, "c": 55})
+    log(f"helm upgrade while scaling 10 -> 60: host pods rolled in {took:.0f}s "
+        f"({created_by_then} pods by then), no failed create, 2/3/55")
 
 
 # ------------------------------------------------------------------ 8. uninstall

@@ -385,8 +385,11 @@ EOF
 start_apiserver() {
   local port="$1" eport="$2" d="$STATE/pki"
   # KWOK only: loopback, and no `kubernetes` endpoints (nothing could use 127.0.0.1 from a pod).
+  # KWOK pods need no service account token: without the ServiceAccount admission plugin a
+  # pod can be created the moment its namespace exists (no wait for the `default` account).
   local node_args=(--bind-address 127.0.0.1 --advertise-address 127.0.0.1
-    --endpoint-reconciler-type none --authorization-mode RBAC)
+    --endpoint-reconciler-type none --authorization-mode RBAC
+    --disable-admission-plugins ServiceAccount)
   if real_node_on; then
     # One --bind-address only: the wildcard serves both the tests' 127.0.0.1 and the node
     # address, which the `kubernetes` Service's endpoint (the lease reconciler) points at.
@@ -396,6 +399,8 @@ start_apiserver() {
     # chain, i.e. only after kube-proxy has synced that Service and never while it is down.
     # (The service proxy, /api/v1/namespaces/NS/services/NAME:PORT/proxy/, always picks an
     # endpoint IP itself.)
+    # The ServiceAccount admission plugin stays on (the default): pods on the real node (our
+    # chart's) get their token mounted and reach the API server in-cluster.
     # shellcheck disable=SC2054 # Node,RBAC is one argument
     node_args=(--bind-address 0.0.0.0 --advertise-address "$NODE_IP"
       --endpoint-reconciler-type lease --authorization-mode Node,RBAC
@@ -410,8 +415,7 @@ start_apiserver() {
     --secure-port "$port" --tls-cert-file "$d/apiserver.crt" --tls-private-key-file "$d/apiserver.key" \
     --client-ca-file "$d/ca.crt" --service-account-issuer https://kubernetes.default.svc \
     --service-account-key-file "$d/sa.pub" --service-account-signing-key-file "$d/sa.key" \
-    --service-cluster-ip-range 10.0.0.0/24 \
-    --disable-admission-plugins ServiceAccount --allow-privileged=true \
+    --service-cluster-ip-range 10.0.0.0/24 --allow-privileged=true \
     --audit-policy-file "$STATE/audit-policy.yaml" --audit-log-path "$STATE/audit.log" \
     --audit-log-maxsize 200 --audit-log-maxbackup 1
   wait_until kube-apiserver "$STATE/kube-apiserver.log" \
