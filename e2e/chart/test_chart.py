@@ -29,6 +29,8 @@ VARIANTS = {
             {"group": "example.io", "kind": "Fleet", "replicasPath": "spec.replicas"}]},
     },
     "reference-rules": {"mode": "bundled", "settings": {"rules": "reference"}},
+    "host-tuning": {"mode": "bundled", "host": {"evaluateUnrelated": True,
+                                                "namespaceCacheGraceSeconds": 5}},
 }
 
 
