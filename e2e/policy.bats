@@ -90,6 +90,8 @@ print(json.dumps(jsonpatch.apply_patch(obj, ops)))' "$DATA/requests/$1"
   [ "$status" -eq 0 ]
   [ "$(jq -r '.metadata.annotations["apps.kruise.io/matched-workloadspread"]' <<<"$(patched pod-create.json)")" \
     = '{"name":"web-spread","subset":"zone-b"}' ]
+  # Counted by later admissions until the controller's status counts it.
+  [ "$(jq -r '.metadata.labels["workloadspread.io/pending"]' <<<"$(patched pod-create.json)")" = true ]
   ! grep -q "unknown binding" "$BATS_TEST_TMPDIR/log"
 }
 

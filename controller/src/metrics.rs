@@ -21,6 +21,8 @@ pub struct SubsetLabels {
 pub struct Patches {
     pub deletion_cost: Counter,
     pub adoption: Counter,
+    /// Pods whose pending label was removed (the status counts them).
+    pub pending_label: Counter,
 }
 
 pub struct Metrics {
@@ -63,6 +65,11 @@ impl Metrics {
             "deletion_cost_patches",
             "Pod deletion-cost patches",
             patches.deletion_cost.clone(),
+        );
+        registry.register(
+            "pending_label_removals",
+            "Pods whose workloadspread.io/pending label was removed once the status counted them",
+            patches.pending_label.clone(),
         );
         registry.register(
             "adoption_patches",

@@ -16,11 +16,12 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use workloadspread_core::api::v1beta1::WorkloadSpread;
+use workloadspread_core::controller::pending::{pending_of, pod_patches};
 use workloadspread_core::controller::{
     reconcile, Event, ReconcileInput, ReconcileOptions, ReconcileOutput,
 };
@@ -97,8 +98,8 @@ pub enum Error {
     },
     #[error(transparent)]
     Input(#[from] InputError),
-    #[error("patching the deletion cost of pod {pod}: {source}")]
-    DeletionCost {
+    #[error("patching the deletion cost or pending label of pod {pod}: {source}")]
+    PodMetadata {
         pod: String,
         source: Box<kube::Error>,
     },
@@ -170,10 +171,10 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         if ws.spec.target_ref.is_none() {
             return Ok(Action::await_change());
         }
-        let output = compute(&ws, ctx).await?;
+        let (output, pending) = compute(&ws, ctx).await?;
         if attempt == 0 {
             ensure_leading(ctx)?;
-            apply_pod_patches(&ws, &output, ctx).await?;
+            adopt(&ws, &output, ctx).await?;
         }
         let new_status = serde_json::to_value(&output.status).map_err(|e| Error::Decode {
             what: "status".into(),
@@ -204,10 +205,14 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
                 Err(e) => return Err(e.into()),
             }
         }
+        // Only now that the status counts them may admissions stop counting pending pods.
+        ensure_leading(ctx)?;
+        patch_pod_metadata(&ws, &output, &pending, ctx).await?;
         ctx.metrics.record_subsets(&ns, &name, &output.status);
         tracing::debug!(
             workloadspread = %name, namespace = %ns,
             adoptions = output.adoptions.len(), costs = output.deletion_costs.len(),
+            pending = pending.len(),
             reschedule = ?output.pods_to_delete, requeue = ?output.requeue_after,
             "reconciled"
         );
@@ -239,8 +244,12 @@ fn decode(object: &DynamicObject) -> Result<WorkloadSpread, Error> {
     })
 }
 
-/// Gathers the inputs and runs `core`'s reconcile.
-async fn compute(ws: &WorkloadSpread, ctx: &Context) -> Result<ReconcileOutput, Error> {
+/// Gathers the inputs and runs `core`'s reconcile; also returns the namespace's pods
+/// still labelled pending for this WorkloadSpread.
+async fn compute(
+    ws: &WorkloadSpread,
+    ctx: &Context,
+) -> Result<(ReconcileOutput, Vec<String>), Error> {
     let ns = ws.metadata.namespace.clone().unwrap_or_default();
     let workload = get_workload(ws, ctx).await?;
     let is_deployment = ws
@@ -279,7 +288,7 @@ async fn compute(ws: &WorkloadSpread, ctx: &Context) -> Result<ReconcileOutput, 
         now: (ctx.clock)(),
         options: &ctx.options,
     };
-    Ok(reconcile(&input))
+    Ok((reconcile(&input), pending_of(ws.name(), &pods)))
 }
 
 /// The target from its watch cache; a kind we do not watch is read from the API server.
@@ -378,11 +387,8 @@ async fn resource_for(
     }
 }
 
-async fn apply_pod_patches(
-    ws: &WorkloadSpread,
-    output: &ReconcileOutput,
-    ctx: &Context,
-) -> Result<(), Error> {
+/// Adoption patches (before the status that counts the adopted pods).
+async fn adopt(ws: &WorkloadSpread, output: &ReconcileOutput, ctx: &Context) -> Result<(), Error> {
     let ns = ws.metadata.namespace.clone().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let pp = PatchParams::default();
@@ -390,29 +396,50 @@ async fn apply_pod_patches(
         bounded(pods.patch(&adoption.pod, &pp, &Patch::Strategic(&adoption.patch))).await??;
         ctx.metrics.patches.adoption.inc();
     }
-    for cost in &output.deletion_costs {
-        let patch = json!({"metadata": {"annotations": {
-            workloadspread_core::api::POD_DELETION_COST_ANNOTATION: cost.cost.to_string()}}});
-        match bounded(pods.patch(&cost.pod, &pp, &Patch::Strategic(&patch))).await? {
+    Ok(())
+}
+
+/// Deletion costs and the pending label's removal, one patch per pod (after a status
+/// write that counts the pods).
+async fn patch_pod_metadata(
+    ws: &WorkloadSpread,
+    output: &ReconcileOutput,
+    pending: &[String],
+    ctx: &Context,
+) -> Result<(), Error> {
+    let ns = ws.metadata.namespace.clone().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pp = PatchParams::default();
+    let costs: std::collections::BTreeSet<&str> = output
+        .deletion_costs
+        .iter()
+        .map(|c| c.pod.as_str())
+        .collect();
+    for (pod, patch) in pod_patches(&output.deletion_costs, pending) {
+        match bounded(pods.patch(&pod, &pp, &Patch::Strategic(&patch))).await? {
             Ok(_) => {}
             // Gone since the cache listed it (a scale-in): nothing left to rank.
             Err(kube::Error::Api(s)) if s.code == 404 => continue,
             Err(e) => {
                 let event = Event::warning(
-                    "PatchPodDeletionCostFailed",
+                    "PatchPodMetadataFailed",
                     format!(
-                        "Failed to patch the deletion cost of Pod {ns}/{}: {e}",
-                        cost.pod
+                        "Failed to patch the deletion cost or pending label of Pod {ns}/{pod}: {e}"
                     ),
                 );
                 publish(ws_reference(ws), &event, ctx).await;
-                return Err(Error::DeletionCost {
-                    pod: cost.pod.clone(),
+                return Err(Error::PodMetadata {
+                    pod,
                     source: Box::new(e),
                 });
             }
         }
-        ctx.metrics.patches.deletion_cost.inc();
+        if costs.contains(pod.as_str()) {
+            ctx.metrics.patches.deletion_cost.inc();
+        }
+        if pending.contains(&pod) {
+            ctx.metrics.patches.pending_label.inc();
+        }
     }
     Ok(())
 }

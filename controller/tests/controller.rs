@@ -209,6 +209,92 @@ async fn existing_pods_are_adopted_and_scale_in_is_ordered() -> Result<()> {
     Ok(())
 }
 
+/// Issue #21 (2): pods a best-effort admission labelled pending lose the label once a
+/// status that counts them is written (with their deletion costs); a pending pod of
+/// another WorkloadSpread keeps it.
+#[tokio::test]
+async fn pending_labels_are_removed_once_the_status_counts_the_pods() -> Result<()> {
+    use workloadspread_core::api::{PENDING_LABEL, PENDING_VALUE};
+    let ns = setup("ctl-pending").await?;
+    let ws_api = create_ws(
+        &ns,
+        json!({"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "subsets": [zone("a", "zone-a", Some(2)), zone("b", "zone-b", None)]}),
+    )
+    .await?;
+    create_deployment(&ns, 3).await?;
+    let pods: Api<Pod> = ns.api();
+    let workload_pods = wait_for("3 pods", Duration::from_secs(60), || async {
+        let list = pods.list(&ListParams::default()).await?.items;
+        Ok((list.len() == 3).then_some(list))
+    })
+    .await?;
+    // As a best-effort admission leaves them: matched, labelled pending.
+    let mark = |ws: &str, subset: &str| {
+        json!({"metadata": {"labels": {PENDING_LABEL: PENDING_VALUE}, "annotations": {
+            "apps.kruise.io/matched-workloadspread":
+                format!(r#"{{"name":"{ws}","subset":"{subset}"}}"#)}}})
+    };
+    for (p, subset) in workload_pods.iter().zip(["a", "a", "b"]) {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        pods.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Strategic(mark("web", subset)),
+        )
+        .await?;
+    }
+    let mut other: Pod = serde_json::from_value(json!({"metadata": {"name": "other-spread"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))?;
+    other.metadata.labels = Some([(PENDING_LABEL.to_string(), PENDING_VALUE.to_string())].into());
+    pods.create(&PostParams::default(), &other).await?;
+    pods.patch(
+        "other-spread",
+        &PatchParams::default(),
+        &Patch::Strategic(mark("db", "a")),
+    )
+    .await?;
+    let args = ["--namespace", ns.name()].map(str::to_string);
+    let _controller =
+        ControllerProcess::start(controller_bin(), cluster()?.kubeconfig(), &args).await?;
+    let labelled = |p: &Pod| {
+        p.metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(PENDING_LABEL))
+    };
+    let list = wait_for(
+        "pending labels removed, costs written",
+        Duration::from_secs(60),
+        || async {
+            let list = pods.list(&ListParams::default()).await?.items;
+            let done = list.iter().all(|p| {
+                let mine = p.metadata.name.as_deref() != Some("other-spread");
+                !mine || (!labelled(p) && annotation(p, COST).is_some())
+            });
+            Ok(done.then_some(list))
+        },
+    )
+    .await?;
+    let other = list
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some("other-spread"))
+        .context("the other pod")?;
+    ensure!(
+        labelled(other),
+        "another WorkloadSpread's pending pod lost its label"
+    );
+    let status = ws_api.get("web").await?.data["status"].clone();
+    let replicas: Vec<i64> = status["subsetStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| s["replicas"].as_i64().unwrap_or(-1))
+        .collect();
+    ensure!(replicas == [2, 1], "the status counts the pods: {status}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn unschedulable_subset_is_rescheduled_and_recovers() -> Result<()> {
     let (Some(policy), Some(host_bin)) = (policy_wasm()?, workspace_binary("workloadspread-host")?)

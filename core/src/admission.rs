@@ -12,9 +12,13 @@
 //! Integer subsets (and [`Rules::Reference`]) use `missingReplicas` as the reference does.
 
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus, WorkloadSpreadSubsetStatus};
+use crate::api::{PENDING_LABEL, PENDING_VALUE};
 use crate::percent::scaled_value;
+use crate::pods::{controller_of, is_active, matched};
 use crate::rules::Rules;
+use crate::version::{pod_version, VersionedKinds};
 use crate::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -390,6 +394,71 @@ pub fn unclaim(
         None => {}
     }
     true
+}
+
+/// A pod a best-effort admission placed that the status may not count yet (it carries
+/// [`crate::api::PENDING_LABEL`]): its name, version and the subset it was placed in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingPod {
+    pub name: String,
+    pub version: String,
+    pub subset: String,
+}
+
+/// The active pods among `pods` labelled pending (value `"true"`) and placed into a
+/// subset of WorkloadSpread `ws_name`: what [`count_pending`] adds.
+pub fn pending_pods(pods: &[Pod], ws_name: &str, kinds: &VersionedKinds) -> Vec<PendingPod> {
+    pods.iter()
+        .filter(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(PENDING_LABEL))
+                .is_some_and(|v| v == PENDING_VALUE)
+        })
+        .filter(|p| is_active(p))
+        .filter_map(|p| {
+            let m = matched(p).filter(|m| m.name == ws_name)?;
+            let owner = controller_of(p).map(|o| o.kind);
+            Some(PendingPod {
+                name: p.metadata.name.clone().unwrap_or_default(),
+                version: pod_version(p.metadata.labels.as_ref(), owner.as_deref(), kinds),
+                subset: m.subset,
+            })
+        })
+        .collect()
+}
+
+/// Best-effort admission on the controller's last status: adds each pending pod to its
+/// subset's occupancy, as a creating pod, unless the status already tracks it (an
+/// exact host's claim) — the pods admitted since the controller's last count. A pod the
+/// status already counts as a replica (its label not yet removed) is counted twice: the
+/// subset looks fuller for that moment, never emptier. Returns how many were added.
+pub fn count_pending(
+    status: &mut WorkloadSpreadStatus,
+    ws: &WorkloadSpread,
+    pending: &[PendingPod],
+    scale: Scale,
+    now: Timestamp,
+) -> usize {
+    let mut added = 0;
+    for pod in pending.iter().filter(|p| !p.name.is_empty()) {
+        let statuses = versioned_statuses(status, ws, &pod.version, scale.replicas);
+        if tracked_subset(statuses, &pod.name).is_some() {
+            continue;
+        }
+        let Some(s) = statuses.iter_mut().find(|s| s.name == pod.subset) else {
+            continue;
+        };
+        s.creating_pods.insert(pod.name.clone(), Time(now));
+        match planned_max(ws, s, scale) {
+            Some(max) => s.missing_replicas = missing_for(max, s),
+            None if s.missing_replicas > 0 => s.missing_replicas -= 1,
+            None => {}
+        }
+        added += 1;
+    }
+    added
 }
 
 #[cfg(test)]

@@ -1,43 +1,26 @@
 //! Field masks: Kubewarden's `field_masks` on `list_resources_*` / `get_resource` (SDK
 //! 0.17), which a host honours by returning each object pruned to the listed dotted
 //! paths, traversing arrays implicitly (`spec.containers.name` keeps the name of every
-//! container). The policy asks for [`RECOUNT_POD_FIELDS`] when it recounts a
-//! WorkloadSpread's pods in best-effort mode: what the recount reads, plus the fields
-//! `k8s-openapi` requires to decode a `Pod`. Everything else — most of a running pod's
-//! bytes — is never copied, serialised or parsed.
+//! container). The policy asks for [`PENDING_POD_FIELDS`] when it lists the pods a
+//! best-effort admission must add to the controller's status: what
+//! `admission::pending_pods` reads. Everything else — most of a running pod's bytes —
+//! is never copied, serialised or parsed.
 
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
-/// The pod fields the best-effort recount (`controller::reconcile` without nodes) reads.
-/// `controller::tests`-style differential tests hold the recount of masked pods equal
-/// to the recount of whole ones.
-pub const RECOUNT_POD_FIELDS: &[&str] = &[
+/// The pod fields a best-effort admission reads from the pods still labelled pending
+/// (`api::PENDING_LABEL`): which WorkloadSpread and subset, which version, whether active.
+pub const PENDING_POD_FIELDS: &[&str] = &[
     "apiVersion",
     "kind",
     "metadata.name",
     "metadata.namespace",
-    "metadata.uid",
     "metadata.labels",
     "metadata.annotations",
-    "metadata.creationTimestamp",
     "metadata.deletionTimestamp",
     "metadata.ownerReferences",
-    // `containers[].name` is required to decode a PodSpec.
-    "spec.containers.name",
-    "spec.nodeName",
     "status.phase",
-    // Unschedulable (type, status, reason); Ready and its transition rank pods.
-    "status.conditions.type",
-    "status.conditions.status",
-    "status.conditions.reason",
-    "status.conditions.lastTransitionTime",
-    // Fields a ContainerStatus cannot be decoded without; restartCount ranks pods.
-    "status.containerStatuses.name",
-    "status.containerStatuses.image",
-    "status.containerStatuses.imageID",
-    "status.containerStatuses.ready",
-    "status.containerStatuses.restartCount",
 ];
 
 /// Paths as a tree of names; a leaf keeps the whole value under it.
@@ -297,65 +280,50 @@ mod tests {
         pod
     }
 
-    /// The best-effort recount of masked pods equals the recount of whole ones, for
-    /// pods in every state the recount distinguishes (running, restarted, unschedulable,
-    /// deleting, not ready, completed, failed, scheduled but pending), two versions,
-    /// percentage and integer subsets and adaptive rescheduling.
+    /// What a best-effort admission takes from masked pods equals what it takes from
+    /// whole ones, for pods in every state (running, restarted, unschedulable, deleting,
+    /// not ready, completed, failed, scheduled but pending), two versions, pending or
+    /// not, of this WorkloadSpread or another.
     #[test]
-    fn the_recount_of_masked_pods_equals_the_recount_of_whole_pods() {
-        use crate::api::v1beta1::WorkloadSpread;
-        use crate::controller::{reconcile, ReconcileInput, ReconcileOptions};
+    fn pending_pods_read_from_masked_pods_equal_those_from_whole_pods() {
+        use crate::admission::pending_pods;
+        use crate::api::{PENDING_LABEL, PENDING_VALUE};
         use crate::version::VersionedKinds;
         use k8s_openapi::api::core::v1::Pod;
-        let ws: WorkloadSpread = serde_json::from_value(json!({
-            "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
-            "metadata": {"name": "web-spread", "namespace": "demo", "generation": 1},
-            "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-                "scheduleStrategy": {"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 60}},
-                "subsets": [{"name": "a", "maxReplicas": "30%"}, {"name": "b", "maxReplicas": 20},
-                            {"name": "c"}]}}))
-        .unwrap();
         let subsets = ["a", "b", "c"];
         let whole: Vec<Value> = (0..240)
             .map(|i| {
-                kubelet_pod(
-                    i,
-                    i / 3,
-                    subsets[i % 3],
-                    if i % 5 == 0 { "v1" } else { "v2" },
-                )
+                let version = if i % 5 == 0 { "v1" } else { "v2" };
+                let mut pod = kubelet_pod(i, i / 3, subsets[i % 3], version);
+                if i % 4 != 1 {
+                    pod["metadata"]["labels"][PENDING_LABEL] = json!(PENDING_VALUE);
+                }
+                if i % 11 == 0 {
+                    pod["metadata"]["annotations"]["apps.kruise.io/matched-workloadspread"] =
+                        json!(r#"{"name":"other","subset":"a"}"#);
+                }
+                pod
             })
             .collect();
-        let mask = Mask::new(RECOUNT_POD_FIELDS);
+        let mask = Mask::new(PENDING_POD_FIELDS);
         let decode = |v: &Value| serde_json::from_value::<Pod>(v.clone()).unwrap();
         let full: Vec<Pod> = whole.iter().map(decode).collect();
         let masked: Vec<Pod> = whole.iter().map(|p| decode(&mask.apply(p))).collect();
         let masked_bytes: usize = whole.iter().map(|p| mask.apply(p).to_string().len()).sum();
         let whole_bytes: usize = whole.iter().map(|p| p.to_string().len()).sum();
         assert!(
-            masked_bytes * 5 < whole_bytes * 2,
+            masked_bytes * 4 < whole_bytes,
             "{masked_bytes} of {whole_bytes} bytes kept"
         );
-        let nodes = BTreeMap::new();
         let kinds = VersionedKinds::new(["deployment", "replicaset"]);
-        let options = ReconcileOptions::default();
-        let now: crate::Timestamp = "2026-11-24T12:00:00Z".parse().unwrap();
-        for replicas in [0, 50, 240, 400] {
-            let recount = |pods: &[Pod]| {
-                reconcile(&ReconcileInput {
-                    ws: &ws,
-                    pods,
-                    workload_replicas: replicas,
-                    latest_version: "v2",
-                    nodes: &nodes,
-                    versioned_kinds: &kinds,
-                    now,
-                    options: &options,
-                })
-            };
-            let (a, b) = (recount(&full), recount(&masked));
-            assert_eq!(a, b, "recount differs at {replicas} replicas");
-            assert!(replicas == 0 || !a.status.subset_statuses.is_empty());
-        }
+        let (a, b) = (
+            pending_pods(&full, "web-spread", &kinds),
+            pending_pods(&masked, "web-spread", &kinds),
+        );
+        assert_eq!(a, b);
+        // Some of each: both versions, every subset; inactive and other pods left out.
+        assert!(a.iter().any(|p| p.version == "v1") && a.iter().any(|p| p.version == "v2"));
+        assert!(subsets.iter().all(|s| a.iter().any(|p| p.subset == *s)));
+        assert!(a.len() > 60 && a.len() < 180, "{}", a.len());
     }
 }

@@ -9,7 +9,6 @@ use std::sync::Mutex;
 use workloadspread_core::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
 use workloadspread_core::counter::{self, ClaimRequest, ReleaseRequest};
 use workloadspread_core::manifests::objects_from_yaml;
-use workloadspread_core::selector::Selector;
 use workloadspread_core::workload::parse_group;
 use workloadspread_core::Timestamp;
 
@@ -125,7 +124,7 @@ impl ClusterState {
                     .filter(|o| {
                         same_kind(o, api_version, kind) && in_namespace(o, namespace.as_deref())
                     })
-                    .filter(|o| selector.as_ref().is_none_or(|s| s.matches(&labels(o))))
+                    .filter(|o| selector.as_ref().is_none_or(|s| s.matches_value(o)))
                     .map(|o| mask.apply(o))
                     .collect();
                 json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}, "items": items})
@@ -270,41 +269,65 @@ fn in_namespace(o: &Value, namespace: Option<&str>) -> bool {
     namespace.is_none_or(|n| o["metadata"]["namespace"].as_str().unwrap_or("default") == n)
 }
 
-fn labels(o: &Value) -> workloadspread_core::selector::Labels {
-    serde_json::from_value(o["metadata"]["labels"].clone()).unwrap_or_default()
+/// An equality label selector (`a=b,c=d`), which is all the policy sends; matched
+/// without copying an object's labels (a list can cover thousands of pods).
+#[derive(Debug, PartialEq)]
+pub(crate) struct LabelEquality(Vec<(String, String)>);
+
+impl LabelEquality {
+    /// Whether labels looked up by `get` hold every pair.
+    pub(crate) fn matches<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
+        self.0.iter().all(|(k, v)| get(k) == Some(v.as_str()))
+    }
+
+    /// [`Self::matches`] on an object as JSON.
+    fn matches_value(&self, o: &Value) -> bool {
+        self.matches(|k| o["metadata"]["labels"][k].as_str())
+    }
 }
 
-/// `a=b,c=d` label selectors (equality only, which is what the policy sends).
-pub(crate) fn parse_selector(s: Option<&str>) -> Result<Option<Selector>, String> {
-    let Some(s) = s.filter(|s| !s.is_empty()) else {
+/// Parses `a=b,c=d` (`==` too); any other selector is refused with the reason.
+pub(crate) fn parse_selector(s: Option<&str>) -> Result<Option<LabelEquality>, String> {
+    let Some(s) = s.filter(|s| !s.trim().is_empty()) else {
         return Ok(None);
     };
-    let mut match_labels = std::collections::BTreeMap::new();
+    let mut pairs = Vec::new();
     for part in s.split(',') {
         let (k, v) = part
             .split_once('=')
-            .ok_or_else(|| format!("unsupported label selector {s:?}"))?;
-        match_labels.insert(
-            k.trim_end_matches('=').trim().to_string(),
-            v.trim().to_string(),
-        );
+            .ok_or_else(|| format!("unsupported label selector {s:?}: only k=v pairs"))?;
+        let (k, v) = (k.trim(), v.trim_start_matches('=').trim());
+        if k.is_empty() || k.ends_with('!') {
+            return Err(format!("unsupported label selector {s:?}: only k=v pairs"));
+        }
+        pairs.push((k.to_string(), v.to_string()));
     }
-    let sel = k8s_openapi_label_selector(match_labels);
-    Selector::from_label_selector(&sel).map(Some)
-}
-
-fn k8s_openapi_label_selector(
-    labels: std::collections::BTreeMap<String, String>,
-) -> workloadspread_core::LabelSelector {
-    workloadspread_core::LabelSelector {
-        match_labels: Some(labels),
-        match_expressions: None,
-    }
+    Ok(Some(LabelEquality(pairs)))
 }
 
 #[cfg(test)]
 mod loading_tests {
     use super::*;
+
+    #[test]
+    fn equality_selectors_match_without_copying_labels() {
+        let sel = parse_selector(Some("app=web, workloadspread.io/pending==true"))
+            .unwrap()
+            .unwrap();
+        let pod = |labels: Value| json!({"metadata": {"labels": labels}});
+        assert!(sel.matches_value(&pod(
+            json!({"app": "web", "workloadspread.io/pending": "true", "x": "y"})
+        )));
+        assert!(!sel.matches_value(&pod(json!({"app": "web"}))));
+        assert!(!sel.matches_value(&pod(
+            json!({"app": "db", "workloadspread.io/pending": "true"})
+        )));
+        assert!(!sel.matches_value(&json!({"metadata": {}})));
+        assert_eq!(parse_selector(Some(" ")).unwrap(), None);
+        for refused in ["app", "app!=web", "=web", "app in (web)"] {
+            assert!(parse_selector(Some(refused)).is_err(), "{refused}");
+        }
+    }
 
     #[test]
     fn cluster_state_from_a_directory_of_kubectl_dumps() {

@@ -96,7 +96,18 @@ fn pod_create_exact_and_best_effort() -> Result<()> {
     let best = run(&p, "pod-create.json", &[CONTEXT, "--no-counter"])?;
     assert_eq!(best.response["allowed"], true);
     assert_eq!(best.response["auditAnnotations"]["mode"], "best-effort");
-    assert_eq!(best.patch()?, patch, "both modes choose zone-b");
+    // Both modes choose zone-b; best-effort also marks the pod pending (#21).
+    let request: Value = serde_json::from_str(&std::fs::read_to_string(
+        root().join("policy/test_data/requests/pod-create.json"),
+    )?)?;
+    let patched = |p: Value| -> Result<Value> {
+        let mut pod = request["object"].clone();
+        json_patch::patch(&mut pod, &serde_json::from_value::<json_patch::Patch>(p)?)?;
+        Ok(pod)
+    };
+    let mut want = patched(patch)?;
+    want["metadata"]["labels"]["workloadspread.io/pending"] = "true".into();
+    assert_eq!(patched(best.patch()?)?, want);
     Ok(())
 }
 

@@ -45,17 +45,19 @@ pub trait Host {
         namespace: &str,
         label_selector: Option<&str>,
     ) -> Result<Vec<Value>, HostError>;
-    /// LIST objects of a kind in a namespace, each pruned to `fields` (Kubewarden's
-    /// `field_masks`). A host may ignore the mask: callers read only those fields.
+    /// LIST objects of a kind in a namespace, optionally by label selector, each pruned
+    /// to `fields` (Kubewarden's `field_masks`). A host may ignore the mask: callers read
+    /// only those fields.
     fn list_fields(
         &self,
         api_version: &str,
         kind: &str,
         namespace: &str,
+        label_selector: Option<&str>,
         fields: &[&str],
     ) -> Result<Vec<Value>, HostError> {
         let _ = fields;
-        self.list(api_version, kind, namespace, None)
+        self.list(api_version, kind, namespace, label_selector)
     }
     /// Calls the counter capability (binding `workloadspread`, namespace `counter`).
     fn counter(&self, operation: &str, payload: &Value) -> Result<Value, HostError>;
@@ -155,6 +157,7 @@ impl Host for CallHost<'_> {
         api_version: &str,
         kind: &str,
         namespace: &str,
+        label_selector: Option<&str>,
         fields: &[&str],
     ) -> Result<Vec<Value>, HostError> {
         // Sorted and unique, as the SDK's BTreeSet serialises them (recorded sessions
@@ -162,7 +165,7 @@ impl Host for CallHost<'_> {
         let masks: std::collections::BTreeSet<&str> = fields.iter().copied().collect();
         let payload = serde_json::json!({
             "api_version": api_version, "kind": kind, "namespace": namespace,
-            "label_selector": null, "field_masks": masks,
+            "label_selector": label_selector, "field_masks": masks,
         });
         self.list_by_namespace(api_version, kind, namespace, &payload)
     }

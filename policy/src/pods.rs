@@ -7,17 +7,17 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use workloadspread_core::admission::{
-    create_path, decide_release, needs_workload_replicas, CreatePath, PodKey, Scale,
+    count_pending, create_path, decide_release, needs_workload_replicas, pending_pods, CreatePath,
+    PodKey, Scale,
 };
 use workloadspread_core::annotation::MatchedWorkloadSpread;
 use workloadspread_core::api::v1beta1::{WorkloadSpread, API_VERSION};
-use workloadspread_core::api::KIND;
-use workloadspread_core::controller::{reconcile, ReconcileInput, ReconcileOptions};
+use workloadspread_core::api::{KIND, PENDING_LABEL, PENDING_SELECTOR, PENDING_VALUE};
 use workloadspread_core::counter::{
     self, ClaimRequest, ClaimResponse, PodRef, ReleaseRequest, ReleaseResponse, WorkloadSpreadKey,
 };
 use workloadspread_core::inject::inject;
-use workloadspread_core::masks::RECOUNT_POD_FIELDS;
+use workloadspread_core::masks::PENDING_POD_FIELDS;
 use workloadspread_core::pods::{controller_of, is_active, matched};
 use workloadspread_core::version::pod_version;
 use workloadspread_core::workload::{find_matching_workloadspread, ObjectRef, OwnerLookupError};
@@ -106,6 +106,7 @@ pub fn create(ctx: &Ctx<'_>, object: &Value, namespace: &str) -> Outcome {
 }
 
 const EXACT: &str = "exact";
+const BEST_EFFORT: &str = "best-effort";
 
 /// The pod is refused after its slot was claimed: give the slot back at once instead of
 /// holding it for the controller's creating window. Best effort: a host of protocol < 3
@@ -152,6 +153,10 @@ fn apply(object: &Value, ws: &WorkloadSpread, d: Decided) -> Outcome {
             format!("WorkloadSpread {}/{}: {e}", ws.namespace(), ws.name()),
             500,
         );
+    }
+    if d.mode == Some(BEST_EFFORT) {
+        // Counted by the next admissions until the controller's status counts it.
+        pod["metadata"]["labels"][PENDING_LABEL] = Value::String(PENDING_VALUE.into());
     }
     audit.push((AUDIT_SUBSET, format!("{}/{}", ws.name(), subset)));
     if pod == *object {
@@ -301,9 +306,11 @@ fn counted_claim(
     best_effort_claim(ctx, ws, pod, replicas, ns)
 }
 
-/// Without the counter capability: recount the WorkloadSpread's pods with the
-/// controller's rules, then apply the claim rule to that fresh status. Concurrent
-/// admissions can overshoot a subset; the controller's deletion costs correct it.
+/// Without the counter capability: the controller's last status plus the pods admitted
+/// since (those still labelled pending, listed with one fixed selector), then the claim
+/// rule on that sum, without writing. The cost follows the pods admitted since the
+/// controller's last count, not the workload's size. Concurrent admissions can
+/// overshoot a subset; the controller's deletion costs correct it.
 fn best_effort_claim(
     ctx: &Ctx<'_>,
     ws: &WorkloadSpread,
@@ -311,42 +318,28 @@ fn best_effort_claim(
     replicas: i32,
     ns: &str,
 ) -> Result<Decided, HostError> {
-    let pods: Vec<Pod> = ctx
+    let listed: Vec<Pod> = ctx
         .host
-        .list_fields("v1", "Pod", ns, RECOUNT_POD_FIELDS)?
+        .list_fields("v1", "Pod", ns, Some(PENDING_SELECTOR), PENDING_POD_FIELDS)?
         .into_iter()
         .filter_map(|p| serde_json::from_value::<Pod>(p).ok())
-        .filter(|p| matched(p).is_some_and(|m| m.name == ws.name()))
         .collect();
-    let nodes = BTreeMap::new();
-    let options = ReconcileOptions {
-        rules: ctx.settings.rules,
-        ..Default::default()
-    };
-    let kinds = ctx.settings.versioned_kinds();
-    let recounted = reconcile(&ReconcileInput {
-        ws,
-        pods: &pods,
-        workload_replicas: replicas,
-        latest_version: workloadspread_core::api::VERSION_IGNORED,
-        nodes: &nodes,
-        versioned_kinds: &kinds,
-        now: ctx.now,
-        options: &options,
-    });
-    let mut fresh = ws.clone();
-    fresh.status = Some(recounted.status);
+    let pending = pending_pods(&listed, ws.name(), &ctx.settings.versioned_kinds());
+    let scale = Scale::new(replicas, ctx.settings.rules);
+    let mut counted = ws.clone();
+    let status = counted.status.get_or_insert_with(Default::default);
+    count_pending(status, ws, &pending, scale, ctx.now);
     let decision = workloadspread_core::admission::decide_create(
-        &fresh,
+        &counted,
         pod,
-        Scale::new(replicas, ctx.settings.rules),
+        scale,
         ctx.now,
         ctx.request_uid,
     );
     Ok(Decided {
         subset: decision.subset,
         uid: decision.generated_uid,
-        mode: Some("best-effort"),
+        mode: Some(BEST_EFFORT),
     })
 }
 

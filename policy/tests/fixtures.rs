@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::path::PathBuf;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
+use workloadspread_core::api::{PENDING_LABEL, PENDING_VALUE};
 use workloadspread_core::counter::{self, ClaimRequest, ReleaseRequest};
 use workloadspread_core::workload::parse_group;
 use workloadspread_core::Timestamp;
@@ -101,14 +102,24 @@ impl Host for FakeCluster {
         api_version: &str,
         kind: &str,
         namespace: &str,
-        _: Option<&str>,
+        label_selector: Option<&str>,
     ) -> Result<Vec<Value>, HostError> {
         self.calls.borrow_mut().push(format!("list {kind}"));
+        // Equality selectors (`k=v,…`), which is all the policy sends.
+        let selected = |o: &Value| {
+            label_selector
+                .into_iter()
+                .flat_map(|s| s.split(','))
+                .all(|kv| {
+                    let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                    o["metadata"]["labels"][k] == v
+                })
+        };
         Ok(self
             .objects
             .borrow()
             .iter()
-            .filter(|o| Self::matches(o, api_version, kind, Some(namespace)))
+            .filter(|o| Self::matches(o, api_version, kind, Some(namespace)) && selected(o))
             .cloned()
             .collect())
     }
@@ -232,6 +243,54 @@ fn create_best_effort_recounts_pods() {
         }
         other => panic!("exact mode without the capability must fail: {other:?}"),
     }
+}
+
+/// Issue #21 (2): best-effort starts from the controller's status and adds the pods
+/// still labelled pending; the pod it places is labelled pending itself.
+#[test]
+fn best_effort_adds_pending_pods_to_the_status() {
+    let cluster = FakeCluster::load(false);
+    // The controller has counted one of the two zone-a pods so far.
+    let mut ws = cluster.workloadspread("demo", "web-spread");
+    for statuses in ws.status.as_mut().into_iter().flat_map(|s| {
+        std::iter::once(&mut s.subset_statuses).chain(s.versioned_subset_statuses.values_mut())
+    }) {
+        statuses[0].replicas = 1;
+        statuses[0].missing_replicas = 1;
+    }
+    cluster.store(&ws);
+    let subset_of_next = || {
+        let (pod, audit) = mutated(run("pod-create.json", &Settings::default(), &cluster));
+        assert_eq!(pod["metadata"]["labels"][PENDING_LABEL], PENDING_VALUE);
+        audit[AUDIT_SUBSET].clone()
+    };
+    assert_eq!(subset_of_next(), "web-spread/zone-a");
+    {
+        let mut objects = cluster.objects.borrow_mut();
+        let uncounted = objects
+            .iter_mut()
+            .find(|o| o["metadata"]["name"] == "web-7d4b9c-aaaa2")
+            .unwrap();
+        uncounted["metadata"]["labels"][PENDING_LABEL] = json!(PENDING_VALUE);
+    }
+    assert_eq!(subset_of_next(), "web-spread/zone-b");
+    // A pending pod the status already tracks as creating is not added again: zone-a
+    // (max 2) holds 0 replicas + that one, so one slot is left.
+    let mut ws = cluster.workloadspread("demo", "web-spread");
+    let a = ws
+        .status
+        .as_mut()
+        .and_then(|s| s.versioned_subset_statuses.get_mut("7d4b9c"))
+        .map(|v| &mut v[0])
+        .unwrap();
+    a.replicas = 0;
+    a.missing_replicas = 1;
+    a.creating_pods.insert(
+        "web-7d4b9c-aaaa2".into(),
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()),
+    );
+    cluster.store(&ws);
+    assert_eq!(subset_of_next(), "web-spread/zone-a");
 }
 
 #[test]

@@ -476,3 +476,104 @@ fn a_redelivered_request_for_an_unnamed_pod_claims_once() {
     assert!(other.status_changed);
     assert_eq!(versioned(&status)[0].missing_replicas, 0);
 }
+
+/// Issue #21 (2): best-effort admission starts from the controller's status and adds the
+/// pods still labelled pending; the next pod's subset follows from the sum.
+#[test]
+fn pending_pods_count_on_top_of_the_controllers_status() {
+    struct Case {
+        name: &'static str,
+        /// (pod name, subset) of the pending pods.
+        pending: &'static [(&'static str, &'static str)],
+        /// Already in creatingPods of subset a (an exact host's claim).
+        tracked: &'static [&'static str],
+        rules: Rules,
+        added: usize,
+        next: Option<&'static str>,
+    }
+    let cases = [
+        Case {
+            name: "none pending: a has room for one",
+            pending: &[],
+            tracked: &[],
+            rules: Rules::Reference,
+            added: 0,
+            next: Some("a"),
+        },
+        Case {
+            name: "one pending in a fills it",
+            pending: &[("p1", "a")],
+            tracked: &[],
+            rules: Rules::Reference,
+            added: 1,
+            next: Some("b"),
+        },
+        Case {
+            name: "a pending pod the status tracks is not counted again",
+            pending: &[("p1", "a")],
+            tracked: &["p1"],
+            rules: Rules::Reference,
+            added: 0,
+            next: Some("b"),
+        },
+        Case {
+            name: "percentages under planned rules: b (50% of 10) full after two",
+            pending: &[("p1", "b"), ("p2", "b"), ("", "a"), ("p3", "gone")],
+            tracked: &[],
+            rules: Rules::Planned,
+            added: 2,
+            next: Some("a"),
+        },
+        Case {
+            name: "a and b full: c is unlimited",
+            pending: &[("p1", "a"), ("p2", "b"), ("p3", "b")],
+            tracked: &[],
+            rules: Rules::Planned,
+            added: 3,
+            next: Some("c"),
+        },
+    ];
+    for case in cases {
+        // a: max 4, 3 counted; b: 50% of 10 = 5, 3 counted; c: unlimited.
+        let ws = ws_with(
+            json!([{"name": "b", "maxReplicas": "50%"}, {"name": "a", "maxReplicas": 4}, {"name": "c"}]),
+            json!([{"name": "b", "replicas": 3, "missingReplicas": 2},
+                   {"name": "a", "replicas": 3, "missingReplicas": 1},
+                   {"name": "c", "replicas": 0, "missingReplicas": -1}]),
+        );
+        let mut ws = ws;
+        // Order a before b for the reference cases, b first for the planned ones.
+        if case.rules == Rules::Reference {
+            ws.spec.subsets.swap(0, 1);
+            let s = ws.status.as_mut().unwrap();
+            s.subset_statuses.swap(0, 1);
+            s.versioned_subset_statuses
+                .get_mut(VERSION_IGNORED)
+                .unwrap()
+                .swap(0, 1);
+        }
+        let mut status = ws.status.clone().unwrap();
+        for t in case.tracked {
+            let a = versioned_statuses(&mut status, &ws, VERSION_IGNORED, 10)
+                .iter_mut()
+                .find(|s| s.name == "a")
+                .unwrap();
+            a.creating_pods.insert(t.to_string(), Time(now()));
+            a.missing_replicas -= 1;
+        }
+        let pending: Vec<PendingPod> = case
+            .pending
+            .iter()
+            .map(|(name, subset)| PendingPod {
+                name: name.to_string(),
+                version: VERSION_IGNORED.to_string(),
+                subset: subset.to_string(),
+            })
+            .collect();
+        let scale = Scale::new(10, case.rules);
+        let added = count_pending(&mut status, &ws, &pending, scale, now());
+        assert_eq!(added, case.added, "{}", case.name);
+        let claim = claim_for_create(&mut status, &ws, key("next"), scale, now(), "uid");
+        assert_eq!(claim.subset.as_deref(), case.next, "{}", case.name);
+    }
+}

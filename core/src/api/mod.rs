@@ -15,6 +15,15 @@ pub const PLURAL: &str = "workloadspreads";
 pub const MATCHED_WORKLOADSPREAD_ANNOTATION: &str = "apps.kruise.io/matched-workloadspread";
 /// Scale-in priority annotation read by ReplicaSet / CloneSet controllers.
 pub const POD_DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
+/// Pod label (value `"true"`) a best-effort admission adds to the pod it places: the
+/// WorkloadSpread status does not count the pod yet. The controller removes it once a
+/// status write that counts the pod has succeeded (`docs/counter-protocol.md`).
+pub const PENDING_LABEL: &str = "workloadspread.io/pending";
+/// The one selector best-effort admissions list pending pods with (fixed: policy-server
+/// keeps a reflector per distinct selector).
+pub const PENDING_SELECTOR: &str = "workloadspread.io/pending=true";
+/// The value of [`PENDING_LABEL`].
+pub const PENDING_VALUE: &str = "true";
 /// Version key used for pods whose workload kind has no versioned status.
 pub const VERSION_IGNORED: &str = "versionIgnored";
 /// Subset name the controller uses for pods that belong to no spec subset.

@@ -4,6 +4,7 @@
 
 pub mod cost;
 pub mod grouping;
+pub mod pending;
 pub mod status;
 
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus, WorkloadSpreadSubsetStatus};

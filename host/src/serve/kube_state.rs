@@ -676,8 +676,8 @@ fn list(
         .filter(|o| namespace.is_none_or(|ns| o.namespace().as_deref() == Some(ns)))
         .filter(|o| {
             selector.as_ref().is_none_or(|s| {
-                let labels = o.labels().clone().into_iter().collect();
-                s.matches(&labels)
+                let labels = o.labels();
+                s.matches(|k| labels.get(k).map(String::as_str))
             })
         })
         .map(|o| masked(o, resource, mask))
