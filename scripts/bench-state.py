@@ -3,13 +3,18 @@
 (ReplicaSet web-7d4b9c) and WorkloadSpread `web-spread` in namespace `demo`, with N pods
 of the workload as a kubelet reports them (defaulted spec, tolerations, affinity, volumes,
 status with conditions, IPs and container statuses), spread over the three subsets, a few
-in the states the recount distinguishes. Usage: bench-state.py N OUT.json
+in the states the controller distinguishes. Steady state as best-effort admission sees it
+(#21): the WorkloadSpread status the controller wrote counts all but the last PENDING pods,
+which still carry the workloadspread.io/pending label a best-effort admission adds.
+Usage: bench-state.py N OUT.json
 """
 import json
 import sys
 
 RS = "web-7d4b9c"
 HASH = "7d4b9c"
+# Pods admitted since the controller's last status write (a steady rate's worth).
+PENDING = 10
 
 
 def pod(i, subset, state):
@@ -95,14 +100,32 @@ def pod(i, subset, state):
     }
 
 
+def status(subsets, counted, replicas):
+    """The status the controller writes for the first `counted` pods (all active)."""
+    maxima = {"zone-a": 2, "zone-b": replicas // 2, "zone-c": None}
+    statuses = []
+    for name, top in maxima.items():
+        count = sum(1 for s in subsets[:counted] if s == name)
+        missing = -1 if top is None else max(0, top - count)
+        statuses.append({"name": name, "replicas": count, "missingReplicas": missing})
+    return {"observedGeneration": 1, "subsetStatuses": statuses,
+            "versionedSubsetStatuses": {HASH: statuses}}
+
+
 def main():
     n, out = int(sys.argv[1]), sys.argv[2]
     replicas = n + 10
     half = replicas // 2
+    # zone-a full, zone-b one short of its 50 %, the rest in zone-c; the pending pods
+    # are spread the same way (the newest pods).
     subsets = ["zone-a"] * 2 + ["zone-b"] * min(n - 2, half - 1)
     subsets += ["zone-c"] * (n - len(subsets))
+    subsets = subsets[2:] + subsets[:2] if n > PENDING else subsets
     states = ["running"] * 18 + ["not-ready", "unschedulable"]
     pods = [pod(i, s, states[i % len(states)]) for i, s in enumerate(subsets)]
+    counted = max(0, n - PENDING)
+    for p in pods[counted:]:
+        p["metadata"]["labels"]["workloadspread.io/pending"] = "true"
     workload = [
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "demo", "uid": "d-uid"},
          "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
@@ -122,7 +145,8 @@ def main():
                       {"name": "zone-b", "maxReplicas": "50%",
                        "requiredNodeSelector": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}]}},
                       {"name": "zone-c",
-                       "requiredNodeSelector": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-c"]}]}}]}},
+                       "requiredNodeSelector": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-c"]}]}}]},
+         "status": status(subsets, counted, replicas)},
     ]
     with open(out, "w") as f:
         json.dump({"apiVersion": "v1", "kind": "List", "items": workload + pods}, f)

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use workloadspread_core::annotation::MatchedWorkloadSpread;
 use workloadspread_core::api::MATCHED_WORKLOADSPREAD_ANNOTATION;
+use workloadspread_core::pods::prune_for_cache;
 
 async fn client(path: Option<&std::path::PathBuf>) -> Result<Client> {
     let config = match path {
@@ -138,8 +139,9 @@ async fn run_controller(
     let resource = workloadspread_resource();
     let wc = watcher::Config::default();
     let scope = args.namespace.as_deref();
-    let (pods, pod_stream) = reflect(scoped::<Pod>(&client, scope));
-    let (nodes, node_stream) = reflect(Api::<Node>::all(client.clone()));
+    // Pods are most of the cache: keep only what reconciles read (#19).
+    let (pods, pod_stream) = reflect(scoped::<Pod>(&client, scope), prune_for_cache);
+    let (nodes, node_stream) = reflect(Api::<Node>::all(client.clone()), |_: &mut Node| {});
     tokio::spawn(async move {
         futures::pin_mut!(node_stream);
         while node_stream.next().await.is_some() {}
@@ -294,10 +296,11 @@ fn workloads_ready(workloads: Arc<Workloads>) -> futures::future::BoxFuture<'sta
     .boxed()
 }
 
-/// A cluster-wide reflector (managedFields dropped) and its event stream, which
-/// must be polled for the store to fill.
+/// A reflector (managedFields dropped, then `prune`) and its event stream, which must
+/// be polled for the store to fill.
 fn reflect<K>(
     api: Api<K>,
+    prune: impl Fn(&mut K) + Send + Sync + 'static,
 ) -> (
     Store<K>,
     impl futures::Stream<Item = Result<K, watcher::Error>> + Send,
@@ -309,7 +312,10 @@ where
     let (store, writer) = reflector::store();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(|o: &mut K| o.managed_fields_mut().clear())
+        .modify(move |o: &mut K| {
+            o.managed_fields_mut().clear();
+            prune(o);
+        })
         .reflect(writer)
         .touched_objects();
     (store, stream)

@@ -129,3 +129,60 @@ pub fn deletion_order(a: &Pod, b: &Pod) -> Ordering {
         Ordering::Equal
     }
 }
+
+/// Drops from a pod what no controller decision reads, before a cache keeps it: managed
+/// fields, the last-applied annotation, containers beyond their names, volumes and the
+/// rest of the spec except `nodeName`, `affinity` and `tolerations` (subset matching),
+/// and the status except phase, conditions (without messages) and the container
+/// statuses' name, readiness, restarts and image. With thousands of pods in a cluster
+/// this is most of a cache's memory; `controller::tests` hold a reconcile of pruned pods
+/// equal to one of whole pods.
+pub fn prune_for_cache(pod: &mut Pod) {
+    use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec, PodStatus};
+    pod.metadata.managed_fields = None;
+    if let Some(a) = pod.metadata.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+    if let Some(spec) = pod.spec.as_mut() {
+        *spec = PodSpec {
+            node_name: spec.node_name.take(),
+            affinity: spec.affinity.take(),
+            tolerations: spec.tolerations.take(),
+            containers: spec
+                .containers
+                .iter_mut()
+                .map(|c| Container {
+                    name: std::mem::take(&mut c.name),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+    }
+    if let Some(status) = pod.status.as_mut() {
+        let conditions = status.conditions.take().map(|mut cs| {
+            for c in &mut cs {
+                c.message = None;
+            }
+            cs
+        });
+        let containers = status.container_statuses.take().map(|cs| {
+            cs.into_iter()
+                .map(|c| ContainerStatus {
+                    name: c.name,
+                    ready: c.ready,
+                    restart_count: c.restart_count,
+                    image: c.image,
+                    image_id: c.image_id,
+                    ..Default::default()
+                })
+                .collect()
+        });
+        *status = PodStatus {
+            phase: status.phase.take(),
+            conditions,
+            container_statuses: containers,
+            ..Default::default()
+        };
+    }
+}

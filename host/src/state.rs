@@ -4,6 +4,7 @@
 use crate::capabilities::{denied, AllowList, Capabilities, KubeRead};
 use anyhow::Context as _;
 use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use workloadspread_core::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
@@ -16,6 +17,10 @@ use workloadspread_core::Timestamp;
 /// `kubectl get -o yaml` dumps accepted).
 pub struct ClusterState {
     objects: Mutex<Vec<Value>>,
+    /// Positions in `objects` by kind and namespace (objects are only ever changed in
+    /// place): a read looks at its kind's objects only, as an API server's would, so a
+    /// state of 10 000 pods does not make every GET of a ReplicaSet scan them all.
+    index: Index,
     allow: AllowList,
     counter: bool,
     now: Timestamp,
@@ -27,6 +32,7 @@ pub struct ClusterState {
 impl ClusterState {
     pub fn new(objects: Vec<Value>, allow: AllowList, counter: bool, now: Timestamp) -> Self {
         ClusterState {
+            index: Index::build(&objects),
             objects: Mutex::new(objects),
             allow,
             counter,
@@ -94,13 +100,11 @@ impl ClusterState {
                 namespace,
                 name,
                 ..
-            } => objects
-                .iter()
-                .find(|o| {
-                    same_kind(o, api_version, kind)
-                        && in_namespace(o, namespace.as_deref())
-                        && o["metadata"]["name"] == name.as_str()
-                })
+            } => self
+                .index
+                .positions(api_version, kind, namespace.as_deref())
+                .map(|i| &objects[i])
+                .find(|o| o["metadata"]["name"] == name.as_str())
                 .map(|o| mask.apply(o))
                 .ok_or_else(|| {
                     format!(
@@ -119,11 +123,10 @@ impl ClusterState {
                 ..
             } => {
                 let selector = parse_selector(label_selector.as_deref())?;
-                let items: Vec<Value> = objects
-                    .iter()
-                    .filter(|o| {
-                        same_kind(o, api_version, kind) && in_namespace(o, namespace.as_deref())
-                    })
+                let items: Vec<Value> = self
+                    .index
+                    .positions(api_version, kind, namespace.as_deref())
+                    .map(|i| &objects[i])
                     .filter(|o| selector.as_ref().is_none_or(|s| s.matches_value(o)))
                     .map(|o| mask.apply(o))
                     .collect();
@@ -174,13 +177,16 @@ impl ClusterState {
         f: impl FnOnce(&WorkloadSpread, Timestamp) -> (WorkloadSpreadStatus, R),
     ) -> Result<R, String> {
         let mut objects = self.lock();
-        let slot = objects
-            .iter_mut()
-            .find(|o| {
-                o["kind"] == "WorkloadSpread"
-                    && o["metadata"]["namespace"] == key.namespace.as_str()
-                    && o["metadata"]["name"] == key.name.as_str()
-            })
+        let position = self
+            .index
+            .positions(
+                workloadspread_core::api::v1beta1::API_VERSION,
+                workloadspread_core::api::KIND,
+                Some(&key.namespace),
+            )
+            .find(|&i| objects[i]["metadata"]["name"] == key.name.as_str());
+        let slot = position
+            .and_then(|i| objects.get_mut(i))
             .ok_or_else(|| format!("WorkloadSpread {}/{} not found", key.namespace, key.name))?;
         let ws: WorkloadSpread = serde_json::from_value(slot.clone())
             .map_err(|e| format!("WorkloadSpread {}: {e}", key.name))?;
@@ -260,13 +266,47 @@ fn stored(object: Value) -> anyhow::Result<Value> {
     crate::serve::convert::convert(&object, v1beta1::API_VERSION).map_err(anyhow::Error::msg)
 }
 
-fn same_kind(o: &Value, api_version: &str, kind: &str) -> bool {
-    let group = |v: &str| parse_group(v).unwrap_or(v).to_string();
-    o["kind"] == kind && group(o["apiVersion"].as_str().unwrap_or_default()) == group(api_version)
+/// Object positions by (API group, kind), then namespace (`default` for objects without
+/// one, which reads of `default` have always matched).
+struct Index(HashMap<(String, String), BTreeMap<String, Vec<usize>>>);
+
+fn group_of(api_version: &str) -> &str {
+    parse_group(api_version).unwrap_or(api_version)
 }
 
-fn in_namespace(o: &Value, namespace: Option<&str>) -> bool {
-    namespace.is_none_or(|n| o["metadata"]["namespace"].as_str().unwrap_or("default") == n)
+impl Index {
+    fn build(objects: &[Value]) -> Self {
+        let mut index: HashMap<(String, String), BTreeMap<String, Vec<usize>>> = HashMap::new();
+        for (i, o) in objects.iter().enumerate() {
+            let group = group_of(o["apiVersion"].as_str().unwrap_or_default()).to_string();
+            let kind = o["kind"].as_str().unwrap_or_default().to_string();
+            let namespace = o["metadata"]["namespace"].as_str().unwrap_or("default");
+            index
+                .entry((group, kind))
+                .or_default()
+                .entry(namespace.to_string())
+                .or_default()
+                .push(i);
+        }
+        Index(index)
+    }
+
+    /// Positions of the objects of a kind (any version of its group), in `namespace` or
+    /// in all namespaces; in file order within a namespace.
+    fn positions<'a>(
+        &'a self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&'a str>,
+    ) -> impl Iterator<Item = usize> + 'a {
+        let key = (group_of(api_version).to_string(), kind.to_string());
+        self.0.get(&key).into_iter().flat_map(move |by_ns| {
+            by_ns
+                .iter()
+                .filter(move |(ns, _)| namespace.is_none_or(|n| n == ns.as_str()))
+                .flat_map(|(_, positions)| positions.iter().copied())
+        })
+    }
 }
 
 /// An equality label selector (`a=b,c=d`), which is all the policy sends; matched

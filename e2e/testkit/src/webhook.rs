@@ -108,6 +108,11 @@ impl HostProcess {
         Ok(HostProcess { child, port, log })
     }
 
+    /// The process id (to read its memory and CPU time from `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Waits (60 s at most) until `/readyz` answers "ok"; fails at once if the host exits.
     pub async fn wait_ready(&mut self) -> Result<()> {
         for _ in 0..300 {

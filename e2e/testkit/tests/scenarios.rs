@@ -992,7 +992,8 @@ async fn burst_of_300_settles_through_a_delaying_and_resetting_api_proxy() -> Re
 /// Issue #7 Kubewarden path: the same module in best-effort mode (no counter capability,
 /// as under Kubewarden's read-only host) decides from the status and the pods it can
 /// list. A 0 → 60 burst over a=10 / b=10 / rest overshoots; the controller's status
-/// converges to the real pods, and the overshoot is reported.
+/// converges to the real pods, the pending labels are removed, and the overshoot is
+/// reported.
 #[tokio::test]
 async fn best_effort_mode_converges_through_the_controller() -> Result<()> {
     let settings = json!({"mode": "best-effort"}).to_string();
@@ -1014,6 +1015,23 @@ async fn best_effort_mode_converges_through_the_controller() -> Result<()> {
     let pods = settled(&stack.ns, 60).await?;
     let c = counts(&pods);
     status_matches(&ws, &c).await?;
+    // #21: every pod was labelled pending when admitted; the controller removes the
+    // label once its status counts the pod, so none is left.
+    let pending = workloadspread_core::api::PENDING_LABEL;
+    wait_for("no pod labelled pending", SETTLE, || async {
+        let pods = live_pods(&stack.ns).await?;
+        let left = pods
+            .iter()
+            .filter(|p| {
+                p.metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key(pending))
+            })
+            .count();
+        Ok((left == 0).then_some(()))
+    })
+    .await?;
     let over = |s: &str| c.get(s).copied().unwrap_or(0).saturating_sub(10);
     eprintln!(
         "best effort: 60 pods → {c:?}; overshoot a +{} b +{}; status exact after {:.1} s; \
