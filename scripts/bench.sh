@@ -4,6 +4,7 @@
 #   2. controller reconcile of one WorkloadSpread with 5 000 pods
 #   3. admissions through the real API server: pods/s and end-to-end CREATE latency
 #      p50/p99 without a webhook, with group commit and with one write per pod
+#   4. footprint: host and controller memory and CPU as unrelated pods grow to 10 000
 # Every figure and every goal verdict in the document comes from this run.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -20,7 +21,8 @@ make --no-print-directory policy
 # the bench's dev-dependencies change core's features, so a plain `cargo build
 # --release` of the host would be a second full (LTO) build.
 phase "building release binaries (first run: 15-25 minutes on 2 cores)"
-cargo bench --locked -p workloadspread-host --bench admission --no-run
+cargo bench --locked -p workloadspread-host --bench admission --bench footprint --no-run
+cargo build --release --locked -p workloadspread-controller
 host="$target/release/workloadspread-host"
 
 eval_bench() {
@@ -87,6 +89,9 @@ trap 'bash e2e/cluster/cluster.sh down' EXIT
 k8s_version="$(cat "$(dirname "$kubeconfig")/k8s-version" 2>/dev/null || echo unknown)"
 admission=$(WS_TEST_KUBECONFIG="$kubeconfig" WS_REQUIRE_WASM=1 \
   cargo bench --locked -q -p workloadspread-host --bench admission 2>/dev/null)
+phase "footprint as the cluster grows"
+footprint=$(WS_TEST_KUBECONFIG="$kubeconfig" WS_REQUIRE_WASM=1 \
+  cargo bench --locked -q -p workloadspread-host --bench footprint 2>/dev/null)
 
 cat >"$tmp" <<DOC
 # Benchmarks
@@ -109,6 +114,7 @@ skews them.
   (${best_growth}×); 10 000 pods ≤ 20 ms p50 in the module: **${best_10k_verdict}** (${best_10k_ms} ms).
 $(grep '^\* Group commit' <<<"$admission" | sed 's/(goal ≥ 5×: \(.*\));/(goal ≥ 5×: **\1**);/')
 $(grep '^\* Unrelated' <<<"$admission" | sed 's/(goal ≤ +1 ms: \(.*\));/(goal ≤ +1 ms: **\1**);/')
+$(grep '^\* ' <<<"$footprint")
 
 ## Policy evaluation (one pod CREATE / one WorkloadSpread CREATE)
 
@@ -184,6 +190,21 @@ With one write per claim, the claims of concurrent pods queue behind each other'
 status writes; group commit answers a batch of claims with one write, which is why
 its latency grows far less with concurrency. Past that, throughput is bounded by the
 API server's own pod creates on 2 cores.
+
+## Footprint as the cluster grows
+
+\`cargo bench -p workloadspread-host --bench footprint\`: one host replica (exact mode, the
+webhook enrolled in every namespace) and one release controller (all namespaces) on the
+local control plane. First a spread workload of 500 pods (a Fleet over 3 subsets) is admitted
+and counted; then unrelated pods (bare pods bound to KWOK nodes, in 10 namespaces without a
+WorkloadSpread: most pods of a real cluster) are created up to each level. Per row: resident
+memory (\`VmRSS\`, the largest of five samples over 2 s after the level settled) and the CPU
+time (user + system) each process spent during the row. The host caches pods only in
+namespaces that have a WorkloadSpread and answers unrelated pods without the guest; the
+controller watches every pod (a WorkloadSpread created later adopts existing pods) and keeps
+each pruned to what a reconcile reads (\`core::pods::prune_for_cache\`).
+
+$(grep '^|' <<<"$footprint")
 DOC
 mv "$tmp" "$out"
 phase "wrote $out"

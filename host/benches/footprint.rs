@@ -198,6 +198,28 @@ fn print_row(
     );
 }
 
+/// The goal line: host RSS with 10 000 unrelated pods ≤ 100 MB, and flat (growing by
+/// at most 5 MB from the first level to the last).
+fn print_summary(at_level: &[(Usage, Usage)]) {
+    let (Some(first), Some(last)) = (at_level.first(), at_level.last()) else {
+        return;
+    };
+    let growth = last.0.rss_mb - first.0.rss_mb;
+    let met = last.0.rss_mb <= 100.0 && growth <= 5.0;
+    println!(
+        "* Host RSS with {} unrelated pods ≤ 100 MB and flat in their number: **{}**, {:.1} MB \
+         ({:+.1} MB from {} to {} unrelated pods); the controller: {:.1} MB ({:+.1} MB).",
+        LEVELS[LEVELS.len() - 1],
+        if met { "met" } else { "not met" },
+        last.0.rss_mb,
+        growth,
+        LEVELS[0],
+        LEVELS[LEVELS.len() - 1],
+        last.1.rss_mb,
+        last.1.rss_mb - first.1.rss_mb,
+    );
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let Some(policy) = policy_wasm()? else {
@@ -280,6 +302,7 @@ async fn main() -> Result<()> {
         bail!("no KWOK nodes");
     }
     let mut made = 0;
+    let mut at_level = Vec::new();
     for level in LEVELS {
         let started = Instant::now();
         let pods = (made..level)
@@ -295,6 +318,7 @@ async fn main() -> Result<()> {
         }
         made = level;
         let now = sample(host_pid, controller_pid).await?;
+        at_level.push(now);
         print_row(
             "unrelated pods created",
             level,
@@ -304,6 +328,7 @@ async fn main() -> Result<()> {
         );
         before = now;
     }
+    print_summary(&at_level);
     configs.delete().await?;
     drop(host);
     drop(controller);
