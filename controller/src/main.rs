@@ -6,6 +6,7 @@ mod inputs;
 mod leader;
 mod metrics;
 mod offline;
+mod pod_caches;
 mod reconciler;
 mod watch;
 mod workloads;
@@ -129,6 +130,10 @@ pub struct RunArgs {
     /// Seconds without renewal after which another replica may take the Lease.
     #[arg(long, default_value_t = 15)]
     lease_duration_seconds: u64,
+    /// Seconds a namespace's pods stay cached after its last WorkloadSpread is gone (pods
+    /// are cached only in namespaces that have one).
+    #[arg(long, default_value_t = 60)]
+    pod_cache_grace_seconds: u64,
     /// WorkloadSpreads reconciled concurrently (reference: 3).
     #[arg(long, default_value_t = 3)]
     concurrency: u16,

@@ -34,6 +34,8 @@ pub struct Metrics {
     pub rescheduled: Counter,
     pub status_writes: Counter,
     pub conflicts: Counter,
+    /// Namespaces whose pods are cached (those with a WorkloadSpread, plus a grace).
+    pub pod_cache_namespaces: Gauge,
 }
 
 impl Metrics {
@@ -46,6 +48,7 @@ impl Metrics {
         let rescheduled = Counter::default();
         let status_writes = Counter::default();
         let conflicts = Counter::default();
+        let pod_cache_namespaces = Gauge::default();
         registry.register(
             "reconcile_duration_seconds",
             "Reconcile time",
@@ -91,8 +94,14 @@ impl Metrics {
             "Status writes answered 409 (re-read and recomputed)",
             conflicts.clone(),
         );
+        registry.register(
+            "pod_cache_namespaces",
+            "Namespaces whose pods are watched (those with a WorkloadSpread)",
+            pod_cache_namespaces.clone(),
+        );
         Metrics {
             registry,
+            pod_cache_namespaces,
             reconcile_duration,
             reconcile_errors,
             subset_pods,

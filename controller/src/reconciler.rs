@@ -8,6 +8,7 @@
 use crate::inputs::{node_infos, workload_view, InputError};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
+use crate::pod_caches::PodCaches;
 use crate::workloads::{Lookup, Workloads};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -39,7 +40,8 @@ const API_TIMEOUT: Duration = Duration::from_secs(10);
 /// Shared state of the reconciler.
 pub struct Context {
     pub client: Client,
-    pub pods: Store<Pod>,
+    /// Pods of the namespaces that have a WorkloadSpread (`crate::pod_caches`).
+    pub pods: Arc<PodCaches>,
     pub nodes: Store<Node>,
     /// Cached workloads and ReplicaSets (`crate::workloads`).
     pub workloads: Arc<Workloads>,
@@ -58,7 +60,7 @@ impl Context {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         client: Client,
-        pods: Store<Pod>,
+        pods: Arc<PodCaches>,
         nodes: Store<Node>,
         workloads: Arc<Workloads>,
         kinds: WorkloadKinds,
@@ -150,15 +152,17 @@ pub fn error_policy(object: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context
 }
 
 async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
-    // Deciding on empty caches would drop every pod from the status.
+    // Deciding on empty caches would drop every pod from the status. The namespace's
+    // pod cache starts with its first WorkloadSpread's first reconcile.
+    let ns = object.namespace().unwrap_or_default();
+    let pods = ctx.pods.store(&ns);
     let synced = async {
-        let _ = ctx.pods.wait_until_ready().await;
+        let _ = pods.wait_until_ready().await;
         let _ = ctx.nodes.wait_until_ready().await;
     };
     if tokio::time::timeout(CACHE_WAIT, synced).await.is_err() {
         return Err(Error::CachesNotSynced);
     }
-    let ns = object.namespace().unwrap_or_default();
     let name = object.name_any();
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &ns, &workloadspread_resource());
@@ -171,7 +175,7 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         if ws.spec.target_ref.is_none() {
             return Ok(Action::await_change());
         }
-        let (output, pending) = compute(&ws, ctx).await?;
+        let (output, pending) = compute(&ws, &pods, ctx).await?;
         if attempt == 0 {
             ensure_leading(ctx)?;
             adopt(&ws, &output, ctx).await?;
@@ -248,6 +252,7 @@ fn decode(object: &DynamicObject) -> Result<WorkloadSpread, Error> {
 /// still labelled pending for this WorkloadSpread.
 async fn compute(
     ws: &WorkloadSpread,
+    pods: &Store<Pod>,
     ctx: &Context,
 ) -> Result<(ReconcileOutput, Vec<String>), Error> {
     let ns = ws.metadata.namespace.clone().unwrap_or_default();
@@ -262,13 +267,8 @@ async fn compute(
     } else {
         vec![]
     };
-    let pods: Vec<Pod> = ctx
-        .pods
-        .state()
-        .iter()
-        .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
-        .map(|p| Pod::clone(p))
-        .collect();
+    // The namespace's own cache: no scan of other namespaces' pods.
+    let pods: Vec<Pod> = pods.state().iter().map(|p| Pod::clone(p)).collect();
     let view = workload_view(
         ws,
         workload.as_ref(),

@@ -3,24 +3,22 @@
 
 use crate::leader::{LeaderElector, Leadership, Timing};
 use crate::metrics::Metrics;
+use crate::pod_caches::{self, PodCaches};
 use crate::reconciler::{self, workloadspread_resource, Context};
 use crate::workloads::Workloads;
 use crate::RunArgs;
 use anyhow::{Context as _, Result};
 use axum::routing::get;
 use futures::{FutureExt as _, StreamExt};
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{ApiResource, DynamicObject};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::DynamicObject;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, Controller, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use workloadspread_core::annotation::MatchedWorkloadSpread;
-use workloadspread_core::api::MATCHED_WORKLOADSPREAD_ANNOTATION;
-use workloadspread_core::pods::prune_for_cache;
 
 async fn client(path: Option<&std::path::PathBuf>) -> Result<Client> {
     let config = match path {
@@ -139,19 +137,15 @@ async fn run_controller(
     let resource = workloadspread_resource();
     let wc = watcher::Config::default();
     let scope = args.namespace.as_deref();
-    // Pods are most of the cache: keep only what reconciles read (#19).
-    let (pods, pod_stream) = reflect(scoped::<Pod>(&client, scope), prune_for_cache);
-    let (nodes, node_stream) = reflect(Api::<Node>::all(client.clone()), |_: &mut Node| {});
-    tokio::spawn(async move {
-        futures::pin_mut!(node_stream);
-        while node_stream.next().await.is_some() {}
-    });
-    // Reconciles read the pod store, so no reconcile starts before its first list: one
-    // that did would wait up to CACHE_WAIT and fail. A pod watch that cannot list (RBAC,
-    // an object that does not decode) is reported here at warn, with a periodic line
-    // saying what the controller waits for, instead of silent 30 s reconcile stalls.
-    let mut pod_stream = pod_stream.boxed();
-    drive_until_ready(&mut pod_stream, &pods, "pods").await;
+    // Pods are cached per namespace with a WorkloadSpread, pruned (#19).
+    let (pods, pod_triggers) = PodCaches::new(client.clone(), resource.clone(), metrics.clone());
+    let (nodes, node_stream) = reflect(Api::<Node>::all(client.clone()));
+    // Reconciles wait for the node cache: its first list comes first. A watch that
+    // cannot list (RBAC) is reported at warn, with a periodic line saying what the
+    // controller waits for, instead of silent 30 s reconcile stalls.
+    let mut node_stream = node_stream.boxed();
+    drive_until_ready(&mut node_stream, &nodes, "nodes").await;
+    tokio::spawn(async move { while node_stream.next().await.is_some() {} });
     let kinds = args.rules.kinds()?;
     let ws_api: Api<DynamicObject> = match scope {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
@@ -159,6 +153,13 @@ async fn run_controller(
     };
     let controller = Controller::new_with(ws_api, wc.clone(), resource.clone());
     let spreads = controller.store();
+    let grace = Duration::from_secs(args.pod_cache_grace_seconds);
+    tokio::spawn(pod_caches::follow(
+        pods.clone(),
+        spreads.clone(),
+        grace.clamp(Duration::from_secs(1), Duration::from_secs(10)),
+        grace,
+    ));
     let (workloads, workload_triggers) =
         Workloads::start(&client, scope, &kinds, spreads.clone(), resource.clone());
     let ctx = Arc::new(Context::new(
@@ -180,10 +181,8 @@ async fn run_controller(
         crate::now,
         leadership,
     ));
-    let pod_resource = resource.clone();
     let controller = controller
-        .watches_stream(pod_stream, move |pod: Pod| pod_trigger(&pod, &pod_resource))
-        .reconcile_on(workload_triggers)
+        .reconcile_on(futures::stream::select(workload_triggers, pod_triggers))
         .with_config(kube::runtime::controller::Config::default().concurrency(args.concurrency))
         .graceful_shutdown_on(async move {
             let lost = async move {
@@ -196,7 +195,6 @@ async fn run_controller(
         });
     tokio::spawn(mark_ready(
         [
-            owned_ready(pods.clone()),
             owned_ready(nodes.clone()),
             owned_ready(spreads.clone()),
             workloads_ready(workloads),
@@ -256,7 +254,7 @@ where
 
 /// Sets `ready` once every cache has its first list. Polls instead of awaiting: the
 /// pod and WorkloadSpread streams are driven inside the controller's future.
-async fn mark_ready<F>(caches: [F; 4], ready: Arc<AtomicBool>)
+async fn mark_ready<F>(caches: [F; 3], ready: Arc<AtomicBool>)
 where
     F: std::future::Future + Unpin,
 {
@@ -296,11 +294,10 @@ fn workloads_ready(workloads: Arc<Workloads>) -> futures::future::BoxFuture<'sta
     .boxed()
 }
 
-/// A reflector (managedFields dropped, then `prune`) and its event stream, which must
-/// be polled for the store to fill.
+/// A cluster-wide reflector (managedFields dropped) and its event stream, which must be
+/// polled for the store to fill.
 fn reflect<K>(
     api: Api<K>,
-    prune: impl Fn(&mut K) + Send + Sync + 'static,
 ) -> (
     Store<K>,
     impl futures::Stream<Item = Result<K, watcher::Error>> + Send,
@@ -312,33 +309,10 @@ where
     let (store, writer) = reflector::store();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(move |o: &mut K| {
-            o.managed_fields_mut().clear();
-            prune(o);
-        })
+        .modify(|o: &mut K| o.managed_fields_mut().clear())
         .reflect(writer)
         .touched_objects();
     (store, stream)
-}
-
-/// All namespaces, or only `namespace`.
-fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-    K::DynamicType: Default,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
-/// A pod change reconciles the WorkloadSpread named in its matched annotation.
-fn pod_trigger(pod: &Pod, resource: &ApiResource) -> Option<ObjectRef<DynamicObject>> {
-    let value = pod.annotations().get(MATCHED_WORKLOADSPREAD_ANNOTATION)?;
-    let matched = MatchedWorkloadSpread::parse(value).ok()?;
-    let ns = pod.namespace()?;
-    Some(ObjectRef::new_with(&matched.name, resource.clone()).within(&ns))
 }
 
 /// What `/readyz` answers: a standby is ready; a leader once its caches are synced.

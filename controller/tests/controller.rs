@@ -295,6 +295,56 @@ async fn pending_labels_are_removed_once_the_status_counts_the_pods() -> Result<
     Ok(())
 }
 
+/// Issue #19: the controller caches the pods of a namespace only while it has a
+/// WorkloadSpread (plus a grace period): none before the first, the cache's first list
+/// brings the existing pods, none a grace period after the last is deleted, and a new
+/// WorkloadSpread starts it again.
+#[tokio::test]
+async fn pods_are_cached_only_while_the_namespace_has_a_workloadspread() -> Result<()> {
+    const GAUGE: &str = "workloadspread_controller_pod_cache_namespaces";
+    let ns = setup("ctl-podcache").await?;
+    create_deployment(&ns, 2).await?;
+    let args = ["--namespace", ns.name(), "--pod-cache-grace-seconds", "1"].map(str::to_string);
+    let controller =
+        ControllerProcess::start(controller_bin(), cluster()?.kubeconfig(), &args).await?;
+    ensure!(
+        controller.metric(GAUGE).await? == 0.0,
+        "pods cached before any WorkloadSpread"
+    );
+    let spec = json!({"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+        "subsets": [zone("a", "zone-a", Some(1)), zone("b", "zone-b", None), zone("c", "zone-c", None)]});
+    let counted = |ws_api: Api<DynamicObject>| async move {
+        wait_for(
+            "the status to count both pods",
+            Duration::from_secs(60),
+            || async {
+                let s = ws_api.get("web").await?.data["status"].clone();
+                let replicas: i64 = s["subsetStatuses"]
+                    .as_array()
+                    .map(|a| a.iter().map(|x| x["replicas"].as_i64().unwrap_or(0)).sum())
+                    .unwrap_or(0);
+                Ok((replicas == 2).then_some(()))
+            },
+        )
+        .await
+    };
+    let ws_api = create_ws(&ns, spec.clone()).await?;
+    counted(ws_api.clone()).await?;
+    ensure!(
+        controller.metric(GAUGE).await? == 1.0,
+        "the namespace's pods are not cached"
+    );
+    ws_api.delete("web", &Default::default()).await?;
+    wait_for("the pod cache to stop", Duration::from_secs(30), || async {
+        Ok((controller.metric(GAUGE).await? == 0.0).then_some(()))
+    })
+    .await?;
+    let ws_api = create_ws(&ns, spec).await?;
+    counted(ws_api).await?;
+    ensure!(controller.metric(GAUGE).await? == 1.0);
+    Ok(())
+}
+
 #[tokio::test]
 async fn unschedulable_subset_is_rescheduled_and_recovers() -> Result<()> {
     let (Some(policy), Some(host_bin)) = (policy_wasm()?, workspace_binary("workloadspread-host")?)
