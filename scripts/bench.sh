@@ -199,10 +199,12 @@ local control plane. First a spread workload of 500 pods (a Fleet over 3 subsets
 and counted; then unrelated pods (bare pods bound to KWOK nodes, in 10 namespaces without a
 WorkloadSpread: most pods of a real cluster) are created up to each level. Per row: resident
 memory (\`VmRSS\`, the largest of five samples over 2 s after the level settled) and the CPU
-time (user + system) each process spent during the row. The host caches pods only in
-namespaces that have a WorkloadSpread and answers unrelated pods without the guest; the
-controller watches every pod (a WorkloadSpread created later adopts existing pods) and keeps
-each pruned to what a reconcile reads (\`core::pods::prune_for_cache\`).
+time (user + system) each process spent during the row. Both cache pods only in namespaces
+that have a WorkloadSpread (the host also answers unrelated pods without the guest); the
+controller keeps each pod pruned to what a reconcile reads (\`core::pods::prune_for_cache\`).
+Before the controller's per-namespace caches (commit fe80b0d, same machine, same day) it
+watched every pod of the cluster: 42.6 / 71.3 / 107.3 MB at 1 000 / 5 000 / 10 000 unrelated
+pods.
 
 $(grep '^|' <<<"$footprint")
 DOC
