@@ -18,7 +18,7 @@ use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use workloadspread_core::api::v1beta1::WorkloadSpread;
@@ -410,11 +410,12 @@ async fn patch_pod_metadata(
     let ns = ws.metadata.namespace.clone().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let pp = PatchParams::default();
-    let costs: std::collections::BTreeSet<&str> = output
+    let costs: HashSet<&str> = output
         .deletion_costs
         .iter()
         .map(|c| c.pod.as_str())
         .collect();
+    let pending_set: HashSet<&str> = pending.iter().map(String::as_str).collect();
     for (pod, patch) in pod_patches(&output.deletion_costs, pending) {
         match bounded(pods.patch(&pod, &pp, &Patch::Strategic(&patch))).await? {
             Ok(_) => {}
@@ -437,7 +438,7 @@ async fn patch_pod_metadata(
         if costs.contains(pod.as_str()) {
             ctx.metrics.patches.deletion_cost.inc();
         }
-        if pending.contains(&pod) {
+        if pending_set.contains(pod.as_str()) {
             ctx.metrics.patches.pending_label.inc();
         }
     }

@@ -66,6 +66,14 @@ async fn create_deployment(ns: &TestNamespace, replicas: i32) -> Result<()> {
     Ok(())
 }
 
+/// Pods the status counts over all subsets (`subsetStatuses[].replicas`).
+fn counted_replicas(status: &Value) -> i64 {
+    status["subsetStatuses"]
+        .as_array()
+        .map(|a| a.iter().map(|x| x["replicas"].as_i64().unwrap_or(0)).sum())
+        .unwrap_or(0)
+}
+
 /// Costs per subset, sorted (pods without annotations are skipped).
 fn costs_by_subset(pods: &[Pod]) -> BTreeMap<String, Vec<i64>> {
     let mut out: BTreeMap<String, Vec<i64>> = BTreeMap::new();
@@ -171,10 +179,7 @@ async fn existing_pods_are_adopted_and_scale_in_is_ordered() -> Result<()> {
     );
     let status = wait_for("status", Duration::from_secs(30), || async {
         let s = ws_api.get("web").await?.data["status"].clone();
-        let replicas: i64 = s["subsetStatuses"]
-            .as_array()
-            .map(|a| a.iter().map(|x| x["replicas"].as_i64().unwrap_or(0)).sum())
-            .unwrap_or(0);
+        let replicas = counted_replicas(&s);
         Ok((replicas == 6).then_some(s))
     })
     .await?;
@@ -199,10 +204,7 @@ async fn existing_pods_are_adopted_and_scale_in_is_ordered() -> Result<()> {
     ensure!(removed.len() == 3, "removed {removed:?}");
     wait_for("status of 3 pods", Duration::from_secs(30), || async {
         let s = ws_api.get("web").await?.data["status"].clone();
-        let replicas: i64 = s["subsetStatuses"]
-            .as_array()
-            .map(|a| a.iter().map(|x| x["replicas"].as_i64().unwrap_or(0)).sum())
-            .unwrap_or(0);
+        let replicas = counted_replicas(&s);
         Ok((replicas == 3).then_some(()))
     })
     .await?;
@@ -319,10 +321,7 @@ async fn pods_are_cached_only_while_the_namespace_has_a_workloadspread() -> Resu
             Duration::from_secs(60),
             || async {
                 let s = ws_api.get("web").await?.data["status"].clone();
-                let replicas: i64 = s["subsetStatuses"]
-                    .as_array()
-                    .map(|a| a.iter().map(|x| x["replicas"].as_i64().unwrap_or(0)).sum())
-                    .unwrap_or(0);
+                let replicas = counted_replicas(&s);
                 Ok((replicas == 2).then_some(()))
             },
         )
@@ -576,10 +575,7 @@ async fn a_paused_leader_is_replaced_and_never_writes_again() -> Result<()> {
             let ws_api = ws_api.clone();
             async move {
                 let s = ws_api.get("web").await?.data["status"].clone();
-                let n: i64 = s["subsetStatuses"]
-                    .as_array()
-                    .map(|a| a.iter().map(|x| x["replicas"].as_i64().unwrap_or(0)).sum())
-                    .unwrap_or(0);
+                let n = counted_replicas(&s);
                 Ok((n == want).then_some(()))
             }
         }
