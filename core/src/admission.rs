@@ -461,6 +461,7 @@ pub fn count_pending(
     added
 }
 
+pub mod reserve;
 #[cfg(test)]
 mod tests;
 

@@ -27,8 +27,11 @@ pub const OP_UNCLAIM: &str = "v1/unclaim";
 /// Protocol version answered by `v1/hello`. 2 added [`ClaimRequest::rules`]: a host
 /// answering 1 ignores it and scales percentages by the reference's rules. 3 added
 /// `v1/unclaim` (an older host answers it with an error; the slot then expires with the
-/// controller's creating window).
-pub const PROTOCOL_VERSION: u32 = 3;
+/// controller's creating window). 4 added [`ClaimResponse::reservation`]: the host may
+/// admit a pod into a slot it reserved beforehand (`docs/counter-protocol.md`, *Reserved
+/// slots*); a guest of protocol < 4 ignores the field and the pod is counted twice until
+/// the placeholder expires (a spill, never an overfilled subset).
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// The lowest protocol a host must speak for claims under `rules`.
 pub fn protocol_needed(rules: Rules) -> u32 {
@@ -100,6 +103,11 @@ pub struct ClaimResponse {
     /// Set when creatingPods is keyed by the generated id (unnamed pod).
     #[serde(default)]
     pub generated_uid: Option<String>,
+    /// The placeholder the pod was admitted into (protocol 4): the guest records it in
+    /// the pod's `workloadspread.io/reservation` annotation so the controller counts the
+    /// pod once before the host renames the placeholder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
 }
 
 /// `v1/release` request.
@@ -165,6 +173,7 @@ pub fn apply_claim(
         ClaimResponse {
             subset: c.subset,
             generated_uid: c.generated_uid,
+            reservation: None,
         },
     )
 }
@@ -247,7 +256,8 @@ mod tests {
             resp,
             ClaimResponse {
                 subset: Some("a".into()),
-                generated_uid: None
+                generated_uid: None,
+                reservation: None,
             }
         );
     }

@@ -35,6 +35,15 @@ pub fn matched(pod: &Pod) -> Option<MatchedWorkloadSpread> {
     MatchedWorkloadSpread::from_annotations(pod.metadata.annotations.as_ref())?.ok()
 }
 
+/// The placeholder a pod was admitted into (`workloadspread.io/reservation`), if any.
+pub fn reservation(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(crate::admission::reserve::RESERVATION_ANNOTATION)
+        .map(String::as_str)
+}
+
 /// `metadata.name` or "".
 pub fn name(pod: &Pod) -> &str {
     pod.metadata.name.as_deref().unwrap_or_default()

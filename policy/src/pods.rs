@@ -16,6 +16,7 @@ use workloadspread_core::api::{KIND, PENDING_LABEL, PENDING_SELECTOR, PENDING_VA
 use workloadspread_core::counter::{
     self, ClaimRequest, ClaimResponse, PodRef, ReleaseRequest, ReleaseResponse, WorkloadSpreadKey,
 };
+use workloadspread_core::admission::reserve::RESERVATION_ANNOTATION;
 use workloadspread_core::inject::inject;
 use workloadspread_core::masks::PENDING_POD_FIELDS;
 use workloadspread_core::pods::{controller_of, is_active, matched};
@@ -86,6 +87,7 @@ pub fn create(ctx: &Ctx<'_>, object: &Value, namespace: &str) -> Outcome {
             subset,
             uid: None,
             mode: None,
+            reservation: None,
         }),
         CreatePath::Counted => counted_claim(ctx, ws, key, replicas, namespace),
     };
@@ -137,6 +139,8 @@ struct Decided {
     subset: Option<String>,
     uid: Option<String>,
     mode: Option<&'static str>,
+    /// The host's placeholder the pod takes (counter protocol 4).
+    reservation: Option<String>,
 }
 
 fn apply(object: &Value, ws: &WorkloadSpread, d: Decided) -> Outcome {
@@ -153,6 +157,10 @@ fn apply(object: &Value, ws: &WorkloadSpread, d: Decided) -> Outcome {
             format!("WorkloadSpread {}/{}: {e}", ws.namespace(), ws.name()),
             500,
         );
+    }
+    if let Some(placeholder) = d.reservation {
+        // The controller counts the pod in its placeholder's stead (counted once).
+        pod["metadata"]["annotations"][RESERVATION_ANNOTATION] = Value::String(placeholder);
     }
     if d.mode == Some(BEST_EFFORT) {
         // Counted by the next admissions until the controller's status counts it.
@@ -301,6 +309,7 @@ fn counted_claim(
             subset: answer.subset,
             uid: answer.generated_uid,
             mode: Some(EXACT),
+            reservation: answer.reservation,
         });
     }
     best_effort_claim(ctx, ws, pod, replicas, ns)
@@ -340,6 +349,7 @@ fn best_effort_claim(
         subset: decision.subset,
         uid: decision.generated_uid,
         mode: Some(BEST_EFFORT),
+        reservation: None,
     })
 }
 

@@ -7,7 +7,8 @@ use crate::api::v1beta1::{
 };
 use crate::api::{CONDITION_SCHEDULABLE, REASON_POD_UNSCHEDULABLE, REASON_SUFFICIENT};
 use crate::percent::scaled_value;
-use crate::pods::{is_active, matched, name};
+use crate::admission::reserve::{is_placeholder, PLACEHOLDER_TTL_SECONDS};
+use crate::pods::{is_active, matched, name, reservation};
 use crate::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -107,6 +108,11 @@ impl<'a> StatusCalc<'a> {
                 .and_then(|m| m.uid)
                 .unwrap_or_else(|| name(pod).to_string());
             old_creating.remove(&key);
+            // A pod admitted into a reserved slot is that slot: counted once, whether or
+            // not the host has renamed the placeholder yet.
+            if let Some(placeholder) = reservation(pod) {
+                old_creating.remove(placeholder);
+            }
             if !is_active(pod) {
                 continue;
             }
@@ -150,8 +156,21 @@ impl<'a> StatusCalc<'a> {
         }
     }
 
+    /// How long the controller keeps a placeholder: its TTL, or the creating window when
+    /// that is shorter.
+    fn placeholder_window(creating: SignedDuration) -> SignedDuration {
+        creating.min(SignedDuration::from_secs(PLACEHOLDER_TTL_SECONDS))
+    }
+
     fn track_creating(&mut self, status: &mut WorkloadSpreadSubsetStatus, key: &str, at: Time) {
-        match self.remaining(&at, self.options.creating_window) {
+        // A placeholder outlives its holder's hand-outs only when the holder is dead.
+        let window = match is_placeholder(key) {
+            true => Self::placeholder_window(self.options.creating_window),
+            false => self.options.creating_window,
+        };
+        match self.remaining(&at, window) {
+            // A dead holder's unused slot: no pod was expected.
+            None if is_placeholder(key) => {}
             None => self.events.push(Event::warning(
                 "CreatePodFailed",
                 format!(

@@ -396,6 +396,32 @@ fn status_with(creating: Value, deleting: Value) -> Value {
     json!({"subsetStatuses": [{"name": "subset-a", "replicas": 0, "missingReplicas": 5, "creatingPods": creating, "deletingPods": deleting}]})
 }
 
+/// Reserved slots: a pod admitted into a placeholder is counted once (the placeholder
+/// is dropped even before the host renames it); another placeholder is kept while
+/// young, and a dead holder's old one is dropped after its TTL with no event (no pod was
+/// expected).
+#[test]
+fn a_reserved_pod_is_counted_once_and_dead_placeholders_expire() {
+    let reserved = with(in_subset(pod("test-pod-0"), "subset-a"), |p| {
+        p["metadata"]["annotations"]["workloadspread.io/reservation"] = json!("~h1.0");
+    });
+    let ttl = crate::admission::reserve::PLACEHOLDER_TTL_SECONDS;
+    let creating = json!({"~h1.0": ago(1), "~h1.1": ago(1), "~h2.0": ago(ttl + 1), "test-pod-9": ago(ttl + 1)});
+    let r = run(
+        &ws(one_subset(json!(5)), status_with(creating, json!({}))),
+        &pods(vec![reserved]),
+        10,
+    );
+    let a = r.subset("subset-a");
+    assert_eq!(
+        a.creating_pods.keys().collect::<Vec<_>>(),
+        vec!["test-pod-9", "~h1.1"]
+    );
+    // 5 − 1 pod − 2 creating.
+    assert_eq!((a.replicas, a.missing_replicas), (1, 2));
+    assert!(r.out.events.is_empty(), "{:?}", r.out.events);
+}
+
 #[test]
 fn reconcile_creating_and_deleting_windows() {
     // TestWorkloadSpreadReconcile cases 7-14.

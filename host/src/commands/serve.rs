@@ -60,6 +60,11 @@ pub struct ServeArgs {
     /// (the reference algorithm's write pattern).
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u16).range(1..=4096))]
     pub max_batch: u16,
+    /// Most reserved slots held per subset (`docs/counter-protocol.md`, *Reserved
+    /// slots*): claims are answered from slots reserved ahead in one status write,
+    /// without a write of their own. 0 writes every claim before answering it.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(0..=1024))]
+    pub reserve_max: u16,
     /// Do not offer the counter capability (best-effort mode, like Kubewarden).
     #[arg(long)]
     pub no_counter: bool,
@@ -168,6 +173,10 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
                 window: Duration::from_millis(args.batch_window_ms),
                 max_batch: usize::from(args.max_batch),
             },
+            Some(crate::serve::reserve::ReservePolicy {
+                max_block: usize::from(args.reserve_max),
+                ..Default::default()
+            }),
             metrics.clone(),
             now,
         )

@@ -7,16 +7,27 @@
 //! Each attempt starts from the newer of the queue's own copy and the WorkloadSpread
 //! reflector's: claims that write nothing (an unlimited subset) never refresh the copy,
 //! and the controller's newer status must not be decided on from a stale one.
+//!
+//! With reserved slots on (`docs/counter-protocol.md`), the queue also reserves blocks of
+//! placeholders ahead of the claims, renames the ones handed out (settle) and gives back
+//! idle ones; a claim that finds one of this replica's placeholders in its subset is
+//! answered at once, without waiting for a write.
 
-use super::metrics::{CounterLabels, CounterOp, CounterResult, Metrics};
+use super::metrics::{CounterLabels, CounterOp, CounterResult, Metrics, ReservationEvent};
+use super::reserve::{Handed, Pool, ReservePolicy, Return, SlotKey};
 use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
-use workloadspread_core::api::v1beta1::WorkloadSpread;
+use workloadspread_core::admission::reserve::{
+    drop_stale, place, reserve, settle, Claimant, Placement,
+};
+use workloadspread_core::admission::{unclaim, PodKey, Scale};
+use workloadspread_core::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
 use workloadspread_core::counter::{
     apply_claim, apply_release, apply_unclaim, ClaimRequest, ClaimResponse, ReleaseRequest,
     ReleaseResponse, UnclaimRequest, WorkloadSpreadKey,
@@ -33,6 +44,11 @@ const IDLE: Duration = Duration::from_secs(60);
 /// Longest wait for one status GET or PUT: a hung call is abandoned and the batch retried
 /// from a fresh read (a write that did land is then found and not repeated).
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often a queue holding placeholders or waiting claims looks at them again.
+const TICK: Duration = Duration::from_millis(50);
+/// Longest a claim waits for another replica's placeholders before it is placed without
+/// them (a spill): past the other replica's idle return, below the guest's 8 s wait.
+const MAX_WAIT: Duration = Duration::from_secs(4);
 
 /// A counter operation from the policy.
 #[derive(Clone, Debug)]
@@ -49,9 +65,38 @@ pub enum Answer {
     Release(ReleaseResponse),
 }
 
+/// What a queue applies: the policy's operations and its own reservation work.
+#[derive(Clone, Debug)]
+enum Work {
+    Op(Op),
+    Reserve {
+        slot: SlotKey,
+        keys: Vec<String>,
+        scale: Scale,
+    },
+    Settle(Vec<Handed>),
+    Return(Return),
+}
+
+/// How one piece of work came out of an attempt.
+#[derive(Debug)]
+enum Applied1 {
+    /// Answered with the batch's write (or without one when nothing changed).
+    Written(Result<Answer, String>),
+    /// Answered already, whatever the write does (a placeholder taken or put back).
+    Now(Answer),
+    /// Another replica's placeholders hold the room: try again later.
+    Wait,
+    /// Reservation work, done with the write: the placeholders reserved.
+    Reserved(Vec<String>),
+    Done,
+}
+
 struct Pending {
-    op: Op,
-    reply: oneshot::Sender<Result<Answer, String>>,
+    work: Work,
+    /// `None` for the queue's own work.
+    reply: Option<oneshot::Sender<Result<Answer, String>>>,
+    since: Instant,
 }
 
 type QueueKey = (String, String);
@@ -68,22 +113,56 @@ pub struct BatchPolicy {
     pub max_batch: usize,
 }
 
+/// A queue's state shared with the claims answered without it.
+struct Shared {
+    /// The last copy the queue read or wrote.
+    cached: Option<DynamicObject>,
+    /// The newest copy decoded, by `resourceVersion`.
+    decoded: Option<(String, Arc<WorkloadSpread>)>,
+    pool: Pool,
+}
+
+#[derive(Clone)]
+struct Queue {
+    tx: mpsc::UnboundedSender<Pending>,
+    shared: Arc<Mutex<Shared>>,
+}
+
 /// The group-commit queues of one host process.
 pub struct Committer {
     client: Client,
     resource: ApiResource,
     batching: BatchPolicy,
-    queues: Mutex<HashMap<QueueKey, mpsc::UnboundedSender<Pending>>>,
+    /// `None`: every claim is written before it is answered.
+    reserving: Option<ReservePolicy>,
+    /// This process's placeholder prefix.
+    holder: String,
+    next_key: Arc<AtomicU64>,
+    queues: Mutex<HashMap<QueueKey, Queue>>,
     metrics: Arc<Metrics>,
     clock: fn() -> Timestamp,
     /// The WorkloadSpread reflector, once the capabilities have started it.
     reflector: OnceLock<Store<DynamicObject>>,
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A placeholder prefix unique to this process: a restarted host never takes over
+/// (or collides with) a dead one's placeholders; those expire.
+fn holder_id() -> String {
+    use std::hash::BuildHasher;
+    let seed = (std::process::id(), std::time::SystemTime::now());
+    let hash = std::collections::hash_map::RandomState::new().hash_one(seed);
+    format!("{:08x}", hash as u32)
+}
+
 impl Committer {
     pub fn new(
         client: Client,
         batching: BatchPolicy,
+        reserving: Option<ReservePolicy>,
         metrics: Arc<Metrics>,
         clock: fn() -> Timestamp,
     ) -> Arc<Self> {
@@ -91,6 +170,9 @@ impl Committer {
             client,
             resource: workloadspread_resource(),
             batching,
+            reserving: reserving.filter(|r| r.max_block > 0),
+            holder: holder_id(),
+            next_key: Arc::default(),
             queues: Mutex::new(HashMap::new()),
             metrics,
             clock,
@@ -110,86 +192,207 @@ impl Committer {
         store.get(&key).map(|o| (*o).clone())
     }
 
-    /// Queues `op` on its WorkloadSpread's queue and waits for the committed answer.
+    /// Answers `op` from a reserved slot when it can, else queues it on its
+    /// WorkloadSpread's queue and waits for the committed answer.
     pub async fn submit(self: &Arc<Self>, op: Op) -> Result<Answer, String> {
         let key = op.key();
         let queue_key = (key.namespace.clone(), key.name.clone());
-        let (reply, answer) = oneshot::channel();
-        let mut pending = Pending { op, reply };
-        loop {
-            let tx = self.queue(&queue_key);
-            match tx.send(pending) {
-                Ok(()) => break,
-                // The queue stopped for idleness between lookup and send: start another.
-                Err(mpsc::error::SendError(p)) => {
-                    pending = p;
-                    self.remove_queue(&queue_key, &tx);
-                }
+        if let Op::Claim(c) = &op {
+            if let Some(answer) = self.from_reservation(&queue_key, c) {
+                let answer = Answer::Claim(answer);
+                self.record(&op, Some(&answer));
+                return Ok(answer);
             }
         }
+        let (reply, answer) = oneshot::channel();
+        self.send(&queue_key, Work::Op(op), Some(reply));
         answer
             .await
             .map_err(|_| "the counter queue stopped before answering".to_string())?
     }
 
-    fn queue(self: &Arc<Self>, key: &QueueKey) -> mpsc::UnboundedSender<Pending> {
-        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(tx) = queues.get(key).filter(|tx| !tx.is_closed()) {
-            return tx.clone();
+    fn send(
+        self: &Arc<Self>,
+        key: &QueueKey,
+        work: Work,
+        reply: Option<oneshot::Sender<Result<Answer, String>>>,
+    ) {
+        let mut pending = Pending {
+            work,
+            reply,
+            since: Instant::now(),
+        };
+        loop {
+            let queue = self.queue(key);
+            match queue.tx.send(pending) {
+                Ok(()) => return,
+                // The queue stopped for idleness between lookup and send: start another.
+                Err(mpsc::error::SendError(p)) => {
+                    pending = p;
+                    self.remove_queue(key, &queue.tx);
+                }
+            }
+        }
+    }
+
+    fn queue(self: &Arc<Self>, key: &QueueKey) -> Queue {
+        let mut queues = lock(&self.queues);
+        if let Some(q) = queues.get(key).filter(|q| !q.tx.is_closed()) {
+            return q.clone();
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        queues.insert(key.clone(), tx.clone());
-        tokio::spawn(self.clone().run_queue(key.clone(), rx));
-        tx
+        let pool = Pool::new(
+            self.holder.clone(),
+            self.reserving.unwrap_or_default(),
+            self.next_key.clone(),
+        );
+        let shared = Arc::new(Mutex::new(Shared {
+            cached: None,
+            decoded: None,
+            pool,
+        }));
+        let queue = Queue { tx, shared };
+        queues.insert(key.clone(), queue.clone());
+        tokio::spawn(self.clone().run_queue(key.clone(), queue.clone(), rx));
+        queue
     }
 
     fn remove_queue(&self, key: &QueueKey, tx: &mpsc::UnboundedSender<Pending>) {
-        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        if queues.get(key).is_some_and(|t| t.same_channel(tx)) {
+        let mut queues = lock(&self.queues);
+        if queues.get(key).is_some_and(|q| q.tx.same_channel(tx)) {
             queues.remove(key);
         }
     }
 
-    async fn run_queue(self: Arc<Self>, key: QueueKey, mut rx: mpsc::UnboundedReceiver<Pending>) {
+    /// A claim answered from one of this replica's placeholders, without a write: only
+    /// when the claim rules on the newest copy choose a subset where one is held.
+    fn from_reservation(
+        self: &Arc<Self>,
+        key: &QueueKey,
+        c: &ClaimRequest,
+    ) -> Option<ClaimResponse> {
+        self.reserving?;
+        let queue = lock(&self.queues).get(key).cloned()?;
+        let (answer, refill) = {
+            let mut shared = lock(&queue.shared);
+            if let Some(h) = shared.pool.handed(claim_key(c)) {
+                return Some(h.answer.clone());
+            }
+            if shared.pool.unused(&c.pod.version).is_empty() {
+                return None;
+            }
+            let ws = shared.newest(self.reflected(&key.0, &key.1))?;
+            if c.workload_spread.uid.is_some() && ws.metadata.uid != c.workload_spread.uid {
+                return None;
+            }
+            let mut status = ws.status.clone().unwrap_or_default();
+            let now = (self.clock)();
+            drop_stale(&mut status, &ws, &c.pod.version, scale_of(c), now);
+            let Placed::Taken(answer) = place_claim(&ws, &status, c, &mut shared.pool) else {
+                return None;
+            };
+            let refill = self.claimed(&ws, &mut shared.pool, c, &answer);
+            (answer, refill)
+        };
+        self.metrics.reservation(ReservationEvent::Taken, 1);
+        if let Some(work) = refill {
+            self.send(key, work, None);
+        }
+        Some(answer)
+    }
+
+    /// Records a claim answered into a tracked subset; the reserve work to queue if its
+    /// block needs refilling.
+    fn claimed(
+        &self,
+        ws: &WorkloadSpread,
+        pool: &mut Pool,
+        c: &ClaimRequest,
+        answer: &ClaimResponse,
+    ) -> Option<Work> {
+        self.reserving?;
+        refill(ws, pool, c, answer.subset.as_deref()?)
+    }
+
+    async fn run_queue(
+        self: Arc<Self>,
+        key: QueueKey,
+        queue: Queue,
+        mut rx: mpsc::UnboundedReceiver<Pending>,
+    ) {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), &key.0, &self.resource);
-        let mut cached: Option<DynamicObject> = None;
+        let mut carried: Vec<Pending> = vec![];
+        let mut last_work = Instant::now();
         loop {
-            let first = match tokio::time::timeout(IDLE, rx.recv()).await {
-                Ok(Some(p)) => p,
-                _ => break,
+            let busy = !carried.is_empty() || !lock(&queue.shared).pool.is_idle();
+            let wait = if busy { TICK } else { IDLE };
+            let first = match tokio::time::timeout(wait, rx.recv()).await {
+                Ok(Some(p)) => Some(p),
+                Ok(None) => break,
+                Err(_) if !busy && last_work.elapsed() >= IDLE => break,
+                Err(_) => None,
             };
-            let batch = collect_batch(first, &mut rx, self.batching).await;
-            self.commit(&api, &key, &mut cached, batch).await;
+            let mut batch = std::mem::take(&mut carried);
+            batch.extend(self.maintenance(&queue));
+            if let Some(first) = first {
+                last_work = Instant::now();
+                batch.extend(collect_batch(first, &mut rx, self.batching).await);
+            }
+            if !batch.is_empty() {
+                carried = self.commit(&api, &key, &queue, batch).await;
+            }
         }
-        // Stop taking operations, then finish whatever was queued meanwhile.
+        // Stop taking operations, give back what is held, finish what was queued.
         rx.close();
-        let mut rest = vec![];
+        let mut rest: Vec<Pending> = std::mem::take(&mut carried);
         while let Ok(p) = rx.try_recv() {
             rest.push(p);
         }
+        let held = lock(&queue.shared).pool.drain();
+        rest.extend(held.into_iter().map(|r| internal(Work::Return(r))));
         if !rest.is_empty() {
-            self.commit(&api, &key, &mut cached, rest).await;
+            // Waiting claims are placed now (no later attempt) or fail.
+            for p in self.commit(&api, &key, &queue, rest).await {
+                if let Some(reply) = p.reply {
+                    let _ = reply.send(Err("the counter queue stopped".into()));
+                }
+            }
         }
     }
 
+    /// The settle and return work due now.
+    fn maintenance(&self, queue: &Queue) -> Vec<Pending> {
+        let mut shared = lock(&queue.shared);
+        let mut work = vec![];
+        let settles = shared.pool.settles();
+        if !settles.is_empty() {
+            work.push(internal(Work::Settle(settles)));
+        }
+        for r in shared.pool.expired(Instant::now()) {
+            work.push(internal(Work::Return(r)));
+        }
+        work
+    }
+
     /// Applies `batch` to the WorkloadSpread and writes the status once; on 409
-    /// re-reads and re-applies. Answers every operation.
+    /// re-reads and re-applies. Answers every operation; returns what is carried to the
+    /// next batch (claims waiting for another replica's placeholders, refills).
     async fn commit(
         &self,
         api: &Api<DynamicObject>,
         key: &QueueKey,
-        cached: &mut Option<DynamicObject>,
+        queue: &Queue,
         batch: Vec<Pending>,
-    ) {
+    ) -> Vec<Pending> {
         let name = key.1.as_str();
-        let (batch, abandoned) = still_awaited(batch);
+        let (mut batch, abandoned) = still_awaited(batch);
         self.metrics.abandoned.inc_by(abandoned as u64);
         if batch.is_empty() {
-            return;
+            return vec![];
         }
         self.metrics.batch_size.observe(batch.len() as f64);
-        let ops: Vec<&Op> = batch.iter().map(|p| &p.op).collect();
+        let mut carried = vec![];
         let mut last_error = String::new();
         let deadline = tokio::time::Instant::now() + COMMIT_DEADLINE;
         // Set when a copy's uid differs from an operation's: read the object live once
@@ -204,7 +407,10 @@ impl Committer {
             let budget = left.min(CALL_TIMEOUT);
             let known = match std::mem::take(&mut read_live) {
                 true => None,
-                false => newer(cached.take(), self.reflected(&key.0, name)),
+                false => {
+                    let cached = lock(&queue.shared).cached.take();
+                    newer(cached, self.reflected(&key.0, name))
+                }
             };
             let object = match known {
                 Some(o) => o,
@@ -222,20 +428,32 @@ impl Committer {
                     }
                 },
             };
-            if !refreshed && uid_differs(&object, &ops) {
+            if !refreshed && uid_differs(&object, &batch) {
                 (read_live, refreshed) = (true, true);
                 continue;
             }
-            let (updated, answers) = match apply_batch(&object, &ops, (self.clock)()) {
+            let applied = {
+                let mut shared = lock(&queue.shared);
+                let reserving = self.reserving.is_some();
+                let pool = reserving.then_some(&mut shared.pool);
+                apply_batch(&object, &batch, (self.clock)(), pool)
+            };
+            let (updated, outcomes) = match applied {
                 Ok(r) => r,
                 Err(e) => {
                     last_error = e;
                     break;
                 }
             };
+            batch = self.settle_early(batch, outcomes.iter(), &mut carried);
+            let outcomes: Vec<Applied1> = outcomes
+                .into_iter()
+                .filter(|o| !matches!(o, Applied1::Now(_) | Applied1::Wait))
+                .collect();
             let Some(updated) = updated else {
-                *cached = Some(object);
-                return self.answer(batch, answers);
+                self.store(queue, object);
+                carried.extend(self.answer(queue, batch, outcomes));
+                return carried;
             };
             self.metrics.status_writes.inc();
             // What the read left of the deadline, not the read's own budget.
@@ -252,8 +470,9 @@ impl Committer {
             };
             match written {
                 Ok(written) => {
-                    *cached = Some(written);
-                    return self.answer(batch, answers);
+                    self.store(queue, written);
+                    carried.extend(self.answer(queue, batch, outcomes));
+                    return carried;
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     // Someone wrote meanwhile; the reflector may not have seen it yet.
@@ -278,17 +497,106 @@ impl Committer {
             }
         }
         tracing::warn!(workloadspread = name, "counter batch failed: {last_error}");
-        for p in batch {
-            self.record(&p.op, None);
-            let _ = p.reply.send(Err(last_error.clone()));
-        }
+        self.failed(queue, batch, &last_error);
+        carried
     }
 
-    fn answer(&self, batch: Vec<Pending>, answers: Vec<Result<Answer, String>>) {
-        for (p, a) in batch.into_iter().zip(answers) {
-            self.record(&p.op, a.as_ref().ok());
-            // The waiter may have given up (webhook deadline); nothing to do then.
-            let _ = p.reply.send(a);
+    /// Answers the work an attempt settled without the write (placeholders taken or put
+    /// back) and sets waiting claims aside; returns the rest, in order.
+    fn settle_early<'a>(
+        &self,
+        batch: Vec<Pending>,
+        outcomes: impl Iterator<Item = &'a Applied1>,
+        waiting: &mut Vec<Pending>,
+    ) -> Vec<Pending> {
+        let mut rest = Vec::with_capacity(batch.len());
+        for (p, outcome) in batch.into_iter().zip(outcomes) {
+            match outcome {
+                Applied1::Now(answer) => {
+                    if let Work::Op(op) = &p.work {
+                        self.record(op, Some(answer));
+                    }
+                    if matches!(answer, Answer::Claim(_)) {
+                        self.metrics.reservation(ReservationEvent::Taken, 1);
+                    }
+                    if let Some(reply) = p.reply {
+                        let _ = reply.send(Ok(answer.clone()));
+                    }
+                }
+                Applied1::Wait => {
+                    // Counted once per claim, not per look.
+                    if p.since.elapsed() < TICK * 2 {
+                        self.metrics.reservation(ReservationEvent::Waited, 1);
+                    }
+                    waiting.push(p);
+                }
+                _ => rest.push(p),
+            }
+        }
+        rest
+    }
+
+    /// Keeps `object` as the queue's copy.
+    fn store(&self, queue: &Queue, object: DynamicObject) {
+        lock(&queue.shared).cached = Some(object);
+    }
+
+    /// Answers the batch after its write; returns refills to queue.
+    fn answer(&self, queue: &Queue, batch: Vec<Pending>, outcomes: Vec<Applied1>) -> Vec<Pending> {
+        let mut follow = vec![];
+        let mut shared = lock(&queue.shared);
+        let ws = shared.newest(None);
+        for (p, outcome) in batch.into_iter().zip(outcomes) {
+            match (p.work, outcome) {
+                (Work::Op(op), Applied1::Written(answer)) => {
+                    self.record(&op, answer.as_ref().ok());
+                    if let (Op::Claim(c), Ok(Answer::Claim(a)), Some(ws)) = (&op, &answer, &ws) {
+                        follow.extend(self.claimed(ws, &mut shared.pool, c, a).map(internal));
+                    }
+                    if let Some(reply) = p.reply {
+                        // The waiter may have given up (webhook deadline); nothing to do then.
+                        let _ = reply.send(answer);
+                    }
+                }
+                (Work::Reserve { slot, .. }, Applied1::Reserved(keys)) => {
+                    self.metrics
+                        .reservation(ReservationEvent::Reserved, keys.len());
+                    shared.pool.reserved(&slot, keys, Instant::now());
+                }
+                (Work::Settle(done), _) => {
+                    self.metrics
+                        .reservation(ReservationEvent::Settled, done.len());
+                    shared.pool.settled(&done);
+                }
+                (Work::Return(r), _) => {
+                    self.metrics
+                        .reservation(ReservationEvent::Returned, r.keys.len());
+                }
+                (work, outcome) => {
+                    tracing::error!(?work, ?outcome, "counter work and outcome disagree");
+                }
+            }
+        }
+        follow
+    }
+
+    /// The batch's write failed for good: operations get the error, reservation work is
+    /// forgotten (unwritten placeholders are not held; a failed settle leaves the pod to
+    /// the controller, which counts it through its reservation annotation).
+    fn failed(&self, queue: &Queue, batch: Vec<Pending>, error: &str) {
+        let mut shared = lock(&queue.shared);
+        for p in batch {
+            match p.work {
+                Work::Op(op) => {
+                    self.record(&op, None);
+                    if let Some(reply) = p.reply {
+                        let _ = reply.send(Err(error.to_string()));
+                    }
+                }
+                Work::Reserve { slot, .. } => shared.pool.reserved(&slot, vec![], Instant::now()),
+                Work::Settle(done) => shared.pool.settled(&done),
+                Work::Return(_) => {}
+            }
         }
     }
 
@@ -311,6 +619,102 @@ impl Committer {
     }
 }
 
+impl Shared {
+    /// The newer of the queue's copy and `reflected`, decoded (once per version).
+    fn newest(&mut self, reflected: Option<DynamicObject>) -> Option<Arc<WorkloadSpread>> {
+        let object = newer(self.cached.clone(), reflected)?;
+        let version = object.metadata.resource_version.clone().unwrap_or_default();
+        if let Some((v, ws)) = &self.decoded {
+            if *v == version && !version.is_empty() {
+                return Some(ws.clone());
+            }
+        }
+        let ws: WorkloadSpread = serde_json::from_value(to_json(&object).ok()?).ok()?;
+        let ws = Arc::new(ws);
+        self.decoded = Some((version, ws.clone()));
+        Some(ws)
+    }
+}
+
+fn internal(work: Work) -> Pending {
+    Pending {
+        work,
+        reply: None,
+        since: Instant::now(),
+    }
+}
+
+/// The creatingPods key of a claim's pod: its name, or the generated id.
+fn claim_key(c: &ClaimRequest) -> &str {
+    match c.pod.name.is_empty() {
+        true => &c.generated_uid,
+        false => &c.pod.name,
+    }
+}
+
+fn scale_of(c: &ClaimRequest) -> Scale {
+    Scale::new(c.workload_replicas, c.rules)
+}
+
+/// Records a claim answered into `subset`; the reserve work to queue if the subset's
+/// block needs refilling. Unlimited subsets are not tracked: nothing to reserve.
+fn refill(ws: &WorkloadSpread, pool: &mut Pool, c: &ClaimRequest, subset: &str) -> Option<Work> {
+    ws.subset(subset)?.max_replicas.as_ref()?;
+    let slot = (c.pod.version.clone(), subset.to_string());
+    let n = pool.claimed(&slot, scale_of(c), Instant::now())?;
+    Some(Work::Reserve {
+        keys: pool.new_keys(n),
+        slot,
+        scale: scale_of(c),
+    })
+}
+
+/// What this replica's placeholders make of a claim.
+enum Placed {
+    Taken(ClaimResponse),
+    Wait,
+    Claim(Option<String>),
+}
+
+fn place_claim(
+    ws: &WorkloadSpread,
+    status: &WorkloadSpreadStatus,
+    c: &ClaimRequest,
+    pool: &mut Pool,
+) -> Placed {
+    let unused = pool.unused(&c.pod.version);
+    let pairs: Vec<(&str, &str)> = unused
+        .iter()
+        .map(|(s, k)| (s.as_str(), k.as_str()))
+        .collect();
+    let claimant = Claimant {
+        pod: PodKey {
+            name: &c.pod.name,
+            version: &c.pod.version,
+        },
+        new_uid: &c.generated_uid,
+        candidates: &c.candidates,
+        scale: scale_of(c),
+    };
+    match place(status, ws, &claimant, pool.holder(), &pairs) {
+        Placement::Take(subset) => {
+            let answer = ClaimResponse {
+                subset: Some(subset.clone()),
+                generated_uid: c.pod.name.is_empty().then(|| c.generated_uid.clone()),
+                reservation: None,
+            };
+            let slot = (c.pod.version.clone(), subset.clone());
+            match pool.take(&slot, claim_key(c), answer, Instant::now()) {
+                Some(a) => Placed::Taken(a),
+                // Held but too old to hand out: claim with a write.
+                None => Placed::Claim(Some(subset)),
+            }
+        }
+        Placement::Wait => Placed::Wait,
+        Placement::Claim(subset) => Placed::Claim(subset),
+    }
+}
+
 impl Op {
     fn key(&self) -> &WorkloadSpreadKey {
         match self {
@@ -321,60 +725,167 @@ impl Op {
     }
 }
 
-/// The object to write (`None` when the status did not change) and one answer per
-/// operation.
-type Applied = (Option<DynamicObject>, Vec<Result<Answer, String>>);
+/// The object to write (`None` when the status did not change) and one outcome per
+/// piece of work.
+type Applied = (Option<DynamicObject>, Vec<Applied1>);
 
-/// Applies `ops` in order.
-fn apply_batch(object: &DynamicObject, ops: &[&Op], now: Timestamp) -> Result<Applied, String> {
+/// Applies `batch` in order. With `pool` (reserved slots on), claims take this
+/// replica's placeholders or wait for another's, and the queue's own work is applied.
+fn apply_batch(
+    object: &DynamicObject,
+    batch: &[Pending],
+    now: Timestamp,
+    mut pool: Option<&mut Pool>,
+) -> Result<Applied, String> {
     let mut ws: WorkloadSpread = serde_json::from_value(to_json(object)?)
         .map_err(|e| format!("decoding WorkloadSpread: {e}"))?;
+    if let Some(pool) = pool.as_deref_mut() {
+        pool.track_uid(ws.metadata.uid.as_deref());
+    }
     let original = ws.status.clone();
-    let mut answers = Vec::with_capacity(ops.len());
-    for op in ops {
-        if let Some(uid) = &op.key().uid {
-            if ws.metadata.uid.as_ref() != Some(uid) {
-                answers.push(Err(format!(
-                    "WorkloadSpread {} was recreated (uid changed)",
-                    op.key().name
-                )));
-                continue;
-            }
-        }
-        let (status, answer) = match op {
-            Op::Claim(c) => {
-                let (s, a) = apply_claim(&ws, c, now);
-                (s, Answer::Claim(a))
-            }
-            Op::Release(r) => {
-                let (s, a) = apply_release(&ws, r, now);
-                (s, Answer::Release(a))
-            }
-            Op::Unclaim(u) => {
-                let (s, a) = apply_unclaim(&ws, u);
-                (s, Answer::Release(a))
-            }
+    let mut outcomes = Vec::with_capacity(batch.len());
+    for p in batch {
+        let outcome = match &p.work {
+            Work::Op(op) => apply_op(&mut ws, op, p.since, now, pool.as_deref_mut()),
+            work => apply_own(&mut ws, work, now),
         };
-        ws.status = Some(status);
-        answers.push(Ok(answer));
+        outcomes.push(outcome);
     }
     if ws.status == original {
-        return Ok((None, answers));
+        return Ok((None, outcomes));
     }
     let mut updated = object.clone();
     let status = serde_json::to_value(&ws.status).map_err(|e| e.to_string())?;
     if let Some(map) = updated.data.as_object_mut() {
         map.insert("status".into(), status);
     }
-    Ok((Some(updated), answers))
+    Ok((Some(updated), outcomes))
+}
+
+fn apply_op(
+    ws: &mut WorkloadSpread,
+    op: &Op,
+    since: Instant,
+    now: Timestamp,
+    pool: Option<&mut Pool>,
+) -> Applied1 {
+    if let Some(uid) = &op.key().uid {
+        if ws.metadata.uid.as_ref() != Some(uid) {
+            return Applied1::Written(Err(format!(
+                "WorkloadSpread {} was recreated (uid changed)",
+                op.key().name
+            )));
+        }
+    }
+    let mut pool = pool;
+    if let (Op::Unclaim(u), Some(pool)) = (op, pool.as_deref_mut()) {
+        // A placeholder handed to the refused pod is simply unused again.
+        if pool.untake(unclaim_key(u), Instant::now()) {
+            return Applied1::Now(Answer::Release(ReleaseResponse { released: true }));
+        }
+    }
+    let (status, answer) = match (op, pool) {
+        (Op::Claim(c), Some(pool)) => return claim_reserving(ws, c, since, now, pool),
+        (Op::Claim(c), None) => {
+            let (s, a) = apply_claim(ws, c, now);
+            (s, Answer::Claim(a))
+        }
+        (Op::Release(r), _) => {
+            let (s, a) = apply_release(ws, r, now);
+            (s, Answer::Release(a))
+        }
+        (Op::Unclaim(u), _) => {
+            let (s, a) = apply_unclaim(ws, u);
+            (s, Answer::Release(a))
+        }
+    };
+    ws.status = Some(status);
+    Applied1::Written(Ok(answer))
+}
+
+fn unclaim_key(u: &UnclaimRequest) -> &str {
+    u.generated_uid.as_deref().unwrap_or(&u.pod.name)
+}
+
+/// A claim with reserved slots on: dead holders' placeholders are dropped, then the
+/// claim takes one of ours, waits for another replica's, or claims a slot with a write.
+fn claim_reserving(
+    ws: &mut WorkloadSpread,
+    c: &ClaimRequest,
+    since: Instant,
+    now: Timestamp,
+    pool: &mut Pool,
+) -> Applied1 {
+    let mut status = ws.status.clone().unwrap_or_default();
+    drop_stale(&mut status, ws, &c.pod.version, scale_of(c), now);
+    ws.status = Some(status.clone());
+    let claim = |ws: &mut WorkloadSpread, c: &ClaimRequest| {
+        let (s, a) = apply_claim(ws, c, now);
+        ws.status = Some(s);
+        Applied1::Written(Ok(Answer::Claim(a)))
+    };
+    match place_claim(ws, &status, c, pool) {
+        Placed::Taken(answer) => Applied1::Now(Answer::Claim(answer)),
+        Placed::Wait if since.elapsed() < MAX_WAIT => Applied1::Wait,
+        Placed::Wait | Placed::Claim(None) => claim(ws, c),
+        Placed::Claim(Some(subset)) => {
+            // Our own unused placeholders are no room for a write: claim in the subset
+            // the rules chose with them free, else as if there were none.
+            let only = ClaimRequest {
+                candidates: vec![subset],
+                ..c.clone()
+            };
+            let (s, a) = apply_claim(ws, &only, now);
+            match a.subset {
+                Some(_) => {
+                    ws.status = Some(s);
+                    Applied1::Written(Ok(Answer::Claim(a)))
+                }
+                None => claim(ws, c),
+            }
+        }
+    }
+}
+
+/// The queue's own work: reserve, settle, return.
+fn apply_own(ws: &mut WorkloadSpread, work: &Work, now: Timestamp) -> Applied1 {
+    let mut status = ws.status.clone().unwrap_or_default();
+    let outcome = match work {
+        Work::Reserve { slot, keys, scale } => {
+            let (version, subset) = slot;
+            drop_stale(&mut status, ws, version, *scale, now);
+            Applied1::Reserved(reserve(&mut status, ws, version, subset, keys, *scale, now))
+        }
+        Work::Settle(handed) => {
+            for h in handed {
+                let (version, subset) = &h.slot;
+                settle(&mut status, version, subset, &h.placeholder, &h.key, now);
+            }
+            Applied1::Done
+        }
+        Work::Return(r) => {
+            let (version, subset) = &r.slot;
+            let pod = PodKey { name: "", version };
+            for key in &r.keys {
+                unclaim(&mut status, ws, pod, key, subset, r.scale);
+            }
+            Applied1::Done
+        }
+        Work::Op(_) => Applied1::Done,
+    };
+    ws.status = Some(status);
+    outcome
 }
 
 /// The operations whose waiter still waits, and how many were dropped. A waiter that
 /// gave up (its webhook call timed out) gets no pod: applying its claim would hold a slot
-/// for a pod that will not exist.
+/// for a pod that will not exist. The queue's own work has no waiter and is kept.
 fn still_awaited(batch: Vec<Pending>) -> (Vec<Pending>, usize) {
     let before = batch.len();
-    let kept: Vec<Pending> = batch.into_iter().filter(|p| !p.reply.is_closed()).collect();
+    let kept: Vec<Pending> = batch
+        .into_iter()
+        .filter(|p| p.reply.as_ref().is_none_or(|r| !r.is_closed()))
+        .collect();
     let dropped = before - kept.len();
     (kept, dropped)
 }
@@ -405,13 +916,15 @@ async fn read(
 
 /// Whether an operation names a uid other than the object's (recreated meanwhile, or a
 /// stale copy of ours).
-fn uid_differs(object: &DynamicObject, ops: &[&Op]) -> bool {
+fn uid_differs(object: &DynamicObject, batch: &[Pending]) -> bool {
     let uid = object.metadata.uid.as_deref();
-    ops.iter().any(|op| {
-        op.key()
+    batch.iter().any(|p| match &p.work {
+        Work::Op(op) => op
+            .key()
             .uid
             .as_deref()
-            .is_some_and(|want| Some(want) != uid)
+            .is_some_and(|want| Some(want) != uid),
+        _ => false,
     })
 }
 
@@ -486,6 +999,7 @@ pub fn workloadspread_resource() -> ApiResource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Value};
     use workloadspread_core::counter::{PodRef, WorkloadSpreadKey};
 
     fn object(uid: &str) -> DynamicObject {
@@ -500,6 +1014,13 @@ mod tests {
                 "versionedSubsetStatuses": {"versionIgnored": statuses}}
         }))
         .unwrap()
+    }
+
+    fn claim_request(pod: &str) -> ClaimRequest {
+        match claim(pod, None) {
+            Op::Claim(c) => c,
+            _ => unreachable!(),
+        }
     }
 
     fn claim(pod: &str, uid: Option<&str>) -> Op {
@@ -520,18 +1041,30 @@ mod tests {
         })
     }
 
-    fn subset(a: &Result<Answer, String>) -> Option<String> {
+    fn subset(a: &Applied1) -> Option<String> {
         match a {
-            Ok(Answer::Claim(c)) => c.subset.clone(),
+            Applied1::Written(Ok(Answer::Claim(c))) | Applied1::Now(Answer::Claim(c)) => {
+                c.subset.clone()
+            }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    /// `ops` as a batch whose waiters wait.
+    fn batch(ops: Vec<Op>) -> Vec<Pending> {
+        ops.into_iter().map(|op| internal(Work::Op(op))).collect()
     }
 
     #[test]
     fn a_batch_fills_subsets_in_order_with_one_write() {
         let (p1, p2, p3) = (claim("p1", None), claim("p2", None), claim("p3", Some("u")));
-        let (updated, answers) =
-            apply_batch(&object("u"), &[&p1, &p2, &p3], Timestamp::UNIX_EPOCH).unwrap();
+        let (updated, answers) = apply_batch(
+            &object("u"),
+            &batch(vec![p1, p2, p3]),
+            Timestamp::UNIX_EPOCH,
+            None,
+        )
+        .unwrap();
         let subsets: Vec<_> = answers.iter().map(subset).collect();
         assert_eq!(
             subsets,
@@ -544,6 +1077,147 @@ mod tests {
         assert_eq!(statuses[0]["creatingPods"]["p1"], "1970-01-01T00:00:00Z");
         // Unlimited subsets are not tracked (as the reference).
         assert!(statuses[1]["creatingPods"]["p3"].is_null());
+    }
+
+    fn pool() -> Pool {
+        Pool::new("h1".into(), ReservePolicy::default(), Arc::default())
+    }
+
+    /// a (max `max`) then b (unlimited), `creating` in a.
+    fn object_with(max: i64, creating: Value) -> DynamicObject {
+        let mut o = object("u");
+        o.data["spec"]["subsets"][0]["maxReplicas"] = max.into();
+        let n = creating.as_object().map_or(0, |m| m.len()) as i64;
+        for path in ["subsetStatuses", "versionedSubsetStatuses"] {
+            let a = match path {
+                "subsetStatuses" => &mut o.data["status"][path][0],
+                _ => &mut o.data["status"][path]["versionIgnored"][0],
+            };
+            a["missingReplicas"] = (max - n).into();
+            a["creatingPods"] = creating.clone();
+        }
+        o
+    }
+
+    fn creating(o: &DynamicObject) -> Vec<String> {
+        let a = &o.data["status"]["versionedSubsetStatuses"]["versionIgnored"][0];
+        let mut keys: Vec<String> = a["creatingPods"]
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        keys.sort();
+        keys
+    }
+
+    /// One replica's reserved-slot cycle on one status: a claim is written and asks
+    /// for a block, the block is reserved (half the room), the next claims take
+    /// placeholders without a write, a refused pod's placeholder is unused again, and the
+    /// settle write renames the taken ones.
+    #[test]
+    fn claims_take_reserved_slots_without_a_write_and_settle_later() {
+        let mut pool = pool();
+        let t0 = Timestamp::UNIX_EPOCH;
+        let (o, out) = apply_batch(
+            &object_with(8, json!({})),
+            &batch(vec![claim("p1", None)]),
+            t0,
+            Some(&mut pool),
+        )
+        .unwrap();
+        let o = o.expect("p1 written");
+        assert_eq!(subset(&out[0]), Some("a".into()));
+        let ws: WorkloadSpread = serde_json::from_value(to_json(&o).unwrap()).unwrap();
+        let Some(Work::Reserve { slot, keys, scale }) =
+            refill(&ws, &mut pool, &claim_request("p1"), "a")
+        else {
+            panic!("a first claim asks for a block");
+        };
+        let reserve_all = internal(Work::Reserve {
+            slot: slot.clone(),
+            keys: keys.clone(),
+            scale,
+        });
+        let (o, out) = apply_batch(&o, &[reserve_all], t0, Some(&mut pool)).unwrap();
+        let o = o.expect("placeholders written");
+        let Applied1::Reserved(got) = &out[0] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(got.len(), 1, "a block of 1 after one claim");
+        pool.reserved(&slot, got.clone(), Instant::now());
+        // p2 takes the placeholder: answered now, nothing to write.
+        let (none, out) =
+            apply_batch(&o, &batch(vec![claim("p2", None)]), t0, Some(&mut pool)).unwrap();
+        assert!(none.is_none());
+        let Applied1::Now(Answer::Claim(a)) = &out[0] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(a.reservation.as_ref(), got.first());
+        // Refused by the guest: unused again, still nothing written.
+        let refused = Op::Unclaim(UnclaimRequest {
+            workload_spread: WorkloadSpreadKey {
+                namespace: "ns".into(),
+                name: "ws".into(),
+                uid: None,
+            },
+            pod: PodRef {
+                name: "p2".into(),
+                version: "versionIgnored".into(),
+            },
+            subset: "a".into(),
+            generated_uid: None,
+            workload_replicas: 4,
+            rules: Default::default(),
+        });
+        let (none, out) = apply_batch(
+            &o,
+            &batch(vec![refused, claim("p3", None)]),
+            t0,
+            Some(&mut pool),
+        )
+        .unwrap();
+        assert!(none.is_none());
+        assert!(matches!(
+            out[0],
+            Applied1::Now(Answer::Release(ReleaseResponse { released: true }))
+        ));
+        assert!(matches!(&out[1], Applied1::Now(Answer::Claim(a)) if a.reservation.is_some()));
+        let settle = internal(Work::Settle(pool.settles()));
+        let (o, _) = apply_batch(&o, &[settle], t0, Some(&mut pool)).unwrap();
+        assert_eq!(creating(&o.expect("settled")), ["p1", "p3"]);
+    }
+
+    /// Another replica's placeholders hold a's last slots: the claim waits rather than
+    /// spill into b, and only after MAX_WAIT is it placed without them.
+    #[test]
+    fn a_claim_waits_for_another_replicas_placeholders_then_spills() {
+        let mut pool = pool();
+        let t0 = Timestamp::UNIX_EPOCH;
+        let full = object_with(
+            2,
+            json!({"p0": "1970-01-01T00:00:00Z", "~h2.1": "1970-01-01T00:00:00Z"}),
+        );
+        let (none, out) =
+            apply_batch(&full, &batch(vec![claim("p1", None)]), t0, Some(&mut pool)).unwrap();
+        assert!(
+            none.is_none() && matches!(out[0], Applied1::Wait),
+            "{out:?}"
+        );
+        let mut late = batch(vec![claim("p1", None)]);
+        late[0].since = Instant::now() - MAX_WAIT;
+        let (o, out) = apply_batch(&full, &late, t0, Some(&mut pool)).unwrap();
+        assert_eq!(subset(&out[0]), Some("b".into()));
+        assert!(o.is_none(), "b is unlimited: nothing written");
+        // Past their TTL the other replica's placeholders are dead and dropped.
+        let later = t0 + std::time::Duration::from_secs(11);
+        let (o, out) = apply_batch(
+            &full,
+            &batch(vec![claim("p1", None)]),
+            later,
+            Some(&mut pool),
+        )
+        .unwrap();
+        assert_eq!(subset(&out[0]), Some("a".into()));
+        assert_eq!(creating(&o.expect("written")), ["p0", "p1"]);
     }
 
     #[test]
@@ -581,8 +1255,17 @@ mod tests {
     #[test]
     fn a_recreated_workloadspread_fails_only_that_operation() {
         let (p1, p2) = (claim("p1", Some("old")), claim("p2", None));
-        let (_, answers) = apply_batch(&object("new"), &[&p1, &p2], Timestamp::UNIX_EPOCH).unwrap();
-        assert!(answers[0].as_ref().unwrap_err().contains("recreated"));
+        let (_, answers) = apply_batch(
+            &object("new"),
+            &batch(vec![p1, p2]),
+            Timestamp::UNIX_EPOCH,
+            None,
+        )
+        .unwrap();
+        assert!(
+            matches!(&answers[0], Applied1::Written(Err(e)) if e.contains("recreated")),
+            "{answers:?}"
+        );
         assert_eq!(subset(&answers[1]), Some("a".into()));
     }
 
@@ -602,28 +1285,35 @@ mod tests {
             workload_replicas: 4,
             rules: Default::default(),
         });
-        let (updated, answers) =
-            apply_batch(&object("u"), &[&release], Timestamp::UNIX_EPOCH).unwrap();
+        let (updated, answers) = apply_batch(
+            &object("u"),
+            &batch(vec![release]),
+            Timestamp::UNIX_EPOCH,
+            None,
+        )
+        .unwrap();
         assert!(updated.is_none());
-        assert_eq!(
+        assert!(matches!(
             answers[0],
-            Ok(Answer::Release(ReleaseResponse { released: false }))
-        );
+            Applied1::Written(Ok(Answer::Release(ReleaseResponse { released: false })))
+        ));
     }
 
     fn pending(pod: &str) -> Pending {
         let (reply, _answer) = oneshot::channel();
         Pending {
-            op: claim(pod, None),
-            reply,
+            work: Work::Op(claim(pod, None)),
+            reply: Some(reply),
+            since: Instant::now(),
         }
     }
 
     fn pods(batch: &[Pending]) -> Vec<String> {
-        let pod = |p: &Pending| match &p.op {
-            Op::Claim(c) => c.pod.name.clone(),
-            Op::Release(r) => r.pod.name.clone(),
-            Op::Unclaim(u) => u.pod.name.clone(),
+        let pod = |p: &Pending| match &p.work {
+            Work::Op(Op::Claim(c)) => c.pod.name.clone(),
+            Work::Op(Op::Release(r)) => r.pod.name.clone(),
+            Work::Op(Op::Unclaim(u)) => u.pod.name.clone(),
+            other => format!("{other:?}"),
         };
         batch.iter().map(pod).collect()
     }
@@ -653,17 +1343,23 @@ mod tests {
     fn operations_whose_waiter_gave_up_are_dropped() {
         let (reply, answer) = oneshot::channel();
         let waited = Pending {
-            op: claim("waited", None),
-            reply,
+            work: Work::Op(claim("waited", None)),
+            reply: Some(reply),
+            since: Instant::now(),
         };
         let (reply, gone) = oneshot::channel();
         let abandoned = Pending {
-            op: claim("abandoned", None),
-            reply,
+            work: Work::Op(claim("abandoned", None)),
+            reply: Some(reply),
+            since: Instant::now(),
         };
         drop(gone);
-        let (kept, dropped) = still_awaited(vec![waited, abandoned]);
-        assert_eq!((pods(&kept), dropped), (vec!["waited".to_string()], 1));
+        let own = internal(Work::Settle(vec![]));
+        let (kept, dropped) = still_awaited(vec![waited, abandoned, own]);
+        assert_eq!(
+            (pods(&kept), dropped),
+            (vec!["waited".to_string(), "Settle([])".to_string()], 1)
+        );
         drop(answer);
     }
 

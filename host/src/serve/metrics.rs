@@ -72,6 +72,26 @@ pub enum CounterOp {
     Unclaim,
 }
 
+/// What happened to reserved slots (`docs/counter-protocol.md`, *Reserved slots*).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum ReservationEvent {
+    /// Placeholders written.
+    Reserved,
+    /// Claims answered from a placeholder, without a write.
+    Taken,
+    /// Placeholders renamed to their pod's key.
+    Settled,
+    /// Unused placeholders given back.
+    Returned,
+    /// Claims that waited because another replica's placeholders held the room.
+    Waited,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReservationLabels {
+    pub event: ReservationEvent,
+}
+
 /// All metrics of the host.
 pub struct Metrics {
     pub registry: Registry,
@@ -89,6 +109,7 @@ pub struct Metrics {
     pub unrelated: Counter,
     /// Objects cached per kind and namespace (namespaces holding a WorkloadSpread).
     pub cached_objects: Family<CacheLabels, Gauge>,
+    pub reservations: Family<ReservationLabels, Counter>,
 }
 
 impl Metrics {
@@ -106,6 +127,12 @@ impl Metrics {
         let abandoned = Counter::default();
         let unrelated = Counter::default();
         let cached_objects = Family::<CacheLabels, Gauge>::default();
+        let reservations = Family::<ReservationLabels, Counter>::default();
+        registry.register(
+            "reservations",
+            "Reserved slots: placeholders reserved, taken by claims without a write, settled, returned; claims that waited for another replica's",
+            reservations.clone(),
+        );
         registry.register(
             "cached_objects",
             "Objects cached per kind and namespace: only namespaces holding a WorkloadSpread are watched",
@@ -158,6 +185,7 @@ impl Metrics {
         );
         Metrics {
             registry,
+            reservations,
             unrelated,
             cached_objects,
             evaluations,
@@ -169,6 +197,13 @@ impl Metrics {
             kind_not_served,
             abandoned,
         }
+    }
+
+    /// Counts `n` reservation `event`s.
+    pub fn reservation(&self, event: ReservationEvent, n: usize) {
+        self.reservations
+            .get_or_create(&ReservationLabels { event })
+            .inc_by(n as u64);
     }
 
     /// The OpenMetrics text exposition.

@@ -5,6 +5,7 @@ pub mod commit;
 pub mod convert;
 pub mod kube_state;
 pub mod metrics;
+pub mod reserve;
 pub mod tls;
 
 use crate::capabilities::{AllowList, Capabilities};

@@ -1,0 +1,272 @@
+use super::*;
+use crate::api::VERSION_IGNORED;
+use crate::rules::Rules;
+use serde_json::{json, Value};
+
+fn now() -> Timestamp {
+    "2024-05-01T10:00:00Z".parse().unwrap()
+}
+
+fn ago(seconds: i64) -> String {
+    (now() - SignedDuration::from_secs(seconds)).to_string()
+}
+
+/// Subsets a (max 4), b (max 4), c (unlimited); `creating[i]` are subset i's creating
+/// keys (all stamped 1 s ago), `replicas[i]` its counted pods.
+fn ws(replicas: [i32; 2], creating: [&[&str]; 2]) -> WorkloadSpread {
+    let status = |i: usize, name: &str| {
+        let keys: serde_json::Map<String, Value> = creating[i]
+            .iter()
+            .map(|k| (k.to_string(), json!(ago(1))))
+            .collect();
+        let missing = 4 - replicas[i] - creating[i].len() as i32;
+        json!({"name": name, "replicas": replicas[i], "missingReplicas": missing.max(0), "creatingPods": keys})
+    };
+    let statuses = json!([status(0, "a"), status(1, "b"), {"name": "c", "missingReplicas": -1}]);
+    serde_json::from_value(json!({
+        "metadata": {"name": "ws", "namespace": "ns"},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d"},
+            "subsets": [{"name": "a", "maxReplicas": 4}, {"name": "b", "maxReplicas": 4}, {"name": "c"}]},
+        "status": {"subsetStatuses": statuses.clone(), "versionedSubsetStatuses": {VERSION_IGNORED: statuses}}
+    }))
+    .unwrap()
+}
+
+fn candidates() -> Vec<String> {
+    ["a", "b", "c"].map(String::from).to_vec()
+}
+
+fn placement(ws: &WorkloadSpread, pod: &str, unused: Unused<'_>) -> Placement {
+    let candidates = candidates();
+    let claimant = Claimant {
+        pod: PodKey {
+            name: pod,
+            version: VERSION_IGNORED,
+        },
+        new_uid: "req-uid",
+        candidates: &candidates,
+        scale: Scale::new(8, Rules::Planned),
+    };
+    place(ws.status.as_ref().unwrap(), ws, &claimant, "h1", unused)
+}
+
+#[test]
+fn a_claim_takes_its_holders_placeholder_waits_for_others_or_claims() {
+    let take = |s: &str| Placement::Take(s.into());
+    let claim = |s: Option<&str>| Placement::Claim(s.map(Into::into));
+    // (what, replicas, creating keys, own unused, pod, placement)
+    let cases: [(
+        &str,
+        [i32; 2],
+        [&[&str]; 2],
+        &[(&str, &str)],
+        &str,
+        Placement,
+    ); 9] = [
+        (
+            "no placeholder anywhere",
+            [0, 0],
+            [&[], &[]],
+            &[],
+            "p",
+            claim(Some("a")),
+        ),
+        (
+            "own placeholder fills a",
+            [3, 0],
+            [&["~h1.0"], &[]],
+            &[("a", "~h1.0")],
+            "p",
+            take("a"),
+        ),
+        (
+            "own placeholder, a has room anyway",
+            [1, 0],
+            [&["~h1.0"], &[]],
+            &[("a", "~h1.0")],
+            "p",
+            take("a"),
+        ),
+        (
+            "a full of pods, own placeholder in b",
+            [4, 0],
+            [&[], &["~h1.3"]],
+            &[("b", "~h1.3")],
+            "p",
+            take("b"),
+        ),
+        (
+            "a full, b free, own placeholder used",
+            [4, 0],
+            [&[], &["~h1.3"]],
+            &[],
+            "p",
+            claim(Some("b")),
+        ),
+        (
+            "another holder's placeholder fills a",
+            [3, 0],
+            [&["~h2.0"], &[]],
+            &[],
+            "p",
+            Placement::Wait,
+        ),
+        (
+            "another holder's placeholder in a with room left",
+            [2, 0],
+            [&["~h2.0"], &[]],
+            &[],
+            "p",
+            claim(Some("a")),
+        ),
+        (
+            "others' placeholders fill a and b",
+            [3, 3],
+            [&["~h2.0"], &["~h2.1"]],
+            &[],
+            "p",
+            Placement::Wait,
+        ),
+        (
+            "a retried pod keeps its subset",
+            [0, 0],
+            [&[], &["p"]],
+            &[("a", "~h1.0")],
+            "p",
+            claim(Some("b")),
+        ),
+    ];
+    for (what, replicas, creating, unused, pod, want) in cases {
+        assert_eq!(
+            placement(&ws(replicas, creating), pod, unused),
+            want,
+            "{what}"
+        );
+    }
+    // "~h10.0" belongs to h10, not h1.
+    assert!(held_by("~h1.0", "h1") && !held_by("~h10.0", "h1") && !held_by("p", "h1"));
+}
+
+fn versioned(ws: &WorkloadSpread) -> &Vec<crate::api::v1beta1::WorkloadSpreadSubsetStatus> {
+    &ws.status.as_ref().unwrap().versioned_subset_statuses[VERSION_IGNORED]
+}
+
+/// Runs `f` on `w`'s status with a copy of `w` for the spec.
+fn on_status<R>(
+    w: &mut WorkloadSpread,
+    f: impl FnOnce(&mut WorkloadSpreadStatus, &WorkloadSpread) -> R,
+) -> R {
+    let spec = w.clone();
+    f(w.status.as_mut().unwrap(), &spec)
+}
+
+fn keys(n: u64) -> Vec<String> {
+    (0..n).map(|i| placeholder_key("h1", i)).collect()
+}
+
+#[test]
+fn a_block_takes_at_most_half_the_free_room_and_counts_for_every_reader() {
+    let scale = Scale::new(8, Rules::Planned);
+    // (replicas of a, keys asked, reserved)
+    for (replicas, asked, want) in [(0, 8, 2), (0, 1, 1), (2, 8, 1), (3, 8, 0), (4, 8, 0)] {
+        let mut w = ws([replicas, 0], [&[], &[]]);
+        let got = on_status(&mut w, |status, spec| {
+            reserve(
+                status,
+                spec,
+                VERSION_IGNORED,
+                "a",
+                &keys(asked),
+                scale,
+                now(),
+            )
+        });
+        assert_eq!(got.len(), want, "replicas {replicas} asked {asked}");
+        let a = &versioned(&w)[0];
+        assert_eq!(a.creating_pods.len(), want);
+        assert_eq!(
+            a.missing_replicas,
+            4 - replicas - want as i32,
+            "readers see fewer free slots"
+        );
+    }
+    // A retried write finds its keys in place and reserves nothing more.
+    let mut w = ws([0, 0], [&["~h1.0", "~h1.1"], &[]]);
+    let got = on_status(&mut w, |status, spec| {
+        reserve(status, spec, VERSION_IGNORED, "a", &keys(2), scale, now())
+    });
+    assert_eq!(got, keys(2));
+    assert_eq!(versioned(&w)[0].creating_pods.len(), 2);
+    // Unlimited subsets are not tracked.
+    let mut w = ws([0, 0], [&[], &[]]);
+    assert!(on_status(&mut w, |status, spec| reserve(
+        status,
+        spec,
+        VERSION_IGNORED,
+        "c",
+        &keys(4),
+        scale,
+        now()
+    ))
+    .is_empty());
+}
+
+#[test]
+fn settling_renames_a_placeholder_without_changing_the_occupancy() {
+    let mut w = ws([1, 0], [&["~h1.0", "~h1.1"], &[]]);
+    let status = w.status.as_mut().unwrap();
+    assert!(settle(
+        status,
+        VERSION_IGNORED,
+        "a",
+        "~h1.0",
+        "web-1",
+        now()
+    ));
+    assert!(
+        !settle(status, VERSION_IGNORED, "a", "~h1.0", "web-2", now()),
+        "already gone"
+    );
+    let a = &versioned(&w)[0];
+    let keys: Vec<&String> = a.creating_pods.keys().collect();
+    assert_eq!(keys, ["web-1", "~h1.1"]);
+    assert_eq!(a.missing_replicas, 1);
+}
+
+#[test]
+fn stale_placeholders_are_dropped_and_their_slots_freed() {
+    let mut w = ws([0, 0], [&["~h2.0", "~h1.1", "pod-x"], &[]]);
+    let ttl = PLACEHOLDER_TTL_SECONDS;
+    {
+        let a = &mut w
+            .status
+            .as_mut()
+            .unwrap()
+            .versioned_subset_statuses
+            .get_mut(VERSION_IGNORED)
+            .unwrap()[0];
+        a.creating_pods.get_mut("~h2.0").unwrap().0 = now() - SignedDuration::from_secs(ttl + 1);
+        a.creating_pods.get_mut("pod-x").unwrap().0 = now() - SignedDuration::from_secs(ttl + 1);
+        a.creating_pods.get_mut("~h1.1").unwrap().0 = now() - SignedDuration::from_secs(ttl - 1);
+    }
+    let scale = Scale::new(8, Rules::Planned);
+    assert!(on_status(&mut w, |status, spec| drop_stale(
+        status,
+        spec,
+        VERSION_IGNORED,
+        scale,
+        now()
+    )));
+    let a = &versioned(&w)[0];
+    let keys: Vec<&String> = a.creating_pods.keys().collect();
+    // A pod's entry is the controller's to expire, in its own window.
+    assert_eq!(keys, ["pod-x", "~h1.1"]);
+    assert_eq!(a.missing_replicas, 2);
+    assert!(!on_status(&mut w, |status, spec| drop_stale(
+        status,
+        spec,
+        VERSION_IGNORED,
+        scale,
+        now()
+    )));
+}

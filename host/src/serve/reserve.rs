@@ -1,0 +1,290 @@
+//! The reserved slots one host replica holds for one WorkloadSpread
+//! (`docs/counter-protocol.md`, *Reserved slots*): which placeholders are unused, which
+//! were handed to which pod and still need their settle write, and how fast each subset
+//! is claimed (the block size). The status rules are `workloadspread_core::admission::reserve`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use workloadspread_core::admission::reserve::{placeholder_key, HANDOUT_SECONDS};
+use workloadspread_core::admission::Scale;
+use workloadspread_core::counter::ClaimResponse;
+
+/// How a replica reserves slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReservePolicy {
+    /// Most placeholders held per subset.
+    pub max_block: usize,
+    /// Unused placeholders of a subset no claim has used for this long are returned.
+    pub idle: Duration,
+}
+
+impl Default for ReservePolicy {
+    fn default() -> Self {
+        ReservePolicy {
+            max_block: 32,
+            idle: Duration::from_secs(2),
+        }
+    }
+}
+
+/// A subset of one pod version.
+pub type SlotKey = (String, String);
+
+/// The claims of one subset and this replica's unused placeholders in it.
+#[derive(Debug)]
+struct Slot {
+    /// Unused placeholders, oldest first, with when they were written.
+    unused: VecDeque<(String, Instant)>,
+    /// Claims answered in the last second (the block size).
+    recent: VecDeque<Instant>,
+    last_claim: Instant,
+    /// A reserve write for this subset is queued or in flight.
+    refilling: bool,
+    /// The last claim's scale: returns and refills are judged with it.
+    scale: Scale,
+}
+
+/// A placeholder handed to a pod whose settle write has not happened yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Handed {
+    pub slot: SlotKey,
+    pub placeholder: String,
+    /// The creatingPods key the placeholder becomes (pod name or generated id).
+    pub key: String,
+    /// What the claim was answered (a retried request gets it again).
+    pub answer: ClaimResponse,
+}
+
+/// Placeholders to give back in one write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Return {
+    pub slot: SlotKey,
+    pub keys: Vec<String>,
+    pub scale: Scale,
+}
+
+/// One replica's reservations for one WorkloadSpread.
+#[derive(Debug)]
+pub struct Pool {
+    holder: String,
+    policy: ReservePolicy,
+    /// Shared by the process's pools: a key is never reused, even by a pool started
+    /// after an earlier one stopped with a return that failed.
+    next: Arc<AtomicU64>,
+    /// The WorkloadSpread uid the placeholders were written to.
+    uid: Option<String>,
+    slots: HashMap<SlotKey, Slot>,
+    /// By claim key (pod name or generated id).
+    handed: HashMap<String, Handed>,
+    /// Handed placeholders not yet in a settle write.
+    to_settle: Vec<String>,
+}
+
+const RATE_WINDOW: Duration = Duration::from_secs(1);
+
+impl Pool {
+    pub fn new(holder: String, policy: ReservePolicy, next: Arc<AtomicU64>) -> Self {
+        Pool {
+            holder,
+            policy,
+            next,
+            uid: None,
+            slots: HashMap::new(),
+            handed: HashMap::new(),
+            to_settle: vec![],
+        }
+    }
+
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// Forgets everything when the WorkloadSpread was recreated (its placeholders went
+    /// with the old object).
+    pub fn track_uid(&mut self, uid: Option<&str>) {
+        if self.uid.as_deref() != uid {
+            self.slots.clear();
+            self.handed.clear();
+            self.to_settle.clear();
+            self.uid = uid.map(str::to_string);
+        }
+    }
+
+    /// Whether nothing is held or waiting for a write.
+    pub fn is_idle(&self) -> bool {
+        self.handed.is_empty() && self.slots.values().all(|s| s.unused.is_empty())
+    }
+
+    /// Unused placeholders of `version`: (subset, key).
+    pub fn unused(&self, version: &str) -> Vec<(String, String)> {
+        self.slots
+            .iter()
+            .filter(|((v, _), _)| v == version)
+            .flat_map(|((_, subset), slot)| {
+                slot.unused
+                    .iter()
+                    .map(move |(k, _)| (subset.clone(), k.clone()))
+            })
+            .collect()
+    }
+
+    /// The answer a claim already got from a placeholder (a retried request).
+    pub fn handed(&self, key: &str) -> Option<&Handed> {
+        self.handed.get(key)
+    }
+
+    /// Takes an unused placeholder of `slot` young enough to hand out, for the pod with
+    /// claim key `key`; `answer` is completed with it.
+    pub fn take(
+        &mut self,
+        slot: &SlotKey,
+        key: &str,
+        mut answer: ClaimResponse,
+        now: Instant,
+    ) -> Option<ClaimResponse> {
+        let handout = Duration::from_secs(HANDOUT_SECONDS as u64);
+        let s = self.slots.get_mut(slot)?;
+        let at = s
+            .unused
+            .iter()
+            .position(|(_, at)| now.saturating_duration_since(*at) < handout)?;
+        let (placeholder, _) = s.unused.remove(at)?;
+        answer.reservation = Some(placeholder.clone());
+        self.handed.insert(
+            key.to_string(),
+            Handed {
+                slot: slot.clone(),
+                placeholder,
+                key: key.to_string(),
+                answer: answer.clone(),
+            },
+        );
+        self.to_settle.push(key.to_string());
+        Some(answer)
+    }
+
+    /// Undoes [`Pool::take`] for a pod the guest refused: its placeholder is unused
+    /// again. False when `key` holds no placeholder.
+    pub fn untake(&mut self, key: &str, now: Instant) -> bool {
+        let Some(h) = self.handed.remove(key) else {
+            return false;
+        };
+        self.to_settle.retain(|k| k != key);
+        if let Some(s) = self.slots.get_mut(&h.slot) {
+            s.unused.push_front((h.placeholder, now));
+        }
+        true
+    }
+
+    /// Records a claim answered into `slot` (by a placeholder or a write) and returns how
+    /// many placeholders to reserve now, if any: the block is the claims of the last
+    /// second (at least 1, at most `max_block`), refilled when half of it is used.
+    pub fn claimed(&mut self, slot: &SlotKey, scale: Scale, now: Instant) -> Option<usize> {
+        let s = self.slots.entry(slot.clone()).or_insert_with(|| Slot {
+            unused: VecDeque::new(),
+            recent: VecDeque::new(),
+            last_claim: now,
+            refilling: false,
+            scale,
+        });
+        s.last_claim = now;
+        s.scale = scale;
+        while s
+            .recent
+            .front()
+            .is_some_and(|t| now.saturating_duration_since(*t) > RATE_WINDOW)
+        {
+            s.recent.pop_front();
+        }
+        if s.recent.len() < self.policy.max_block {
+            s.recent.push_back(now);
+        }
+        let block = s.recent.len().clamp(1, self.policy.max_block.max(1));
+        let want = block.saturating_sub(s.unused.len());
+        if s.refilling || s.unused.len() * 2 >= block || want == 0 {
+            return None;
+        }
+        s.refilling = true;
+        Some(want)
+    }
+
+    /// `n` fresh placeholder keys.
+    pub fn new_keys(&mut self, n: usize) -> Vec<String> {
+        (0..n)
+            .map(|_| placeholder_key(&self.holder, self.next.fetch_add(1, Ordering::Relaxed) + 1))
+            .collect()
+    }
+
+    /// A reserve write for `slot` ended: `keys` (possibly none) are now held.
+    pub fn reserved(&mut self, slot: &SlotKey, keys: Vec<String>, now: Instant) {
+        if let Some(s) = self.slots.get_mut(slot) {
+            s.refilling = false;
+            s.unused.extend(keys.into_iter().map(|k| (k, now)));
+        }
+    }
+
+    /// Handed placeholders to rename in the next write.
+    pub fn settles(&mut self) -> Vec<Handed> {
+        std::mem::take(&mut self.to_settle)
+            .into_iter()
+            .filter_map(|k| self.handed.get(&k).cloned())
+            .collect()
+    }
+
+    /// A settle write ended (written or given up: the controller counts such a pod
+    /// through its annotation either way).
+    pub fn settled(&mut self, done: &[Handed]) {
+        for h in done {
+            if self.handed.get(&h.key).is_some_and(|x| x == h) {
+                self.handed.remove(&h.key);
+            }
+        }
+    }
+
+    /// Unused placeholders to give back: those of subsets idle for the policy's idle
+    /// time, and those too old to hand out. They are no longer held.
+    pub fn expired(&mut self, now: Instant) -> Vec<Return> {
+        let handout = Duration::from_secs(HANDOUT_SECONDS as u64);
+        let idle = self.policy.idle;
+        let mut out = vec![];
+        for (key, s) in &mut self.slots {
+            let slot_idle = now.saturating_duration_since(s.last_claim) >= idle;
+            let (gone, kept): (Vec<_>, Vec<_>) = s
+                .unused
+                .drain(..)
+                .partition(|(_, at)| slot_idle || now.saturating_duration_since(*at) >= handout);
+            s.unused = kept.into();
+            if !gone.is_empty() {
+                out.push(Return {
+                    slot: key.clone(),
+                    keys: gone.into_iter().map(|(k, _)| k).collect(),
+                    scale: s.scale,
+                });
+            }
+        }
+        self.slots.retain(|_, s| {
+            !s.unused.is_empty()
+                || s.refilling
+                || now.saturating_duration_since(s.last_claim) < idle
+        });
+        out
+    }
+
+    /// Everything unused, to give back at shutdown.
+    pub fn drain(&mut self) -> Vec<Return> {
+        self.slots
+            .iter_mut()
+            .filter(|(_, s)| !s.unused.is_empty())
+            .map(|(key, s)| Return {
+                slot: key.clone(),
+                keys: s.unused.drain(..).map(|(k, _)| k).collect(),
+                scale: s.scale,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

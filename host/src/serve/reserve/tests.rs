@@ -1,0 +1,130 @@
+use super::*;
+use workloadspread_core::rules::Rules;
+
+fn pool(max_block: usize) -> Pool {
+    Pool::new(
+        "h1".into(),
+        ReservePolicy {
+            max_block,
+            idle: Duration::from_secs(2),
+        },
+        Arc::default(),
+    )
+}
+
+fn slot(subset: &str) -> SlotKey {
+    ("v1".into(), subset.into())
+}
+
+fn scale() -> Scale {
+    Scale::new(10, Rules::Planned)
+}
+
+fn answer(subset: &str) -> ClaimResponse {
+    ClaimResponse {
+        subset: Some(subset.into()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_block_follows_the_claims_of_the_last_second_and_refills_at_half() {
+    let mut p = pool(4);
+    let t0 = Instant::now();
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    // First claim: a block of 1.
+    assert_eq!(p.claimed(&slot("a"), scale(), ms(0)), Some(1));
+    // A refill in flight: nothing more is asked.
+    assert_eq!(p.claimed(&slot("a"), scale(), ms(10)), None);
+    let keys = p.new_keys(1);
+    assert_eq!(keys, ["~h1.1"]);
+    p.reserved(&slot("a"), keys, ms(20));
+    // 3 claims in the last second, 1 unused: refill to 3.
+    assert_eq!(p.claimed(&slot("a"), scale(), ms(30)), Some(2));
+    let keys = p.new_keys(2);
+    p.reserved(&slot("a"), keys, ms(40));
+    // 3 unused of a block of 4: more than half left.
+    assert_eq!(p.claimed(&slot("a"), scale(), ms(50)), None);
+    // A second later the rate is 1 again: the block is 1, 3 held, nothing to ask.
+    assert_eq!(p.claimed(&slot("a"), scale(), ms(1100)), None);
+    // Capped at max_block.
+    let mut p = pool(2);
+    for i in 0..10 {
+        if let Some(n) = p.claimed(&slot("b"), scale(), ms(i)) {
+            assert!(n <= 2, "{n}");
+            p.reserved(&slot("b"), vec![], ms(i));
+        }
+    }
+}
+
+#[test]
+fn a_placeholder_is_handed_once_while_young_and_settled_or_untaken() {
+    let mut p = pool(8);
+    let t0 = Instant::now();
+    p.claimed(&slot("a"), scale(), t0);
+    let keys = p.new_keys(2);
+    p.reserved(&slot("a"), keys, t0);
+    let got = p.take(&slot("a"), "pod-1", answer("a"), t0).unwrap();
+    assert_eq!(got.reservation.as_deref(), Some("~h1.1"));
+    assert_eq!(p.handed("pod-1").unwrap().answer, got);
+    // The guest refused pod-1: its placeholder is unused again and not settled.
+    assert!(p.untake("pod-1", t0));
+    assert!(!p.untake("pod-1", t0));
+    assert!(p.settles().is_empty());
+    let got = p.take(&slot("a"), "pod-2", answer("a"), t0).unwrap();
+    assert_eq!(got.reservation.as_deref(), Some("~h1.1"));
+    let settles = p.settles();
+    assert_eq!(settles.len(), 1);
+    assert!(p.settles().is_empty(), "handed over once");
+    p.settled(&settles);
+    assert!(p.handed("pod-2").is_none());
+    // Too old to hand out: the holder may be about to lose it to another writer.
+    let late = t0 + Duration::from_secs(HANDOUT_SECONDS as u64);
+    assert!(p.take(&slot("a"), "pod-3", answer("a"), late).is_none());
+    assert!(p.take(&slot("b"), "pod-3", answer("b"), t0).is_none());
+}
+
+#[test]
+fn idle_and_old_placeholders_are_returned() {
+    let mut p = pool(8);
+    let t0 = Instant::now();
+    for subset in ["a", "b"] {
+        p.claimed(&slot(subset), scale(), t0);
+        let keys = p.new_keys(2);
+        p.reserved(&slot(subset), keys, t0);
+    }
+    let s = |n: u64| t0 + Duration::from_millis(n);
+    // b keeps being claimed; a goes idle.
+    p.claimed(&slot("b"), scale(), s(1900));
+    assert!(p.expired(s(1000)).is_empty());
+    let returned = p.expired(s(2100));
+    assert_eq!(
+        returned,
+        [Return {
+            slot: slot("a"),
+            keys: vec!["~h1.1".into(), "~h1.2".into()],
+            scale: scale()
+        }]
+    );
+    assert_eq!(p.unused("v1").len(), 2);
+    // b's are too old to hand out, busy or not.
+    p.claimed(&slot("b"), scale(), s(4900));
+    let returned = p.expired(s(5000));
+    assert_eq!(returned.len(), 1);
+    assert_eq!(returned[0].keys, ["~h1.3", "~h1.4"]);
+    assert!(p.is_idle());
+}
+
+#[test]
+fn a_recreated_workloadspread_forgets_its_placeholders() {
+    let mut p = pool(8);
+    let t0 = Instant::now();
+    p.track_uid(Some("u1"));
+    p.claimed(&slot("a"), scale(), t0);
+    let keys = p.new_keys(1);
+    p.reserved(&slot("a"), keys, t0);
+    p.track_uid(Some("u1"));
+    assert_eq!(p.unused("v1").len(), 1);
+    p.track_uid(Some("u2"));
+    assert!(p.unused("v1").is_empty() && p.drain().is_empty());
+}
