@@ -1002,20 +1002,43 @@ async fn a_slot_claimed_for_a_refused_pod_is_free_at_once() -> Result<()> {
     let refused = s.create_pod("fleet-0").await;
     let started = Instant::now();
     ensure!(refused.is_err(), "a pod whose patch fails must be refused");
-    let status = s.spreads.get("spread").await?.data["status"].clone();
-    let a = status["versionedSubsetStatuses"]
-        .as_object()
-        .and_then(|m| m.values().next())
-        .map(|v| v[0].clone())
-        .unwrap_or(Value::Null);
+    let subset_a = || async {
+        let status = s.spreads.get("spread").await?.data["status"].clone();
+        Ok::<_, anyhow::Error>(
+            status["versionedSubsetStatuses"]
+                .as_object()
+                .and_then(|m| m.values().next())
+                .map(|v| v[0].clone())
+                .unwrap_or(Value::Null),
+        )
+    };
+    let a = subset_a().await?;
     eprintln!(
         "refused after its claim: slot back {:.3} s after the refusal; subset a {a}",
         started.elapsed().as_secs_f64()
     );
+    // The claim also reserved a placeholder (`~…`) for the next pods: the refused pod's
+    // own entry is gone, and its slot is free.
+    let entries: Vec<String> = a["creatingPods"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    let placeholders = entries.iter().filter(|k| k.starts_with('~')).count();
     ensure!(
-        a["creatingPods"].as_object().is_none_or(|m| m.is_empty()) && a["missingReplicas"] == 5,
+        placeholders == entries.len() && a["missingReplicas"] == 5 - placeholders as i64,
         "the slot is still held: {a}"
     );
+    // Unused placeholders go back once a's claims stop.
+    wait_for(
+        "the idle placeholders returned",
+        Duration::from_secs(10),
+        || async {
+            let a = subset_a().await?;
+            let empty = a["creatingPods"].as_object().is_none_or(|m| m.is_empty());
+            Ok((empty && a["missingReplicas"] == 5).then_some(()))
+        },
+    )
+    .await?;
     s.configs.delete().await
 }
 

@@ -408,7 +408,8 @@ impl Committer {
             let known = match std::mem::take(&mut read_live) {
                 true => None,
                 false => {
-                    let cached = lock(&queue.shared).cached.take();
+                    // A clone: claims answered without the queue read it meanwhile.
+                    let cached = lock(&queue.shared).cached.clone();
                     newer(cached, self.reflected(&key.0, name))
                 }
             };
@@ -451,8 +452,7 @@ impl Committer {
                 .filter(|o| !matches!(o, Applied1::Now(_) | Applied1::Wait))
                 .collect();
             let Some(updated) = updated else {
-                self.store(queue, object);
-                carried.extend(self.answer(queue, batch, outcomes));
+                carried.extend(self.answer(queue, object, batch, outcomes));
                 return carried;
             };
             self.metrics.status_writes.inc();
@@ -470,8 +470,7 @@ impl Committer {
             };
             match written {
                 Ok(written) => {
-                    self.store(queue, written);
-                    carried.extend(self.answer(queue, batch, outcomes));
+                    carried.extend(self.answer(queue, written, batch, outcomes));
                     return carried;
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -536,15 +535,20 @@ impl Committer {
         rest
     }
 
-    /// Keeps `object` as the queue's copy.
-    fn store(&self, queue: &Queue, object: DynamicObject) {
-        lock(&queue.shared).cached = Some(object);
-    }
-
-    /// Answers the batch after its write; returns refills to queue.
-    fn answer(&self, queue: &Queue, batch: Vec<Pending>, outcomes: Vec<Applied1>) -> Vec<Pending> {
+    /// Keeps `object` (as written, or read when nothing changed) as the queue's copy and
+    /// answers the batch; returns refills to queue. One lock for both: a claim answered
+    /// without the queue must never see placeholders in the copy that are not yet in
+    /// the pool (it would count them as taken and place the pod further down).
+    fn answer(
+        &self,
+        queue: &Queue,
+        object: DynamicObject,
+        batch: Vec<Pending>,
+        outcomes: Vec<Applied1>,
+    ) -> Vec<Pending> {
         let mut follow = vec![];
         let mut shared = lock(&queue.shared);
+        shared.cached = Some(object);
         let ws = shared.newest(None);
         for (p, outcome) in batch.into_iter().zip(outcomes) {
             match (p.work, outcome) {
@@ -743,14 +747,28 @@ fn apply_batch(
         pool.track_uid(ws.metadata.uid.as_deref());
     }
     let original = ws.status.clone();
-    let mut outcomes = Vec::with_capacity(batch.len());
-    for p in batch {
-        let outcome = match &p.work {
-            Work::Op(op) => apply_op(&mut ws, op, p.since, now, pool.as_deref_mut()),
-            work => apply_own(&mut ws, work, now),
-        };
-        outcomes.push(outcome);
+    let mut outcomes: Vec<Option<Applied1>> = batch.iter().map(|_| None).collect();
+    // Returns first, then the policy's operations, then the rest: a claim must see the
+    // room a return gives back (the returned placeholders have left the pool already),
+    // and must not see a block reserved in this write (its placeholders are not in the
+    // pool until the write lands, so the claim would count them as taken and spill).
+    let passes: [fn(&Work) -> bool; 3] = [
+        |w| matches!(w, Work::Return(_)),
+        |w| matches!(w, Work::Op(_)),
+        |_| true,
+    ];
+    for pass in passes {
+        for (p, outcome) in batch.iter().zip(outcomes.iter_mut()) {
+            if outcome.is_some() || !pass(&p.work) {
+                continue;
+            }
+            *outcome = Some(match &p.work {
+                Work::Op(op) => apply_op(&mut ws, op, p.since, now, pool.as_deref_mut()),
+                work => apply_own(&mut ws, work, now),
+            });
+        }
     }
+    let outcomes: Vec<Applied1> = outcomes.into_iter().flatten().collect();
     if ws.status == original {
         return Ok((None, outcomes));
     }
@@ -1184,6 +1202,52 @@ mod tests {
         let settle = internal(Work::Settle(pool.settles()));
         let (o, _) = apply_batch(&o, &[settle], t0, Some(&mut pool)).unwrap();
         assert_eq!(creating(&o.expect("settled")), ["p1", "p3"]);
+    }
+
+    /// A block reserved in the same write as claims comes after them: reserved first,
+    /// its placeholders (not yet in the pool) would leave the last claim no room.
+    #[test]
+    fn a_batch_claims_before_it_reserves() {
+        let mut pool = pool();
+        let t0 = Timestamp::UNIX_EPOCH;
+        let one = object_with(3, json!({"p0": "1970-01-01T00:00:00Z"}));
+        let reserve = internal(Work::Reserve {
+            slot: ("versionIgnored".into(), "a".into()),
+            keys: pool.new_keys(2),
+            scale: Scale::new(4, Default::default()),
+        });
+        let mut work = vec![reserve];
+        work.extend(batch(vec![claim("p1", None), claim("p2", None)]));
+        let (o, out) = apply_batch(&one, &work, t0, Some(&mut pool)).unwrap();
+        assert!(
+            matches!(&out[0], Applied1::Reserved(k) if k.is_empty()),
+            "{out:?}"
+        );
+        assert_eq!(subset(&out[1]), Some("a".into()));
+        assert_eq!(subset(&out[2]), Some("a".into()));
+        assert_eq!(creating(&o.expect("written")), ["p0", "p1", "p2"]);
+    }
+
+    /// A return in the same write as a claim comes first: the returned placeholder has
+    /// left the pool, and the claim must find its room.
+    #[test]
+    fn a_batch_returns_before_it_claims() {
+        let mut pool = pool();
+        let t0 = Timestamp::UNIX_EPOCH;
+        let full = object_with(
+            2,
+            json!({"p0": "1970-01-01T00:00:00Z", "~h1.9": "1970-01-01T00:00:00Z"}),
+        );
+        let giving_back = internal(Work::Return(Return {
+            slot: ("versionIgnored".into(), "a".into()),
+            keys: vec!["~h1.9".into()],
+            scale: Scale::new(4, Default::default()),
+        }));
+        let mut work = batch(vec![claim("p1", None)]);
+        work.push(giving_back);
+        let (o, out) = apply_batch(&full, &work, t0, Some(&mut pool)).unwrap();
+        assert_eq!(subset(&out[0]), Some("a".into()));
+        assert_eq!(creating(&o.expect("written")), ["p0", "p1"]);
     }
 
     /// Another replica's placeholders hold a's last slots: the claim waits rather than
