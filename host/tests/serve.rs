@@ -1042,6 +1042,41 @@ async fn a_slot_claimed_for_a_refused_pod_is_free_at_once() -> Result<()> {
     s.configs.delete().await
 }
 
+/// Reserved slots at shutdown: a host stopped with SIGTERM right after admitting pods
+/// renames the placeholders it handed out and gives back the unused ones before it exits,
+/// so no `~` entry is left holding room another replica would wait for.
+#[tokio::test]
+async fn a_stopped_host_gives_its_reserved_slots_back() -> Result<()> {
+    let kubeconfig = cluster()?.kubeconfig();
+    let Some(s) = FleetSetup::start("ws-shutdown", kubeconfig).await? else {
+        return Ok(());
+    };
+    for i in 0..3 {
+        ensure!(s.create_pod(&format!("fleet-{i}")).await?.as_deref() == Some("a"));
+    }
+    let held = s.creating(0).await?;
+    ensure!(
+        held.iter().any(|k| k.starts_with('~')),
+        "no slot reserved after 3 claims: {held:?}"
+    );
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &s.host.pid().to_string()])
+        .status()?;
+    ensure!(status.success(), "kill -TERM failed");
+    wait_for("the host's shutdown return", Duration::from_secs(20), || async {
+        let log = std::fs::read_to_string(&s.host.log)?;
+        Ok(log.contains("reserved slots given back").then_some(()))
+    })
+    .await?;
+    let mut left = s.creating(0).await?;
+    left.sort();
+    ensure!(
+        left == ["fleet-0", "fleet-1", "fleet-2"],
+        "after shutdown subset a holds {left:?}"
+    );
+    s.configs.delete().await
+}
+
 /// A pod admission request (create, delete or eviction) as the API server sends it.
 fn pod_review(uid: &str, namespace: &str, operation: &str, sub: &str, object: Value) -> Vec<u8> {
     let kind = if sub == "eviction" { "Eviction" } else { "Pod" };

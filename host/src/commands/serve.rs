@@ -188,7 +188,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
     let caps = crate::serve::kube_state::KubeCapabilities::start(
         client.clone(),
         allow,
-        committer,
+        committer.clone(),
         metrics.clone(),
         Duration::from_secs(args.namespace_cache_grace_seconds),
     )
@@ -232,7 +232,11 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         shutdown_signal(),
         Duration::from_secs(15),
     )
-    .await
+    .await?;
+    if let Some(committer) = committer {
+        committer.return_all(Duration::from_secs(5)).await;
+    }
+    Ok(())
 }
 
 pub fn conversion_endpoint(args: &ServeArgs) -> Result<crate::serve::convert::Endpoint> {

@@ -65,6 +65,9 @@ pub enum Answer {
     Release(ReleaseResponse),
 }
 
+/// The answer to the queue's own work when someone waits for it (shutdown).
+const DONE: Answer = Answer::Release(ReleaseResponse { released: true });
+
 /// What a queue applies: the policy's operations and its own reservation work.
 #[derive(Clone, Debug)]
 enum Work {
@@ -261,6 +264,40 @@ impl Committer {
         let mut queues = lock(&self.queues);
         if queues.get(key).is_some_and(|q| q.tx.same_channel(tx)) {
             queues.remove(key);
+        }
+    }
+
+    /// Gives back every unused placeholder and renames the handed ones (shutdown), waiting
+    /// at most `within`: what is left expires (`docs/counter-protocol.md`), but until then
+    /// it holds room other replicas would wait for.
+    pub async fn return_all(self: &Arc<Self>, within: Duration) {
+        let queues: Vec<(QueueKey, Queue)> = lock(&self.queues)
+            .iter()
+            .map(|(k, q)| (k.clone(), q.clone()))
+            .collect();
+        let mut waits = vec![];
+        for (key, queue) in queues {
+            let (settles, returns) = {
+                let mut shared = lock(&queue.shared);
+                (shared.pool.settles(), shared.pool.drain())
+            };
+            let settles = (!settles.is_empty()).then_some(Work::Settle(settles));
+            for work in settles
+                .into_iter()
+                .chain(returns.into_iter().map(Work::Return))
+            {
+                let (reply, done) = oneshot::channel();
+                self.send(&key, work, Some(reply));
+                waits.push(done);
+            }
+        }
+        let n = waits.len();
+        let all = futures::future::join_all(waits);
+        match tokio::time::timeout(within, all).await {
+            Ok(_) => tracing::info!("reserved slots given back ({n} writes)"),
+            Err(_) => {
+                tracing::warn!("reserved slots not all given back in {within:?}; they expire")
+            }
         }
     }
 
@@ -551,34 +588,41 @@ impl Committer {
         shared.cached = Some(object);
         let ws = shared.newest(None);
         for (p, outcome) in batch.into_iter().zip(outcomes) {
-            match (p.work, outcome) {
+            let Pending { work, reply, .. } = p;
+            let answer = match (work, outcome) {
                 (Work::Op(op), Applied1::Written(answer)) => {
                     self.record(&op, answer.as_ref().ok());
                     if let (Op::Claim(c), Ok(Answer::Claim(a)), Some(ws)) = (&op, &answer, &ws) {
                         follow.extend(self.claimed(ws, &mut shared.pool, c, a).map(internal));
                     }
-                    if let Some(reply) = p.reply {
-                        // The waiter may have given up (webhook deadline); nothing to do then.
-                        let _ = reply.send(answer);
-                    }
+                    answer
                 }
                 (Work::Reserve { slot, .. }, Applied1::Reserved(keys)) => {
                     self.metrics
                         .reservation(ReservationEvent::Reserved, keys.len());
                     shared.pool.reserved(&slot, keys, Instant::now());
+                    Ok(DONE)
                 }
                 (Work::Settle(done), _) => {
                     self.metrics
                         .reservation(ReservationEvent::Settled, done.len());
                     shared.pool.settled(&done);
+                    Ok(DONE)
                 }
                 (Work::Return(r), _) => {
                     self.metrics
                         .reservation(ReservationEvent::Returned, r.keys.len());
+                    shared.pool.returned(&r);
+                    Ok(DONE)
                 }
                 (work, outcome) => {
                     tracing::error!(?work, ?outcome, "counter work and outcome disagree");
+                    Err("internal error: counter work and outcome disagree".to_string())
                 }
+            };
+            if let Some(reply) = reply {
+                // The waiter may have given up (webhook deadline); nothing to do then.
+                let _ = reply.send(answer);
             }
         }
         follow
@@ -590,16 +634,14 @@ impl Committer {
     fn failed(&self, queue: &Queue, batch: Vec<Pending>, error: &str) {
         let mut shared = lock(&queue.shared);
         for p in batch {
-            match p.work {
-                Work::Op(op) => {
-                    self.record(&op, None);
-                    if let Some(reply) = p.reply {
-                        let _ = reply.send(Err(error.to_string()));
-                    }
-                }
-                Work::Reserve { slot, .. } => shared.pool.reserved(&slot, vec![], Instant::now()),
-                Work::Settle(done) => shared.pool.settled(&done),
-                Work::Return(_) => {}
+            match &p.work {
+                Work::Op(op) => self.record(op, None),
+                Work::Reserve { slot, .. } => shared.pool.reserved(slot, vec![], Instant::now()),
+                Work::Settle(done) => shared.pool.settled(done),
+                Work::Return(r) => shared.pool.returned(r),
+            }
+            if let Some(reply) = p.reply {
+                let _ = reply.send(Err(error.to_string()));
             }
         }
     }

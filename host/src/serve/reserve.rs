@@ -80,6 +80,9 @@ pub struct Pool {
     handed: HashMap<String, Handed>,
     /// Handed placeholders not yet in a settle write.
     to_settle: Vec<String>,
+    /// Placeholders given back whose return write has not landed yet: still in the
+    /// status, no longer to hand out, but room of ours when choosing a subset.
+    returning: Vec<(SlotKey, String)>,
 }
 
 const RATE_WINDOW: Duration = Duration::from_secs(1);
@@ -94,6 +97,7 @@ impl Pool {
             slots: HashMap::new(),
             handed: HashMap::new(),
             to_settle: vec![],
+            returning: vec![],
         }
     }
 
@@ -108,26 +112,42 @@ impl Pool {
             self.slots.clear();
             self.handed.clear();
             self.to_settle.clear();
+            self.returning.clear();
             self.uid = uid.map(str::to_string);
         }
     }
 
     /// Whether nothing is held or waiting for a write.
     pub fn is_idle(&self) -> bool {
-        self.handed.is_empty() && self.slots.values().all(|s| s.unused.is_empty())
+        self.handed.is_empty()
+            && self.returning.is_empty()
+            && self.slots.values().all(|s| s.unused.is_empty())
     }
 
-    /// Unused placeholders of `version`: (subset, key).
+    /// This replica's room in `version`: its unused placeholders and those being
+    /// returned, as (subset, key). Only unused ones can be taken.
     pub fn unused(&self, version: &str) -> Vec<(String, String)> {
-        self.slots
+        let held = self
+            .slots
             .iter()
             .filter(|((v, _), _)| v == version)
             .flat_map(|((_, subset), slot)| {
                 slot.unused
                     .iter()
                     .map(move |(k, _)| (subset.clone(), k.clone()))
-            })
-            .collect()
+            });
+        let returning = self
+            .returning
+            .iter()
+            .filter(|((v, _), _)| v == version)
+            .map(|((_, subset), k)| (subset.clone(), k.clone()));
+        held.chain(returning).collect()
+    }
+
+    /// A return write ended (written or not: a placeholder left behind expires).
+    pub fn returned(&mut self, r: &Return) {
+        self.returning
+            .retain(|(slot, k)| !(*slot == r.slot && r.keys.contains(k)));
     }
 
     /// The answer a claim already got from a placeholder (a retried request).
@@ -256,6 +276,8 @@ impl Pool {
                 .drain(..)
                 .partition(|(_, at)| slot_idle || now.saturating_duration_since(*at) >= handout);
             s.unused = kept.into();
+            self.returning
+                .extend(gone.iter().map(|(k, _)| (key.clone(), k.clone())));
             if !gone.is_empty() {
                 out.push(Return {
                     slot: key.clone(),
@@ -274,7 +296,8 @@ impl Pool {
 
     /// Everything unused, to give back at shutdown.
     pub fn drain(&mut self) -> Vec<Return> {
-        self.slots
+        let out: Vec<Return> = self
+            .slots
             .iter_mut()
             .filter(|(_, s)| !s.unused.is_empty())
             .map(|(key, s)| Return {
@@ -282,7 +305,12 @@ impl Pool {
                 keys: s.unused.drain(..).map(|(k, _)| k).collect(),
                 scale: s.scale,
             })
-            .collect()
+            .collect();
+        for r in &out {
+            self.returning
+                .extend(r.keys.iter().map(|k| (r.slot.clone(), k.clone())));
+        }
+        out
     }
 }
 

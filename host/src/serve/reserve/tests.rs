@@ -106,12 +106,18 @@ fn idle_and_old_placeholders_are_returned() {
             scale: scale()
         }]
     );
+    // Being returned: still our room when choosing, no longer to hand out.
+    assert_eq!(p.unused("v1").len(), 4);
+    assert!(p.take(&slot("a"), "pod-1", answer("a"), s(2100)).is_none());
+    p.returned(&returned[0]);
     assert_eq!(p.unused("v1").len(), 2);
     // b's are too old to hand out, busy or not.
     p.claimed(&slot("b"), scale(), s(4900));
     let returned = p.expired(s(5000));
     assert_eq!(returned.len(), 1);
     assert_eq!(returned[0].keys, ["~h1.3", "~h1.4"]);
+    assert!(!p.is_idle(), "until the return is written");
+    p.returned(&returned[0]);
     assert!(p.is_idle());
 }
 
