@@ -6,6 +6,7 @@ use crate::settings::{Mode, Settings};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use workloadspread_core::admission::reserve::RESERVATION_ANNOTATION;
 use workloadspread_core::admission::{
     count_pending, create_path, decide_release, needs_workload_replicas, pending_pods, CreatePath,
     PodKey, Scale,
@@ -16,7 +17,6 @@ use workloadspread_core::api::{KIND, PENDING_LABEL, PENDING_SELECTOR, PENDING_VA
 use workloadspread_core::counter::{
     self, ClaimRequest, ClaimResponse, PodRef, ReleaseRequest, ReleaseResponse, WorkloadSpreadKey,
 };
-use workloadspread_core::admission::reserve::RESERVATION_ANNOTATION;
 use workloadspread_core::inject::inject;
 use workloadspread_core::masks::PENDING_POD_FIELDS;
 use workloadspread_core::pods::{controller_of, is_active, matched};

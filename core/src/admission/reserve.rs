@@ -104,8 +104,18 @@ pub fn place(
     {
         return Placement::Claim(Some(tracked));
     }
+    // Only placeholders this copy holds are room: one it lacks belongs to a recreated
+    // object, or to a write this copy does not show yet.
+    let held = |subset: &str, key: &str| {
+        status
+            .versioned_subset_statuses
+            .get(pod.version)
+            .and_then(|v| v.iter().find(|s| s.name == subset))
+            .is_some_and(|s| s.creating_pods.contains_key(key))
+    };
+    let unused: Vec<(&str, &str)> = unused.iter().copied().filter(|(s, k)| held(s, k)).collect();
     let mut own = status.clone();
-    for (subset, key) in unused {
+    for (subset, key) in &unused {
         unclaim(&mut own, ws, pod, key, subset, scale);
     }
     let mut all = own.clone();

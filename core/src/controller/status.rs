@@ -2,12 +2,12 @@
 //! condition and rescheduling decisions (reference §4.6, §4.7).
 
 use super::{Event, ReconcileOptions};
+use crate::admission::reserve::{is_placeholder, PLACEHOLDER_TTL_SECONDS};
 use crate::api::v1beta1::{
     SubsetCondition, WorkloadSpread, WorkloadSpreadSubset, WorkloadSpreadSubsetStatus,
 };
 use crate::api::{CONDITION_SCHEDULABLE, REASON_POD_UNSCHEDULABLE, REASON_SUFFICIENT};
 use crate::percent::scaled_value;
-use crate::admission::reserve::{is_placeholder, PLACEHOLDER_TTL_SECONDS};
 use crate::pods::{is_active, matched, name, reservation};
 use crate::Timestamp;
 use k8s_openapi::api::core::v1::Pod;

@@ -271,34 +271,45 @@ impl Committer {
     /// at most `within`: what is left expires (`docs/counter-protocol.md`), but until then
     /// it holds room other replicas would wait for.
     pub async fn return_all(self: &Arc<Self>, within: Duration) {
-        let queues: Vec<(QueueKey, Queue)> = lock(&self.queues)
-            .iter()
-            .map(|(k, q)| (k.clone(), q.clone()))
-            .collect();
-        let mut waits = vec![];
-        for (key, queue) in queues {
-            let (settles, returns) = {
-                let mut shared = lock(&queue.shared);
-                (shared.pool.settles(), shared.pool.drain())
-            };
-            let settles = (!settles.is_empty()).then_some(Work::Settle(settles));
-            for work in settles
-                .into_iter()
-                .chain(returns.into_iter().map(Work::Return))
-            {
-                let (reply, done) = oneshot::channel();
-                self.send(&key, work, Some(reply));
-                waits.push(done);
+        let deadline = tokio::time::Instant::now() + within;
+        let mut writes = 0;
+        // Rounds: a block whose write was in flight lands in the pool after the first.
+        loop {
+            let queues: Vec<(QueueKey, Queue)> = lock(&self.queues)
+                .iter()
+                .map(|(k, q)| (k.clone(), q.clone()))
+                .collect();
+            let mut waits = vec![];
+            let mut quiet = true;
+            for (key, queue) in queues {
+                let (settles, returns) = {
+                    let mut shared = lock(&queue.shared);
+                    shared.pool.close();
+                    quiet &= shared.pool.quiet();
+                    (shared.pool.settles(), shared.pool.drain())
+                };
+                let settles = (!settles.is_empty()).then_some(Work::Settle(settles));
+                for work in settles
+                    .into_iter()
+                    .chain(returns.into_iter().map(Work::Return))
+                {
+                    let (reply, done) = oneshot::channel();
+                    self.send(&key, work, Some(reply));
+                    waits.push(done);
+                }
             }
-        }
-        let n = waits.len();
-        let all = futures::future::join_all(waits);
-        match tokio::time::timeout(within, all).await {
-            Ok(_) => tracing::info!("reserved slots given back ({n} writes)"),
-            Err(_) => {
-                tracing::warn!("reserved slots not all given back in {within:?}; they expire")
+            writes += waits.len();
+            let all = futures::future::join_all(waits);
+            if tokio::time::timeout_at(deadline, all).await.is_err() {
+                tracing::warn!("reserved slots not all given back in {within:?}; they expire");
+                return;
             }
+            if quiet {
+                break;
+            }
+            tokio::time::sleep(TICK).await;
         }
+        tracing::info!("reserved slots given back ({writes} pieces of work)");
     }
 
     /// A claim answered from one of this replica's placeholders, without a write: only
@@ -322,6 +333,7 @@ impl Committer {
             if c.workload_spread.uid.is_some() && ws.metadata.uid != c.workload_spread.uid {
                 return None;
             }
+            shared.pool.track_uid(ws.metadata.uid.as_deref());
             let mut status = ws.status.clone().unwrap_or_default();
             let now = (self.clock)();
             drop_stale(&mut status, &ws, &c.pod.version, scale_of(c), now);

@@ -83,6 +83,8 @@ pub struct Pool {
     /// Placeholders given back whose return write has not landed yet: still in the
     /// status, no longer to hand out, but room of ours when choosing a subset.
     returning: Vec<(SlotKey, String)>,
+    /// The host is stopping: nothing more is reserved.
+    closing: bool,
 }
 
 const RATE_WINDOW: Duration = Duration::from_secs(1);
@@ -98,6 +100,7 @@ impl Pool {
             handed: HashMap::new(),
             to_settle: vec![],
             returning: vec![],
+            closing: false,
         }
     }
 
@@ -122,6 +125,17 @@ impl Pool {
         self.handed.is_empty()
             && self.returning.is_empty()
             && self.slots.values().all(|s| s.unused.is_empty())
+    }
+
+    /// Stops reserving (the host is stopping); blocks in flight still land and are
+    /// then returned.
+    pub fn close(&mut self) {
+        self.closing = true;
+    }
+
+    /// Whether no reserve write is queued or in flight.
+    pub fn quiet(&self) -> bool {
+        self.slots.values().all(|s| !s.refilling)
     }
 
     /// This replica's room in `version`: its unused placeholders and those being
@@ -223,7 +237,7 @@ impl Pool {
         }
         let block = s.recent.len().clamp(1, self.policy.max_block.max(1));
         let want = block.saturating_sub(s.unused.len());
-        if s.refilling || s.unused.len() * 2 >= block || want == 0 {
+        if self.closing || s.refilling || s.unused.len() * 2 >= block || want == 0 {
             return None;
         }
         s.refilling = true;

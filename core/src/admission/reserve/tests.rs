@@ -50,19 +50,21 @@ fn placement(ws: &WorkloadSpread, pod: &str, unused: Unused<'_>) -> Placement {
     place(ws.status.as_ref().unwrap(), ws, &claimant, "h1", unused)
 }
 
+/// (what, replicas, creating keys, own unused, pod, placement)
+type Case<'a> = (
+    &'a str,
+    [i32; 2],
+    [&'a [&'a str]; 2],
+    &'a [(&'a str, &'a str)],
+    &'a str,
+    Placement,
+);
+
 #[test]
 fn a_claim_takes_its_holders_placeholder_waits_for_others_or_claims() {
     let take = |s: &str| Placement::Take(s.into());
     let claim = |s: Option<&str>| Placement::Claim(s.map(Into::into));
-    // (what, replicas, creating keys, own unused, pod, placement)
-    let cases: [(
-        &str,
-        [i32; 2],
-        [&[&str]; 2],
-        &[(&str, &str)],
-        &str,
-        Placement,
-    ); 9] = [
+    let cases: [Case; 10] = [
         (
             "no placeholder anywhere",
             [0, 0],
@@ -134,6 +136,14 @@ fn a_claim_takes_its_holders_placeholder_waits_for_others_or_claims() {
             &[("a", "~h1.0")],
             "p",
             claim(Some("b")),
+        ),
+        (
+            "a placeholder the status lacks is not taken",
+            [0, 0],
+            [&[], &[]],
+            &[("a", "~h1.0")],
+            "p",
+            claim(Some("a")),
         ),
     ];
     for (what, replicas, creating, unused, pod, want) in cases {
