@@ -280,3 +280,300 @@ fn stale_placeholders_are_dropped_and_their_slots_freed() {
         now()
     )));
 }
+
+/// Several holders sharing one status, driven by random actions: claims (taking a
+/// placeholder, or claiming with a write as the host does), reservations, settles,
+/// returns, time passing (stale placeholders dropped) and holders dying. After every
+/// action no limited subset is over its maximum, and every admitted pod is in the status
+/// exactly once (its key, or the placeholder it took until that is settled).
+mod shared_status {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Action {
+        Claim(usize),
+        Reserve(usize, usize, u64),
+        Settle(usize),
+        Return(usize),
+        Advance(i64),
+        Die(usize),
+    }
+
+    fn action() -> impl Strategy<Value = Action> {
+        prop_oneof![
+            4 => (0..3usize).prop_map(Action::Claim),
+            2 => (0..3usize, 0..2usize, 1..6u64).prop_map(|(h, s, n)| Action::Reserve(h, s, n)),
+            1 => (0..3usize).prop_map(Action::Settle),
+            1 => (0..3usize).prop_map(Action::Return),
+            1 => (0..12i64).prop_map(Action::Advance),
+            1 => (0..3usize).prop_map(Action::Die),
+        ]
+    }
+
+    #[derive(Default)]
+    struct Holder {
+        id: String,
+        next: u64,
+        /// (subset, key) written and not handed out.
+        unused: Vec<(String, String)>,
+        /// (subset, placeholder, pod) handed out, not yet renamed.
+        taken: Vec<(String, String, String)>,
+    }
+
+    struct World {
+        ws: WorkloadSpread,
+        now: Timestamp,
+        holders: Vec<Holder>,
+        /// Pods admitted per subset index (a, b, c).
+        admitted: [usize; 3],
+        pods: usize,
+    }
+
+    const MAX: [i32; 2] = [5, 7];
+    const SUBSETS: [&str; 3] = ["a", "b", "c"];
+
+    fn world() -> World {
+        let statuses = json!([{"name": "a", "missingReplicas": MAX[0]},
+            {"name": "b", "missingReplicas": MAX[1]}, {"name": "c", "missingReplicas": -1}]);
+        let ws = serde_json::from_value(json!({
+            "metadata": {"name": "ws", "namespace": "ns"},
+            "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d"},
+                "subsets": [{"name": "a", "maxReplicas": MAX[0]}, {"name": "b", "maxReplicas": MAX[1]}, {"name": "c"}]},
+            "status": {"subsetStatuses": statuses.clone(), "versionedSubsetStatuses": {VERSION_IGNORED: statuses}}
+        }))
+        .unwrap();
+        let holders = (0..3)
+            .map(|i| Holder {
+                id: format!("h{i}"),
+                ..Default::default()
+            })
+            .collect();
+        World {
+            ws,
+            now: now(),
+            holders,
+            admitted: [0; 3],
+            pods: 0,
+        }
+    }
+
+    fn scale() -> Scale {
+        Scale::new(12, Rules::Planned)
+    }
+
+    impl World {
+        fn status(&mut self) -> &mut WorkloadSpreadStatus {
+            self.ws.status.as_mut().unwrap()
+        }
+
+        fn subsets(&self) -> &Vec<crate::api::v1beta1::WorkloadSpreadSubsetStatus> {
+            versioned(&self.ws)
+        }
+
+        fn drop_stale(&mut self) {
+            let (spec, now) = (self.ws.clone(), self.now);
+            drop_stale(self.status(), &spec, VERSION_IGNORED, scale(), now);
+        }
+
+        fn claim(&mut self, h: usize) {
+            self.drop_stale();
+            self.pods += 1;
+            let pod = format!("pod-{}", self.pods);
+            let candidates: Vec<String> = SUBSETS.map(String::from).to_vec();
+            let claimant = Claimant {
+                pod: PodKey {
+                    name: &pod,
+                    version: VERSION_IGNORED,
+                },
+                new_uid: "",
+                candidates: &candidates,
+                scale: scale(),
+            };
+            let unused: Vec<(&str, &str)> = self.holders[h]
+                .unused
+                .iter()
+                .map(|(s, k)| (s.as_str(), k.as_str()))
+                .collect();
+            let placement = place(
+                self.ws.status.as_ref().unwrap(),
+                &self.ws,
+                &claimant,
+                &self.holders[h].id,
+                &unused,
+            );
+            let (spec, now) = (self.ws.clone(), self.now);
+            let subset = match placement {
+                Placement::Take(s) => {
+                    let held = |k: &str| {
+                        self.subsets()
+                            .iter()
+                            .any(|x| x.name == s && x.creating_pods.contains_key(k))
+                    };
+                    let i = self.holders[h]
+                        .unused
+                        .iter()
+                        .position(|(us, k)| *us == s && held(k))
+                        .expect("Take names a held placeholder");
+                    let (_, key) = self.holders[h].unused.remove(i);
+                    self.holders[h].taken.push((s.clone(), key, pod.clone()));
+                    Some(s)
+                }
+                Placement::Claim(Some(s)) => {
+                    let only = [s.clone()];
+                    let c = claim_among(
+                        self.status(),
+                        &spec,
+                        claimant.pod,
+                        &only,
+                        scale(),
+                        now,
+                        "",
+                    );
+                    match c.subset {
+                        Some(s) => Some(s),
+                        None => {
+                            claim_among(
+                                self.status(),
+                                &spec,
+                                claimant.pod,
+                                &candidates,
+                                scale(),
+                                now,
+                                "",
+                            )
+                            .subset
+                        }
+                    }
+                }
+                // Waited past the limit, or no room: placed without another's room.
+                Placement::Wait | Placement::Claim(None) => {
+                    claim_among(
+                        self.status(),
+                        &spec,
+                        claimant.pod,
+                        &candidates,
+                        scale(),
+                        now,
+                        "",
+                    )
+                    .subset
+                }
+            };
+            if let Some(s) = subset {
+                let i = SUBSETS.iter().position(|x| *x == s).unwrap();
+                self.admitted[i] += 1;
+            }
+        }
+
+        fn reserve(&mut self, h: usize, subset: usize, n: u64) {
+            self.drop_stale();
+            let keys: Vec<String> = (0..n)
+                .map(|_| {
+                    self.holders[h].next += 1;
+                    placeholder_key(&self.holders[h].id, self.holders[h].next)
+                })
+                .collect();
+            let (spec, now) = (self.ws.clone(), self.now);
+            let got = reserve(
+                self.status(),
+                &spec,
+                VERSION_IGNORED,
+                SUBSETS[subset],
+                &keys,
+                scale(),
+                now,
+            );
+            let held = &mut self.holders[h].unused;
+            held.extend(got.into_iter().map(|k| (SUBSETS[subset].to_string(), k)));
+        }
+
+        fn settle(&mut self, h: usize) {
+            let now = self.now;
+            for (s, key, pod) in std::mem::take(&mut self.holders[h].taken) {
+                settle(self.status(), VERSION_IGNORED, &s, &key, &pod, now);
+            }
+        }
+
+        fn give_back(&mut self, h: usize) {
+            let spec = self.ws.clone();
+            for (s, key) in std::mem::take(&mut self.holders[h].unused) {
+                let pod = PodKey {
+                    name: "",
+                    version: VERSION_IGNORED,
+                };
+                unclaim(self.status(), &spec, pod, &key, &s, scale());
+            }
+        }
+
+        fn apply(&mut self, action: &Action) {
+            match *action {
+                Action::Claim(h) => self.claim(h),
+                Action::Reserve(h, s, n) => self.reserve(h, s, n),
+                Action::Settle(h) => self.settle(h),
+                Action::Return(h) => self.give_back(h),
+                Action::Advance(secs) => {
+                    // Live holders settle within ms: before time passes.
+                    for h in 0..self.holders.len() {
+                        self.settle(h);
+                    }
+                    self.now += SignedDuration::from_secs(secs);
+                }
+                Action::Die(h) => {
+                    // The controller counts a dead holder's handed-out pods through
+                    // their annotation; its unused placeholders stay until stale.
+                    self.settle(h);
+                    let id = format!("h{h}x{}", self.pods);
+                    self.holders[h] = Holder {
+                        id,
+                        ..Default::default()
+                    };
+                }
+            }
+        }
+
+        fn check(&self, after: &Action) -> Result<(), TestCaseError> {
+            for (i, s) in self.subsets().iter().take(2).enumerate() {
+                let occupancy = s.creating_pods.len() as i64 + i64::from(s.replicas);
+                prop_assert!(
+                    occupancy <= i64::from(MAX[i]),
+                    "{} over its maximum after {after:?}: {s:?}",
+                    s.name
+                );
+                let pods = s
+                    .creating_pods
+                    .keys()
+                    .filter(|k| !is_placeholder(k))
+                    .count();
+                let taken = self
+                    .holders
+                    .iter()
+                    .flat_map(|h| &h.taken)
+                    .filter(|(sub, key, _)| *sub == s.name && s.creating_pods.contains_key(key))
+                    .count();
+                prop_assert_eq!(
+                    pods + taken,
+                    self.admitted[i],
+                    "pods of {} counted after {:?}: {:?}",
+                    s.name,
+                    after,
+                    s
+                );
+            }
+            Ok(())
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn holders_sharing_a_status_never_overfill_and_count_every_pod_once(
+            actions in proptest::collection::vec(action(), 1..80)
+        ) {
+            let mut w = world();
+            for a in &actions {
+                w.apply(a);
+                w.check(a)?;
+            }
+        }
+    }
+}
