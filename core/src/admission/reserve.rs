@@ -49,9 +49,9 @@ pub fn held_by(key: &str, holder: &str) -> bool {
 /// Where a claim goes once placeholders are taken into account.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Placement {
-    /// The chosen subset holds one of the holder's unused placeholders: the pod takes it,
-    /// nothing is written.
-    Take(String),
+    /// The chosen subset holds one of the holder's unused placeholders: the pod takes
+    /// that one (`key`), nothing is written.
+    Take { subset: String, key: String },
     /// Another holder's placeholders decide the choice (without them an earlier subset,
     /// or any subset at all, would have room): wait for them to be used or returned
     /// rather than spill the pod.
@@ -71,6 +71,9 @@ pub struct Claimant<'a> {
     pub new_uid: &'a str,
     pub candidates: &'a [String],
     pub scale: Scale,
+    /// Placeholders are handed out only while younger than [`HANDOUT_SECONDS`] by
+    /// their stamp in the status.
+    pub now: Timestamp,
 }
 
 /// Chooses the subset of a claim as if the holder's `unused` placeholders were free
@@ -89,6 +92,7 @@ pub fn place(
         new_uid,
         candidates,
         scale,
+        now,
     } = *claimant;
     if let Some(tracked) = status
         .versioned_subset_statuses
@@ -104,14 +108,17 @@ pub fn place(
     {
         return Placement::Claim(Some(tracked));
     }
-    // Only placeholders this copy holds are room: one it lacks belongs to a recreated
-    // object, or to a write this copy does not show yet.
+    // Only placeholders this copy holds, young enough to hand out, are room: one it lacks
+    // belongs to a recreated object or was dropped; an old one may be dropped by another
+    // writer before this pod's settle.
+    let handout = SignedDuration::from_secs(HANDOUT_SECONDS);
     let held = |subset: &str, key: &str| {
         status
             .versioned_subset_statuses
             .get(pod.version)
             .and_then(|v| v.iter().find(|s| s.name == subset))
-            .is_some_and(|s| s.creating_pods.contains_key(key))
+            .and_then(|s| s.creating_pods.get(key))
+            .is_some_and(|at| now.duration_since(at.0) < handout)
     };
     let unused: Vec<(&str, &str)> = unused.iter().copied().filter(|(s, k)| held(s, k)).collect();
     let mut own = status.clone();
@@ -148,9 +155,13 @@ pub fn place(
     if !foreign.is_empty() && choose(all) != chosen {
         return Placement::Wait;
     }
+    let mine = |s: &str| unused.iter().find(|(u, _)| *u == s).map(|(_, k)| k.to_string());
     match chosen {
-        Some(s) if unused.iter().any(|(u, _)| *u == s) => Placement::Take(s),
-        other => Placement::Claim(other),
+        Some(subset) => match mine(&subset) {
+            Some(key) => Placement::Take { subset, key },
+            None => Placement::Claim(Some(subset)),
+        },
+        None => Placement::Claim(None),
     }
 }
 
@@ -197,8 +208,10 @@ pub fn reserve(
 }
 
 /// Renames `placeholder` in `subset` to `key`, the pod admitted into it; the occupancy is
-/// unchanged. False (and nothing changed) when the placeholder is gone: expired, or the
-/// controller already counted the pod through its reservation annotation.
+/// unchanged. When the placeholder is gone (dropped as stale, or the controller already
+/// counted the pod through its reservation annotation) the pod's key is recorded all the
+/// same: counting a pod twice until the controller's next count only makes the subset
+/// look fuller, not counting it could overfill it. False when the placeholder was gone.
 pub fn settle(
     status: &mut WorkloadSpreadStatus,
     version: &str,
@@ -214,21 +227,24 @@ pub fn settle(
     else {
         return false;
     };
-    if s.creating_pods.remove(placeholder).is_none() {
-        return false;
-    }
+    let renamed = s.creating_pods.remove(placeholder).is_some();
     s.creating_pods.entry(key.to_string()).or_insert(Time(now));
-    true
+    if !renamed && s.missing_replicas > 0 {
+        s.missing_replicas -= 1;
+    }
+    renamed
 }
 
 /// Frees the placeholders of `version` older than [`PLACEHOLDER_TTL_SECONDS`] (a dead
-/// holder's). Returns whether any was dropped.
+/// holder's), except those `keep` names (the caller's own, handed to pods whose settle
+/// is pending). Returns whether any was dropped.
 pub fn drop_stale(
     status: &mut WorkloadSpreadStatus,
     ws: &WorkloadSpread,
     version: &str,
     scale: Scale,
     now: Timestamp,
+    keep: impl Fn(&str) -> bool,
 ) -> bool {
     let ttl = SignedDuration::from_secs(PLACEHOLDER_TTL_SECONDS);
     let Some(statuses) = status.versioned_subset_statuses.get(version) else {
@@ -239,7 +255,9 @@ pub fn drop_stale(
         .flat_map(|s| {
             s.creating_pods
                 .iter()
-                .filter(|(k, at)| is_placeholder(k) && now.duration_since(at.0) > ttl)
+                .filter(|(k, at)| {
+                    is_placeholder(k) && now.duration_since(at.0) > ttl && !keep(k)
+                })
                 .map(|(k, _)| (s.name.clone(), k.clone()))
         })
         .collect();

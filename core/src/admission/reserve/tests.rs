@@ -46,6 +46,7 @@ fn placement(ws: &WorkloadSpread, pod: &str, unused: Unused<'_>) -> Placement {
         new_uid: "req-uid",
         candidates: &candidates,
         scale: Scale::new(8, Rules::Planned),
+        now: now(),
     };
     place(ws.status.as_ref().unwrap(), ws, &claimant, "h1", unused)
 }
@@ -62,7 +63,10 @@ type Case<'a> = (
 
 #[test]
 fn a_claim_takes_its_holders_placeholder_waits_for_others_or_claims() {
-    let take = |s: &str| Placement::Take(s.into());
+    let take = |s: &str, k: &str| Placement::Take {
+        subset: s.into(),
+        key: k.into(),
+    };
     let claim = |s: Option<&str>| Placement::Claim(s.map(Into::into));
     let cases: [Case; 10] = [
         (
@@ -79,7 +83,7 @@ fn a_claim_takes_its_holders_placeholder_waits_for_others_or_claims() {
             [&["~h1.0"], &[]],
             &[("a", "~h1.0")],
             "p",
-            take("a"),
+            take("a", "~h1.0"),
         ),
         (
             "own placeholder, a has room anyway",
@@ -87,7 +91,7 @@ fn a_claim_takes_its_holders_placeholder_waits_for_others_or_claims() {
             [&["~h1.0"], &[]],
             &[("a", "~h1.0")],
             "p",
-            take("a"),
+            take("a", "~h1.0"),
         ),
         (
             "a full of pods, own placeholder in b",
@@ -95,7 +99,7 @@ fn a_claim_takes_its_holders_placeholder_waits_for_others_or_claims() {
             [&[], &["~h1.3"]],
             &[("b", "~h1.3")],
             "p",
-            take("b"),
+            take("b", "~h1.3"),
         ),
         (
             "a full, b free, own placeholder used",
@@ -265,7 +269,8 @@ fn stale_placeholders_are_dropped_and_their_slots_freed() {
         spec,
         VERSION_IGNORED,
         scale,
-        now()
+        now(),
+        |k| k == "~h9.9"
     )));
     let a = &versioned(&w)[0];
     let keys: Vec<&String> = a.creating_pods.keys().collect();
@@ -277,7 +282,8 @@ fn stale_placeholders_are_dropped_and_their_slots_freed() {
         spec,
         VERSION_IGNORED,
         scale,
-        now()
+        now(),
+        |k| k == "~h9.9"
     )));
 }
 
@@ -371,13 +377,16 @@ mod shared_status {
             versioned(&self.ws)
         }
 
-        fn drop_stale(&mut self) {
+        /// As holder `h` does before it writes: its own handed-out placeholders stay.
+        fn drop_stale(&mut self, h: usize) {
             let (spec, now) = (self.ws.clone(), self.now);
-            drop_stale(self.status(), &spec, VERSION_IGNORED, scale(), now);
+            let handed: Vec<String> = self.holders[h].taken.iter().map(|t| t.1.clone()).collect();
+            let keep = |k: &str| handed.iter().any(|x| x == k);
+            drop_stale(self.status(), &spec, VERSION_IGNORED, scale(), now, keep);
         }
 
-        fn claim(&mut self, h: usize) {
-            self.drop_stale();
+        fn claim(&mut self, h: usize) -> Result<(), TestCaseError> {
+            self.drop_stale(h);
             self.pods += 1;
             let pod = format!("pod-{}", self.pods);
             let candidates: Vec<String> = SUBSETS.map(String::from).to_vec();
@@ -389,6 +398,7 @@ mod shared_status {
                 new_uid: "",
                 candidates: &candidates,
                 scale: scale(),
+                now: self.now,
             };
             let unused: Vec<(&str, &str)> = self.holders[h]
                 .unused
@@ -404,20 +414,21 @@ mod shared_status {
             );
             let (spec, now) = (self.ws.clone(), self.now);
             let subset = match placement {
-                Placement::Take(s) => {
-                    let held = |k: &str| {
-                        self.subsets()
-                            .iter()
-                            .any(|x| x.name == s && x.creating_pods.contains_key(k))
-                    };
+                Placement::Take { subset, key } => {
                     let i = self.holders[h]
                         .unused
                         .iter()
-                        .position(|(us, k)| *us == s && held(k))
-                        .expect("Take names a held placeholder");
-                    let (_, key) = self.holders[h].unused.remove(i);
-                    self.holders[h].taken.push((s.clone(), key, pod.clone()));
-                    Some(s)
+                        .position(|(us, k)| *us == subset && *k == key)
+                        .expect("Take names one of the holder's placeholders");
+                    prop_assert!(
+                        self.subsets()
+                            .iter()
+                            .any(|x| x.name == subset && x.creating_pods.contains_key(&key)),
+                        "Take names a placeholder the status lacks: {key}"
+                    );
+                    self.holders[h].unused.remove(i);
+                    self.holders[h].taken.push((subset.clone(), key, pod.clone()));
+                    Some(subset)
                 }
                 Placement::Claim(Some(s)) => {
                     let only = [s.clone()];
@@ -464,10 +475,11 @@ mod shared_status {
                 let i = SUBSETS.iter().position(|x| *x == s).unwrap();
                 self.admitted[i] += 1;
             }
+            Ok(())
         }
 
         fn reserve(&mut self, h: usize, subset: usize, n: u64) {
-            self.drop_stale();
+            self.drop_stale(h);
             let keys: Vec<String> = (0..n)
                 .map(|_| {
                     self.holders[h].next += 1;
@@ -506,9 +518,9 @@ mod shared_status {
             }
         }
 
-        fn apply(&mut self, action: &Action) {
+        fn apply(&mut self, action: &Action) -> Result<(), TestCaseError> {
             match *action {
-                Action::Claim(h) => self.claim(h),
+                Action::Claim(h) => self.claim(h)?,
                 Action::Reserve(h, s, n) => self.reserve(h, s, n),
                 Action::Settle(h) => self.settle(h),
                 Action::Return(h) => self.give_back(h),
@@ -530,6 +542,7 @@ mod shared_status {
                     };
                 }
             }
+            Ok(())
         }
 
         fn check(&self, after: &Action) -> Result<(), TestCaseError> {
@@ -571,7 +584,7 @@ mod shared_status {
         ) {
             let mut w = world();
             for a in &actions {
-                w.apply(a);
+                w.apply(a)?;
                 w.check(a)?;
             }
         }
