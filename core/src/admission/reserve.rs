@@ -19,13 +19,16 @@ use k8s_openapi::jiff::SignedDuration;
 /// Pod annotation naming the placeholder a pod was admitted into.
 pub const RESERVATION_ANNOTATION: &str = "workloadspread.io/reservation";
 
-/// A placeholder older than this is dead: its holder hands placeholders out only while
-/// they are younger than [`HANDOUT_SECONDS`] and returns them then, so an older one
-/// belongs to a holder that died (or lost the API server). Any writer and the controller
-/// drop it, so a dead holder's slots return within this time, not the creating window.
+/// A placeholder older than this (by its stamp in the status) is dead: its holder hands
+/// placeholders out only while they are younger than [`HANDOUT_SECONDS`], settles the
+/// ones it handed out within milliseconds and returns the rest, so an older one belongs
+/// to a holder that died (or lost the API server). Hosts drop it before they claim or
+/// reserve in its version (never their own handed-out ones), and so does the controller:
+/// a dead holder's slots return within this time, not the creating window.
 pub const PLACEHOLDER_TTL_SECONDS: i64 = 10;
 
-/// A holder hands a placeholder out only while it is younger than this.
+/// A holder hands a placeholder out only while its stamp in the status is younger than
+/// this.
 pub const HANDOUT_SECONDS: i64 = 5;
 
 /// Whether a `creatingPods` key is a placeholder (`~` starts neither a pod name nor a
@@ -155,7 +158,12 @@ pub fn place(
     if !foreign.is_empty() && choose(all) != chosen {
         return Placement::Wait;
     }
-    let mine = |s: &str| unused.iter().find(|(u, _)| *u == s).map(|(_, k)| k.to_string());
+    let mine = |s: &str| {
+        unused
+            .iter()
+            .find(|(u, _)| *u == s)
+            .map(|(_, k)| k.to_string())
+    };
     match chosen {
         Some(subset) => match mine(&subset) {
             Some(key) => Placement::Take { subset, key },
@@ -255,9 +263,7 @@ pub fn drop_stale(
         .flat_map(|s| {
             s.creating_pods
                 .iter()
-                .filter(|(k, at)| {
-                    is_placeholder(k) && now.duration_since(at.0) > ttl && !keep(k)
-                })
+                .filter(|(k, at)| is_placeholder(k) && now.duration_since(at.0) > ttl && !keep(k))
                 .map(|(k, _)| (s.name.clone(), k.clone()))
         })
         .collect();

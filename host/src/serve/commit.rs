@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use workloadspread_core::admission::reserve::{
-    drop_stale, place, reserve, settle, Claimant, Placement,
+    drop_stale, held_by, place, reserve, settle, Claimant, Placement,
 };
 use workloadspread_core::admission::{unclaim, PodKey, Scale};
 use workloadspread_core::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
@@ -46,6 +46,9 @@ const IDLE: Duration = Duration::from_secs(60);
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often a queue holding placeholders or waiting claims looks at them again.
 const TICK: Duration = Duration::from_millis(50);
+/// An operation is answered within this long of its arrival, whatever it waited for:
+/// below the guest's 8 s wait, which would otherwise give up on a claim still written.
+const ANSWER_BUDGET: Duration = Duration::from_secs(7);
 /// Longest a claim waits for another replica's placeholders before it is placed without
 /// them (a spill): past the other replica's idle return, below the guest's 8 s wait.
 const MAX_WAIT: Duration = Duration::from_secs(4);
@@ -76,6 +79,8 @@ enum Work {
         slot: SlotKey,
         keys: Vec<String>,
         scale: Scale,
+        /// The object the block is for: none is reserved in a recreated one.
+        uid: Option<String>,
     },
     Settle(Vec<Handed>),
     Return(Return),
@@ -100,6 +105,8 @@ struct Pending {
     /// `None` for the queue's own work.
     reply: Option<oneshot::Sender<Result<Answer, String>>>,
     since: Instant,
+    /// Has waited for another replica's placeholders (counted once).
+    waited: bool,
 }
 
 type QueueKey = (String, String);
@@ -224,6 +231,7 @@ impl Committer {
             work,
             reply,
             since: Instant::now(),
+            waited: false,
         };
         loop {
             let queue = self.queue(key);
@@ -336,8 +344,15 @@ impl Committer {
             shared.pool.track_uid(ws.metadata.uid.as_deref());
             let mut status = ws.status.clone().unwrap_or_default();
             let now = (self.clock)();
-            drop_stale(&mut status, &ws, &c.pod.version, scale_of(c), now);
-            let Placed::Taken(answer) = place_claim(&ws, &status, c, &mut shared.pool) else {
+            let keep = |k: &str| shared.pool.is_handed(k);
+            drop_stale(&mut status, &ws, &c.pod.version, scale_of(c), now, keep);
+            // A block of ours this copy shows but the pool does not hold yet (the watch
+            // saw its write first) would count as taken: leave the claim to the queue.
+            if !own_placeholders_known(&status, &c.pod.version, &shared.pool) {
+                return None;
+            }
+            let placed = place_claim(&ws, &status, c, &mut shared.pool, now);
+            let Placed::Taken(answer) = placed else {
                 return None;
             };
             let refill = self.claimed(&ws, &mut shared.pool, c, &answer);
@@ -443,7 +458,7 @@ impl Committer {
         self.metrics.batch_size.observe(batch.len() as f64);
         let mut carried = vec![];
         let mut last_error = String::new();
-        let deadline = tokio::time::Instant::now() + COMMIT_DEADLINE;
+        let deadline = answer_deadline(&batch);
         // Set when a copy's uid differs from an operation's: read the object live once
         // (a recreated WorkloadSpread) before answering "recreated".
         let (mut read_live, mut refreshed) = (false, false);
@@ -495,7 +510,7 @@ impl Committer {
                     break;
                 }
             };
-            batch = self.settle_early(batch, outcomes.iter(), &mut carried);
+            batch = self.settle_early(queue, batch, outcomes.iter(), &mut carried);
             let outcomes: Vec<Applied1> = outcomes
                 .into_iter()
                 .filter(|o| !matches!(o, Applied1::Now(_) | Applied1::Wait))
@@ -553,9 +568,10 @@ impl Committer {
     /// back) and sets waiting claims aside; returns the rest, in order.
     fn settle_early<'a>(
         &self,
+        queue: &Queue,
         batch: Vec<Pending>,
         outcomes: impl Iterator<Item = &'a Applied1>,
-        waiting: &mut Vec<Pending>,
+        carried: &mut Vec<Pending>,
     ) -> Vec<Pending> {
         let mut rest = Vec::with_capacity(batch.len());
         for (p, outcome) in batch.into_iter().zip(outcomes) {
@@ -564,19 +580,24 @@ impl Committer {
                     if let Work::Op(op) = &p.work {
                         self.record(op, Some(answer));
                     }
-                    if matches!(answer, Answer::Claim(_)) {
+                    if let (Work::Op(Op::Claim(c)), Answer::Claim(a)) = (&p.work, answer) {
                         self.metrics.reservation(ReservationEvent::Taken, 1);
+                        // As on the fast path: the block follows the claims it answers.
+                        let mut shared = lock(&queue.shared);
+                        if let Some(ws) = shared.newest(None) {
+                            let refill = self.claimed(&ws, &mut shared.pool, c, a);
+                            carried.extend(refill.map(internal));
+                        }
                     }
                     if let Some(reply) = p.reply {
                         let _ = reply.send(Ok(answer.clone()));
                     }
                 }
                 Applied1::Wait => {
-                    // Counted once per claim, not per look.
-                    if p.since.elapsed() < TICK * 2 {
+                    if !p.waited {
                         self.metrics.reservation(ReservationEvent::Waited, 1);
                     }
-                    waiting.push(p);
+                    carried.push(Pending { waited: true, ..p });
                 }
                 _ => rest.push(p),
             }
@@ -694,11 +715,24 @@ impl Shared {
     }
 }
 
+/// When the batch must be answered: [`COMMIT_DEADLINE`] from now, or earlier when an
+/// operation has already waited (for another replica's placeholders).
+fn answer_deadline(batch: &[Pending]) -> tokio::time::Instant {
+    let by_arrival = batch
+        .iter()
+        .filter(|p| p.reply.is_some())
+        .map(|p| tokio::time::Instant::from_std(p.since + ANSWER_BUDGET))
+        .min();
+    let by_now = tokio::time::Instant::now() + COMMIT_DEADLINE;
+    by_arrival.map_or(by_now, |t| t.min(by_now))
+}
+
 fn internal(work: Work) -> Pending {
     Pending {
         work,
         reply: None,
         since: Instant::now(),
+        waited: false,
     }
 }
 
@@ -724,7 +758,20 @@ fn refill(ws: &WorkloadSpread, pool: &mut Pool, c: &ClaimRequest, subset: &str) 
         keys: pool.new_keys(n),
         slot,
         scale: scale_of(c),
+        uid: ws.metadata.uid.clone(),
     })
+}
+
+/// Whether every placeholder of this replica in `version` is one its pool knows.
+fn own_placeholders_known(status: &WorkloadSpreadStatus, version: &str, pool: &Pool) -> bool {
+    status
+        .versioned_subset_statuses
+        .get(version)
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s.creating_pods.keys())
+        .filter(|k| held_by(k, pool.holder()))
+        .all(|k| pool.knows(k))
 }
 
 /// What this replica's placeholders make of a claim.
@@ -739,6 +786,7 @@ fn place_claim(
     status: &WorkloadSpreadStatus,
     c: &ClaimRequest,
     pool: &mut Pool,
+    now: Timestamp,
 ) -> Placed {
     let unused = pool.unused(&c.pod.version);
     let pairs: Vec<(&str, &str)> = unused
@@ -753,18 +801,18 @@ fn place_claim(
         new_uid: &c.generated_uid,
         candidates: &c.candidates,
         scale: scale_of(c),
+        now,
     };
     match place(status, ws, &claimant, pool.holder(), &pairs) {
-        Placement::Take(subset) => {
+        Placement::Take { subset, key } => {
             let answer = ClaimResponse {
                 subset: Some(subset.clone()),
                 generated_uid: c.pod.name.is_empty().then(|| c.generated_uid.clone()),
                 reservation: None,
             };
             let slot = (c.pod.version.clone(), subset.clone());
-            match pool.take(&slot, claim_key(c), answer, Instant::now()) {
+            match pool.take(&slot, &key, claim_key(c), answer) {
                 Some(a) => Placed::Taken(a),
-                // Held but too old to hand out: claim with a write.
                 None => Placed::Claim(Some(subset)),
             }
         }
@@ -802,12 +850,14 @@ fn apply_batch(
     }
     let original = ws.status.clone();
     let mut outcomes: Vec<Option<Applied1>> = batch.iter().map(|_| None).collect();
-    // Returns first, then the policy's operations, then the rest: a claim must see the
-    // room a return gives back (the returned placeholders have left the pool already),
-    // and must not see a block reserved in this write (its placeholders are not in the
-    // pool until the write lands, so the claim would count them as taken and spill).
+    // Returns and settles first, then the policy's operations, then reservations: a
+    // claim must see the room a return gives back (the returned placeholders have left
+    // the pool already); a settle must rename its placeholder before a claim's stale
+    // drop could free it for another pod, and before an unclaim of the same pod removes
+    // its key; and a claim must not see a block reserved in this write (its placeholders
+    // are not in the pool until the write lands, so it would count them as taken).
     let passes: [fn(&Work) -> bool; 3] = [
-        |w| matches!(w, Work::Return(_)),
+        |w| matches!(w, Work::Return(_) | Work::Settle(_)),
         |w| matches!(w, Work::Op(_)),
         |_| true,
     ];
@@ -818,7 +868,7 @@ fn apply_batch(
             }
             *outcome = Some(match &p.work {
                 Work::Op(op) => apply_op(&mut ws, op, p.since, now, pool.as_deref_mut()),
-                work => apply_own(&mut ws, work, now),
+                work => apply_own(&mut ws, work, now, pool.as_deref()),
             });
         }
     }
@@ -888,15 +938,20 @@ fn claim_reserving(
     now: Timestamp,
     pool: &mut Pool,
 ) -> Applied1 {
+    // A retried request for a pod already given a placeholder gets the same answer.
+    if let Some(h) = pool.handed(claim_key(c)) {
+        return Applied1::Now(Answer::Claim(h.answer.clone()));
+    }
     let mut status = ws.status.clone().unwrap_or_default();
-    drop_stale(&mut status, ws, &c.pod.version, scale_of(c), now);
+    let keep = |k: &str| pool.is_handed(k);
+    drop_stale(&mut status, ws, &c.pod.version, scale_of(c), now, keep);
     ws.status = Some(status.clone());
     let claim = |ws: &mut WorkloadSpread, c: &ClaimRequest| {
         let (s, a) = apply_claim(ws, c, now);
         ws.status = Some(s);
         Applied1::Written(Ok(Answer::Claim(a)))
     };
-    match place_claim(ws, &status, c, pool) {
+    match place_claim(ws, &status, c, pool, now) {
         Placed::Taken(answer) => Applied1::Now(Answer::Claim(answer)),
         Placed::Wait if since.elapsed() < MAX_WAIT => Applied1::Wait,
         Placed::Wait | Placed::Claim(None) => claim(ws, c),
@@ -920,12 +975,21 @@ fn claim_reserving(
 }
 
 /// The queue's own work: reserve, settle, return.
-fn apply_own(ws: &mut WorkloadSpread, work: &Work, now: Timestamp) -> Applied1 {
+fn apply_own(
+    ws: &mut WorkloadSpread,
+    work: &Work,
+    now: Timestamp,
+    pool: Option<&Pool>,
+) -> Applied1 {
     let mut status = ws.status.clone().unwrap_or_default();
     let outcome = match work {
-        Work::Reserve { slot, keys, scale } => {
+        Work::Reserve { uid, .. } if *uid != ws.metadata.uid => Applied1::Reserved(vec![]),
+        Work::Reserve {
+            slot, keys, scale, ..
+        } => {
             let (version, subset) = slot;
-            drop_stale(&mut status, ws, version, *scale, now);
+            let keep = |k: &str| pool.is_some_and(|p| p.is_handed(k));
+            drop_stale(&mut status, ws, version, *scale, now, keep);
             Applied1::Reserved(reserve(&mut status, ws, version, subset, keys, *scale, now))
         }
         Work::Settle(handed) => {
@@ -1199,8 +1263,9 @@ mod tests {
         let o = o.expect("p1 written");
         assert_eq!(subset(&out[0]), Some("a".into()));
         let ws: WorkloadSpread = serde_json::from_value(to_json(&o).unwrap()).unwrap();
-        let Some(Work::Reserve { slot, keys, scale }) =
-            refill(&ws, &mut pool, &claim_request("p1"), "a")
+        let Some(Work::Reserve {
+            slot, keys, scale, ..
+        }) = refill(&ws, &mut pool, &claim_request("p1"), "a")
         else {
             panic!("a first claim asks for a block");
         };
@@ -1208,6 +1273,7 @@ mod tests {
             slot: slot.clone(),
             keys: keys.clone(),
             scale,
+            uid: Some("u".into()),
         });
         let (o, out) = apply_batch(&o, &[reserve_all], t0, Some(&mut pool)).unwrap();
         let o = o.expect("placeholders written");
@@ -1269,6 +1335,7 @@ mod tests {
             slot: ("versionIgnored".into(), "a".into()),
             keys: pool.new_keys(2),
             scale: Scale::new(4, Default::default()),
+            uid: Some("u".into()),
         });
         let mut work = vec![reserve];
         work.extend(batch(vec![claim("p1", None), claim("p2", None)]));
@@ -1302,6 +1369,57 @@ mod tests {
         let (o, out) = apply_batch(&full, &work, t0, Some(&mut pool)).unwrap();
         assert_eq!(subset(&out[0]), Some("a".into()));
         assert_eq!(creating(&o.expect("written")), ["p0", "p1"]);
+    }
+
+    /// A placeholder handed to a pod is never dropped as stale by its own replica's
+    /// writes (another pod would get its slot), and a pod refused while its settle is in
+    /// the same write is settled first and then unclaimed: its slot is free, and the
+    /// placeholder is not handed out again.
+    #[test]
+    fn a_handed_placeholder_survives_its_own_replicas_writes_until_settled() {
+        let mut pool = pool();
+        let slot: SlotKey = ("versionIgnored".into(), "a".into());
+        let placed = object_with(2, json!({"~h1.5": "1970-01-01T00:00:00Z"}));
+        pool.track_uid(Some("u"));
+        pool.claimed(&slot, Scale::new(4, Default::default()), Instant::now());
+        pool.reserved(&slot, vec!["~h1.5".into()], Instant::now());
+        let handed = pool.take(&slot, "~h1.5", "p1", ClaimResponse::default());
+        assert!(handed.is_some());
+        let later = Timestamp::UNIX_EPOCH + std::time::Duration::from_secs(11);
+        let (o, out) = apply_batch(
+            &placed,
+            &batch(vec![claim("p2", None)]),
+            later,
+            Some(&mut pool),
+        )
+        .unwrap();
+        assert_eq!(subset(&out[0]), Some("a".into()));
+        let o = o.expect("p2 written");
+        assert_eq!(creating(&o), ["p2", "~h1.5"]);
+        let refused = Op::Unclaim(UnclaimRequest {
+            workload_spread: WorkloadSpreadKey {
+                namespace: "ns".into(),
+                name: "ws".into(),
+                uid: None,
+            },
+            pod: PodRef {
+                name: "p1".into(),
+                version: "versionIgnored".into(),
+            },
+            subset: "a".into(),
+            generated_uid: None,
+            workload_replicas: 4,
+            rules: Default::default(),
+        });
+        let mut work = batch(vec![refused]);
+        work.push(internal(Work::Settle(pool.settles())));
+        let (o, out) = apply_batch(&o, &work, later, Some(&mut pool)).unwrap();
+        assert!(matches!(
+            out[0],
+            Applied1::Written(Ok(Answer::Release(ReleaseResponse { released: true })))
+        ));
+        assert_eq!(creating(&o.expect("written")), ["p2"]);
+        assert!(pool.unused("versionIgnored").is_empty());
     }
 
     /// Another replica's placeholders hold a's last slots: the claim waits rather than
@@ -1423,6 +1541,7 @@ mod tests {
             work: Work::Op(claim(pod, None)),
             reply: Some(reply),
             since: Instant::now(),
+            waited: false,
         }
     }
 
@@ -1464,12 +1583,14 @@ mod tests {
             work: Work::Op(claim("waited", None)),
             reply: Some(reply),
             since: Instant::now(),
+            waited: false,
         };
         let (reply, gone) = oneshot::channel();
         let abandoned = Pending {
             work: Work::Op(claim("abandoned", None)),
             reply: Some(reply),
             since: Instant::now(),
+            waited: false,
         };
         drop(gone);
         let own = internal(Work::Settle(vec![]));

@@ -80,6 +80,8 @@ pub struct Pool {
     handed: HashMap<String, Handed>,
     /// Handed placeholders not yet in a settle write.
     to_settle: Vec<String>,
+    /// Claim keys whose settle write is queued or in flight.
+    settling: std::collections::HashSet<String>,
     /// Placeholders given back whose return write has not landed yet: still in the
     /// status, no longer to hand out, but room of ours when choosing a subset.
     returning: Vec<(SlotKey, String)>,
@@ -99,6 +101,7 @@ impl Pool {
             slots: HashMap::new(),
             handed: HashMap::new(),
             to_settle: vec![],
+            settling: Default::default(),
             returning: vec![],
             closing: false,
         }
@@ -115,6 +118,7 @@ impl Pool {
             self.slots.clear();
             self.handed.clear();
             self.to_settle.clear();
+            self.settling.clear();
             self.returning.clear();
             self.uid = uid.map(str::to_string);
         }
@@ -169,21 +173,18 @@ impl Pool {
         self.handed.get(key)
     }
 
-    /// Takes an unused placeholder of `slot` young enough to hand out, for the pod with
-    /// claim key `key`; `answer` is completed with it.
+    /// Takes the unused placeholder `placeholder` of `slot` (chosen by the claim rules on
+    /// a copy that holds it, young enough by its stamp there) for the pod with claim key
+    /// `key`; `answer` is completed with it. `None` when it is not unused here.
     pub fn take(
         &mut self,
         slot: &SlotKey,
+        placeholder: &str,
         key: &str,
         mut answer: ClaimResponse,
-        now: Instant,
     ) -> Option<ClaimResponse> {
-        let handout = Duration::from_secs(HANDOUT_SECONDS as u64);
         let s = self.slots.get_mut(slot)?;
-        let at = s
-            .unused
-            .iter()
-            .position(|(_, at)| now.saturating_duration_since(*at) < handout)?;
+        let at = s.unused.iter().position(|(k, _)| k == placeholder)?;
         let (placeholder, _) = s.unused.remove(at)?;
         answer.reservation = Some(placeholder.clone());
         self.handed.insert(
@@ -200,8 +201,12 @@ impl Pool {
     }
 
     /// Undoes [`Pool::take`] for a pod the guest refused: its placeholder is unused
-    /// again. False when `key` holds no placeholder.
+    /// again. False when `key` holds no placeholder, or its settle is already being
+    /// written (the placeholder becomes the pod's key, which the caller then unclaims).
     pub fn untake(&mut self, key: &str, now: Instant) -> bool {
+        if self.settling.contains(key) {
+            return false;
+        }
         let Some(h) = self.handed.remove(key) else {
             return false;
         };
@@ -259,18 +264,37 @@ impl Pool {
         }
     }
 
-    /// Handed placeholders to rename in the next write.
+    /// Handed placeholders to rename in the next write; they are being settled until
+    /// [`Pool::settled`].
     pub fn settles(&mut self) -> Vec<Handed> {
-        std::mem::take(&mut self.to_settle)
-            .into_iter()
+        let keys = std::mem::take(&mut self.to_settle);
+        self.settling.extend(keys.iter().cloned());
+        keys.into_iter()
             .filter_map(|k| self.handed.get(&k).cloned())
             .collect()
+    }
+
+    /// Whether `placeholder` is one this replica handed to a pod and has not settled:
+    /// never dropped as stale by this replica's own writes.
+    pub fn is_handed(&self, placeholder: &str) -> bool {
+        self.handed.values().any(|h| h.placeholder == placeholder)
+    }
+
+    /// Whether this replica knows `placeholder` (unused, being returned, or handed out).
+    pub fn knows(&self, placeholder: &str) -> bool {
+        self.is_handed(placeholder)
+            || self.returning.iter().any(|(_, k)| k == placeholder)
+            || self
+                .slots
+                .values()
+                .any(|s| s.unused.iter().any(|(k, _)| k == placeholder))
     }
 
     /// A settle write ended (written or given up: the controller counts such a pod
     /// through its annotation either way).
     pub fn settled(&mut self, done: &[Handed]) {
         for h in done {
+            self.settling.remove(&h.key);
             if self.handed.get(&h.key).is_some_and(|x| x == h) {
                 self.handed.remove(&h.key);
             }

@@ -58,30 +58,36 @@ fn the_block_follows_the_claims_of_the_last_second_and_refills_at_half() {
 }
 
 #[test]
-fn a_placeholder_is_handed_once_while_young_and_settled_or_untaken() {
+fn a_placeholder_is_handed_once_and_settled_or_untaken() {
     let mut p = pool(8);
     let t0 = Instant::now();
     p.claimed(&slot("a"), scale(), t0);
     let keys = p.new_keys(2);
     p.reserved(&slot("a"), keys, t0);
-    let got = p.take(&slot("a"), "pod-1", answer("a"), t0).unwrap();
+    let got = p.take(&slot("a"), "~h1.1", "pod-1", answer("a")).unwrap();
     assert_eq!(got.reservation.as_deref(), Some("~h1.1"));
     assert_eq!(p.handed("pod-1").unwrap().answer, got);
+    assert!(p.is_handed("~h1.1") && p.knows("~h1.1") && p.knows("~h1.2"));
+    assert!(
+        p.take(&slot("a"), "~h1.1", "pod-9", answer("a")).is_none(),
+        "handed once"
+    );
     // The guest refused pod-1: its placeholder is unused again and not settled.
     assert!(p.untake("pod-1", t0));
     assert!(!p.untake("pod-1", t0));
     assert!(p.settles().is_empty());
-    let got = p.take(&slot("a"), "pod-2", answer("a"), t0).unwrap();
+    let got = p.take(&slot("a"), "~h1.1", "pod-2", answer("a")).unwrap();
     assert_eq!(got.reservation.as_deref(), Some("~h1.1"));
     let settles = p.settles();
     assert_eq!(settles.len(), 1);
     assert!(p.settles().is_empty(), "handed over once");
+    // Refused while its settle is being written: the settle renames it to pod-2's
+    // key, so it is not unused again (the caller unclaims that key).
+    assert!(!p.untake("pod-2", t0));
+    assert!(p.take(&slot("a"), "~h1.1", "pod-3", answer("a")).is_none());
     p.settled(&settles);
-    assert!(p.handed("pod-2").is_none());
-    // Too old to hand out: the holder may be about to lose it to another writer.
-    let late = t0 + Duration::from_secs(HANDOUT_SECONDS as u64);
-    assert!(p.take(&slot("a"), "pod-3", answer("a"), late).is_none());
-    assert!(p.take(&slot("b"), "pod-3", answer("b"), t0).is_none());
+    assert!(p.handed("pod-2").is_none() && !p.is_handed("~h1.1"));
+    assert!(p.take(&slot("b"), "~h1.2", "pod-3", answer("b")).is_none());
 }
 
 #[test]
@@ -108,7 +114,7 @@ fn idle_and_old_placeholders_are_returned() {
     );
     // Being returned: still our room when choosing, no longer to hand out.
     assert_eq!(p.unused("v1").len(), 4);
-    assert!(p.take(&slot("a"), "pod-1", answer("a"), s(2100)).is_none());
+    assert!(p.take(&slot("a"), "~h1.1", "pod-1", answer("a")).is_none());
     p.returned(&returned[0]);
     assert_eq!(p.unused("v1").len(), 2);
     // b's are too old to hand out, busy or not.
