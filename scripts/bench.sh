@@ -115,6 +115,7 @@ skews them.
   (${best_growth}×); 10 000 pods ≤ 20 ms p50 in the module: **${best_10k_verdict}** (${best_10k_ms} ms).
 $(grep -E '^\* (Matched pod|Concurrency 64|Status writes)' <<<"$admission" | sed 's/(goal \([^:]*\): \([a-z ]*\))/(goal \1: **\2**)/')
 $(grep '^\* Unrelated' <<<"$admission" | sed 's/(goal ≤ +1 ms: \(.*\));/(goal ≤ +1 ms: **\1**);/')
+$(grep '^\* Concurrency 1, median' <<<"$admission")
 $(grep '^\* ' <<<"$footprint")
 
 ## Policy evaluation (one pod CREATE / one WorkloadSpread CREATE)

@@ -25,11 +25,11 @@ pub const RESERVATION_ANNOTATION: &str = "workloadspread.io/reservation";
 /// to a holder that died (or lost the API server). Hosts drop it before they claim or
 /// reserve in its version (never their own handed-out ones), and so does the controller:
 /// a dead holder's slots return within this time, not the creating window.
-pub const PLACEHOLDER_TTL_SECONDS: i64 = 10;
+pub const PLACEHOLDER_TTL_SECONDS: i64 = 5;
 
 /// A holder hands a placeholder out only while its stamp in the status is younger than
 /// this.
-pub const HANDOUT_SECONDS: i64 = 5;
+pub const HANDOUT_SECONDS: i64 = 2;
 
 /// Whether a `creatingPods` key is a placeholder (`~` starts neither a pod name nor a
 /// uid, so it cannot collide with a pod).
@@ -216,10 +216,11 @@ pub fn reserve(
 }
 
 /// Renames `placeholder` in `subset` to `key`, the pod admitted into it; the occupancy is
-/// unchanged. When the placeholder is gone (dropped as stale, or the controller already
-/// counted the pod through its reservation annotation) the pod's key is recorded all the
-/// same: counting a pod twice until the controller's next count only makes the subset
-/// look fuller, not counting it could overfill it. False when the placeholder was gone.
+/// unchanged. False (and nothing changed) when the placeholder is gone: normally because
+/// the controller already counted the pod through its reservation annotation (recording
+/// the key then would count the pod twice until the controller's next count, and spill
+/// pods meanwhile). A live holder settles long before anyone drops its placeholder as
+/// stale, and never drops it itself.
 pub fn settle(
     status: &mut WorkloadSpreadStatus,
     version: &str,
@@ -235,12 +236,11 @@ pub fn settle(
     else {
         return false;
     };
-    let renamed = s.creating_pods.remove(placeholder).is_some();
-    s.creating_pods.entry(key.to_string()).or_insert(Time(now));
-    if !renamed && s.missing_replicas > 0 {
-        s.missing_replicas -= 1;
+    if s.creating_pods.remove(placeholder).is_none() {
+        return false;
     }
-    renamed
+    s.creating_pods.entry(key.to_string()).or_insert(Time(now));
+    true
 }
 
 /// Frees the placeholders of `version` older than [`PLACEHOLDER_TTL_SECONDS`] (a dead

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use workloadspread_core::admission::reserve::{
-    drop_stale, held_by, place, reserve, settle, Claimant, Placement,
+    drop_stale, held_by, place, reserve, settle, Claimant, Placement, PLACEHOLDER_TTL_SECONDS,
 };
 use workloadspread_core::admission::{unclaim, PodKey, Scale};
 use workloadspread_core::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
@@ -50,8 +50,13 @@ const TICK: Duration = Duration::from_millis(50);
 /// below the guest's 8 s wait, which would otherwise give up on a claim still written.
 const ANSWER_BUDGET: Duration = Duration::from_secs(7);
 /// Longest a claim waits for another replica's placeholders before it is placed without
-/// them (a spill): past the other replica's idle return, below the guest's 8 s wait.
-const MAX_WAIT: Duration = Duration::from_secs(4);
+/// them (a spill): past the other replica's idle return and past the life of a dead
+/// replica's placeholders, below [`ANSWER_BUDGET`].
+const MAX_WAIT: Duration = Duration::from_millis(5500);
+const _: () = assert!(
+    MAX_WAIT.as_millis() > PLACEHOLDER_TTL_SECONDS as u128 * 1000
+        && MAX_WAIT.as_millis() < ANSWER_BUDGET.as_millis()
+);
 
 /// A counter operation from the policy.
 #[derive(Clone, Debug)]
@@ -1385,7 +1390,8 @@ mod tests {
         pool.reserved(&slot, vec!["~h1.5".into()], Instant::now());
         let handed = pool.take(&slot, "~h1.5", "p1", ClaimResponse::default());
         assert!(handed.is_some());
-        let later = Timestamp::UNIX_EPOCH + std::time::Duration::from_secs(11);
+        let later = Timestamp::UNIX_EPOCH
+            + std::time::Duration::from_secs(PLACEHOLDER_TTL_SECONDS as u64 + 1);
         let (o, out) = apply_batch(
             &placed,
             &batch(vec![claim("p2", None)]),
@@ -1444,7 +1450,7 @@ mod tests {
         assert_eq!(subset(&out[0]), Some("b".into()));
         assert!(o.is_none(), "b is unlimited: nothing written");
         // Past their TTL the other replica's placeholders are dead and dropped.
-        let later = t0 + std::time::Duration::from_secs(11);
+        let later = t0 + std::time::Duration::from_secs(PLACEHOLDER_TTL_SECONDS as u64 + 1);
         let (o, out) = apply_batch(
             &full,
             &batch(vec![claim("p1", None)]),

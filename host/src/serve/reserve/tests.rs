@@ -94,13 +94,14 @@ fn a_placeholder_is_handed_once_and_settled_or_untaken() {
 fn idle_and_old_placeholders_are_returned() {
     let mut p = pool(8);
     let t0 = Instant::now();
-    for subset in ["a", "b"] {
-        p.claimed(&slot(subset), scale(), t0);
-        let keys = p.new_keys(2);
-        p.reserved(&slot(subset), keys, t0);
-    }
     let s = |n: u64| t0 + Duration::from_millis(n);
-    // b keeps being claimed; a goes idle.
+    let handout = HANDOUT_SECONDS as u64 * 1000;
+    // a's block lands at 0 and a goes idle; b's lands at 1000 and b keeps being claimed.
+    for (subset, at) in [("a", 0), ("b", 1000)] {
+        p.claimed(&slot(subset), scale(), s(at));
+        let keys = p.new_keys(2);
+        p.reserved(&slot(subset), keys, s(at));
+    }
     p.claimed(&slot("b"), scale(), s(1900));
     assert!(p.expired(s(1000)).is_empty());
     let returned = p.expired(s(2100));
@@ -118,8 +119,9 @@ fn idle_and_old_placeholders_are_returned() {
     p.returned(&returned[0]);
     assert_eq!(p.unused("v1").len(), 2);
     // b's are too old to hand out, busy or not.
-    p.claimed(&slot("b"), scale(), s(4900));
-    let returned = p.expired(s(5000));
+    p.claimed(&slot("b"), scale(), s(1000 + handout - 100));
+    assert!(p.expired(s(1000 + handout - 50)).is_empty());
+    let returned = p.expired(s(1000 + handout));
     assert_eq!(returned.len(), 1);
     assert_eq!(returned[0].keys, ["~h1.3", "~h1.4"]);
     assert!(!p.is_idle(), "until the return is written");
