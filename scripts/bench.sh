@@ -176,7 +176,7 @@ CREATE timed by its client from request to response (so with the webhook it incl
 the API server calling the webhook over TLS, the policy evaluation and the exact
 counter's status write when there is one). Rows: no webhook (the API server's own cost);
 one host replica in exact mode with its defaults — reserved slots (claims answered from
-slots reserved ahead in one write, renamed to the pods in a batched write ~50 ms later;
+slots reserved ahead in one write, renamed to the pods in a batched write ~1 s later;
 \`docs/counter-protocol.md\`) over group commit; with group commit alone
 (\`--reserve-max 0\`: every claim written before it is answered, an idle queue writes at
 once, claims arriving during a write share the next one); and with one status write per

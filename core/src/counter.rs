@@ -30,7 +30,7 @@ pub const OP_UNCLAIM: &str = "v1/unclaim";
 /// controller's creating window). 4 added [`ClaimResponse::reservation`]: the host may
 /// admit a pod into a slot it reserved beforehand (`docs/counter-protocol.md`, *Reserved
 /// slots*); a guest of protocol < 4 ignores the field and the pod is counted twice until
-/// the host renames the placeholder (~50 ms; a spill, never an overfilled subset).
+/// the host renames the placeholder (~1 s; a spill, never an overfilled subset).
 pub const PROTOCOL_VERSION: u32 = 4;
 
 /// The lowest protocol a host must speak for claims under `rules`.

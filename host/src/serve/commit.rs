@@ -44,6 +44,10 @@ const IDLE: Duration = Duration::from_secs(60);
 /// Longest wait for one status GET or PUT: a hung call is abandoned and the batch retried
 /// from a fresh read (a write that did land is then found and not repeated).
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a handed-out placeholder waits for its settle write: our controller counts
+/// the pod through its annotation within milliseconds, after which the settle has nothing
+/// to rename; other readers count the pod twice for at most this long.
+const SETTLE_DELAY: Duration = Duration::from_secs(1);
 /// How often a queue holding placeholders or waiting claims looks at them again.
 const TICK: Duration = Duration::from_millis(50);
 /// An operation is answered within this long of its arrival, whatever it waited for:
@@ -202,9 +206,14 @@ impl Committer {
 
     /// The reflector's copy of `namespace/name`, if any.
     fn reflected(&self, namespace: &str, name: &str) -> Option<DynamicObject> {
+        self.reflected_arc(namespace, name).map(|o| (*o).clone())
+    }
+
+    /// As [`Committer::reflected`], without copying the object.
+    fn reflected_arc(&self, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
         let store = self.reflector.get()?;
         let key = ObjectRef::new_with(name, self.resource.clone()).within(namespace);
-        store.get(&key).map(|o| (*o).clone())
+        store.get(&key)
     }
 
     /// Answers `op` from a reserved slot when it can, else queues it on its
@@ -342,7 +351,7 @@ impl Committer {
             if shared.pool.unused(&c.pod.version).is_empty() {
                 return None;
             }
-            let ws = shared.newest(self.reflected(&key.0, &key.1))?;
+            let ws = shared.newest(self.reflected_arc(&key.0, &key.1))?;
             if c.workload_spread.uid.is_some() && ws.metadata.uid != c.workload_spread.uid {
                 return None;
             }
@@ -434,7 +443,7 @@ impl Committer {
     fn maintenance(&self, queue: &Queue) -> Vec<Pending> {
         let mut shared = lock(&queue.shared);
         let mut work = vec![];
-        let settles = shared.pool.settles();
+        let settles = shared.pool.settles_due(Instant::now(), SETTLE_DELAY);
         if !settles.is_empty() {
             work.push(internal(Work::Settle(settles)));
         }
@@ -502,12 +511,16 @@ impl Committer {
                 (read_live, refreshed) = (true, true);
                 continue;
             }
-            let applied = {
-                let mut shared = lock(&queue.shared);
-                let reserving = self.reserving.is_some();
-                let pool = reserving.then_some(&mut shared.pool);
-                apply_batch(&object, &batch, (self.clock)(), pool)
-            };
+            // Decoded and encoded outside the lock claims answered without the queue take.
+            let applied = decode(&object).and_then(|mut ws| {
+                let (outcomes, changed) = {
+                    let mut shared = lock(&queue.shared);
+                    let reserving = self.reserving.is_some();
+                    let pool = reserving.then_some(&mut shared.pool);
+                    apply_decoded(&mut ws, &batch, (self.clock)(), pool)
+                };
+                Ok((updated_object(&object, &ws, changed)?, outcomes))
+            });
             let (updated, outcomes) = match applied {
                 Ok(r) => r,
                 Err(e) => {
@@ -705,19 +718,38 @@ impl Committer {
 
 impl Shared {
     /// The newer of the queue's copy and `reflected`, decoded (once per version).
-    fn newest(&mut self, reflected: Option<DynamicObject>) -> Option<Arc<WorkloadSpread>> {
-        let object = newer(self.cached.clone(), reflected)?;
-        let version = object.metadata.resource_version.clone().unwrap_or_default();
+    /// Copies nothing but the newer object when its version was not decoded yet (a
+    /// claim answered without the queue runs this under the queue's lock).
+    fn newest(&mut self, reflected: Option<Arc<DynamicObject>>) -> Option<Arc<WorkloadSpread>> {
+        let own_version = self.cached.as_ref().and_then(resource_version);
+        let reflected = reflected.filter(|r| match (resource_version(r), own_version) {
+            (Some(theirs), Some(ours)) => theirs > ours,
+            (_, None) => self.cached.is_none(),
+            (None, Some(_)) => false,
+        });
+        let version = match &reflected {
+            Some(r) => r.metadata.resource_version.clone(),
+            None => self.cached.as_ref()?.metadata.resource_version.clone(),
+        }
+        .unwrap_or_default();
         if let Some((v, ws)) = &self.decoded {
             if *v == version && !version.is_empty() {
                 return Some(ws.clone());
             }
         }
-        let ws: WorkloadSpread = serde_json::from_value(to_json(&object).ok()?).ok()?;
+        let object: &DynamicObject = match &reflected {
+            Some(r) => r,
+            None => self.cached.as_ref()?,
+        };
+        let ws: WorkloadSpread = serde_json::from_value(to_json(object).ok()?).ok()?;
         let ws = Arc::new(ws);
         self.decoded = Some((version, ws.clone()));
         Some(ws)
     }
+}
+
+fn resource_version(o: &DynamicObject) -> Option<u64> {
+    o.metadata.resource_version.as_deref()?.parse().ok()
 }
 
 /// When the batch must be answered: [`COMMIT_DEADLINE`] from now, or earlier when an
@@ -838,18 +870,52 @@ impl Op {
 
 /// The object to write (`None` when the status did not change) and one outcome per
 /// piece of work.
+#[cfg(test)]
 type Applied = (Option<DynamicObject>, Vec<Applied1>);
 
 /// Applies `batch` in order. With `pool` (reserved slots on), claims take this
 /// replica's placeholders or wait for another's, and the queue's own work is applied.
+#[cfg(test)]
 fn apply_batch(
     object: &DynamicObject,
     batch: &[Pending],
     now: Timestamp,
-    mut pool: Option<&mut Pool>,
+    pool: Option<&mut Pool>,
 ) -> Result<Applied, String> {
-    let mut ws: WorkloadSpread = serde_json::from_value(to_json(object)?)
-        .map_err(|e| format!("decoding WorkloadSpread: {e}"))?;
+    let mut ws = decode(object)?;
+    let (outcomes, changed) = apply_decoded(&mut ws, batch, now, pool);
+    Ok((updated_object(object, &ws, changed)?, outcomes))
+}
+
+fn decode(object: &DynamicObject) -> Result<WorkloadSpread, String> {
+    serde_json::from_value(to_json(object)?).map_err(|e| format!("decoding WorkloadSpread: {e}"))
+}
+
+/// `object` with `ws`'s status when `changed`.
+fn updated_object(
+    object: &DynamicObject,
+    ws: &WorkloadSpread,
+    changed: bool,
+) -> Result<Option<DynamicObject>, String> {
+    if !changed {
+        return Ok(None);
+    }
+    let mut updated = object.clone();
+    let status = serde_json::to_value(&ws.status).map_err(|e| e.to_string())?;
+    if let Some(map) = updated.data.as_object_mut() {
+        map.insert("status".into(), status);
+    }
+    Ok(Some(updated))
+}
+
+/// [`apply_batch`] on a decoded object (the caller decodes and encodes outside the
+/// queue's lock): the outcomes, and whether the status changed.
+fn apply_decoded(
+    ws: &mut WorkloadSpread,
+    batch: &[Pending],
+    now: Timestamp,
+    mut pool: Option<&mut Pool>,
+) -> (Vec<Applied1>, bool) {
     if let Some(pool) = pool.as_deref_mut() {
         pool.track_uid(ws.metadata.uid.as_deref());
     }
@@ -872,21 +938,14 @@ fn apply_batch(
                 continue;
             }
             *outcome = Some(match &p.work {
-                Work::Op(op) => apply_op(&mut ws, op, p.since, now, pool.as_deref_mut()),
-                work => apply_own(&mut ws, work, now, pool.as_deref()),
+                Work::Op(op) => apply_op(ws, op, p.since, now, pool.as_deref_mut()),
+                work => apply_own(ws, work, now, pool.as_deref()),
             });
         }
     }
     let outcomes: Vec<Applied1> = outcomes.into_iter().flatten().collect();
-    if ws.status == original {
-        return Ok((None, outcomes));
-    }
-    let mut updated = object.clone();
-    let status = serde_json::to_value(&ws.status).map_err(|e| e.to_string())?;
-    if let Some(map) = updated.data.as_object_mut() {
-        map.insert("status".into(), status);
-    }
-    Ok((Some(updated), outcomes))
+    let changed = ws.status != original;
+    (outcomes, changed)
 }
 
 fn apply_op(

@@ -78,8 +78,9 @@ pub struct Pool {
     slots: HashMap<SlotKey, Slot>,
     /// By claim key (pod name or generated id).
     handed: HashMap<String, Handed>,
-    /// Handed placeholders not yet in a settle write.
+    /// Handed placeholders not yet in a settle write, and since when the oldest waits.
     to_settle: Vec<String>,
+    settle_since: Option<Instant>,
     /// Claim keys whose settle write is queued or in flight.
     settling: std::collections::HashSet<String>,
     /// Placeholders given back whose return write has not landed yet: still in the
@@ -101,6 +102,7 @@ impl Pool {
             slots: HashMap::new(),
             handed: HashMap::new(),
             to_settle: vec![],
+            settle_since: None,
             settling: Default::default(),
             returning: vec![],
             closing: false,
@@ -118,6 +120,7 @@ impl Pool {
             self.slots.clear();
             self.handed.clear();
             self.to_settle.clear();
+            self.settle_since = None;
             self.settling.clear();
             self.returning.clear();
             self.uid = uid.map(str::to_string);
@@ -197,6 +200,7 @@ impl Pool {
             },
         );
         self.to_settle.push(key.to_string());
+        self.settle_since.get_or_insert_with(Instant::now);
         Some(answer)
     }
 
@@ -211,6 +215,9 @@ impl Pool {
             return false;
         };
         self.to_settle.retain(|k| k != key);
+        if self.to_settle.is_empty() {
+            self.settle_since = None;
+        }
         if let Some(s) = self.slots.get_mut(&h.slot) {
             s.unused.push_front((h.placeholder, now));
         }
@@ -264,9 +271,20 @@ impl Pool {
         }
     }
 
+    /// [`Pool::settles`] once the oldest has waited `delay`: by then the controller has
+    /// usually counted the pods through their annotation and removed the placeholders,
+    /// so the settle finds nothing to rename and writes nothing.
+    pub fn settles_due(&mut self, now: Instant, delay: Duration) -> Vec<Handed> {
+        match self.settle_since {
+            Some(t) if now.saturating_duration_since(t) >= delay => self.settles(),
+            _ => vec![],
+        }
+    }
+
     /// Handed placeholders to rename in the next write; they are being settled until
     /// [`Pool::settled`].
     pub fn settles(&mut self) -> Vec<Handed> {
+        self.settle_since = None;
         let keys = std::mem::take(&mut self.to_settle);
         self.settling.extend(keys.iter().cloned());
         keys.into_iter()

@@ -142,3 +142,21 @@ fn a_recreated_workloadspread_forgets_its_placeholders() {
     p.track_uid(Some("u2"));
     assert!(p.unused("v1").is_empty() && p.drain().is_empty());
 }
+
+#[test]
+fn settles_wait_for_the_controller_to_count_the_pods_first() {
+    let mut p = pool(8);
+    let t0 = Instant::now();
+    p.claimed(&slot("a"), scale(), t0);
+    let keys = p.new_keys(2);
+    p.reserved(&slot("a"), keys, t0);
+    p.take(&slot("a"), "~h1.1", "pod-1", answer("a")).unwrap();
+    let delay = Duration::from_secs(1);
+    assert!(p.settles_due(Instant::now(), delay).is_empty(), "not yet");
+    let due = p.settles_due(Instant::now() + delay, delay);
+    assert_eq!(due.len(), 1);
+    assert!(
+        p.settles_due(Instant::now() + delay * 2, delay).is_empty(),
+        "once"
+    );
+}
