@@ -1216,6 +1216,25 @@ mod tests {
         .unwrap()
     }
 
+    /// The guest's unclaim of `pod`'s claim into a (it refused the pod).
+    fn refusal(pod: &str) -> Op {
+        Op::Unclaim(UnclaimRequest {
+            workload_spread: WorkloadSpreadKey {
+                namespace: "ns".into(),
+                name: "ws".into(),
+                uid: None,
+            },
+            pod: PodRef {
+                name: pod.into(),
+                version: "versionIgnored".into(),
+            },
+            subset: "a".into(),
+            generated_uid: None,
+            workload_replicas: 4,
+            rules: Default::default(),
+        })
+    }
+
     fn claim_request(pod: &str) -> ClaimRequest {
         match claim(pod, None) {
             Op::Claim(c) => c,
@@ -1355,21 +1374,7 @@ mod tests {
         };
         assert_eq!(a.reservation.as_ref(), got.first());
         // Refused by the guest: unused again, still nothing written.
-        let refused = Op::Unclaim(UnclaimRequest {
-            workload_spread: WorkloadSpreadKey {
-                namespace: "ns".into(),
-                name: "ws".into(),
-                uid: None,
-            },
-            pod: PodRef {
-                name: "p2".into(),
-                version: "versionIgnored".into(),
-            },
-            subset: "a".into(),
-            generated_uid: None,
-            workload_replicas: 4,
-            rules: Default::default(),
-        });
+        let refused = refusal("p2");
         let (none, out) = apply_batch(
             &o,
             &batch(vec![refused, claim("p3", None)]),
@@ -1461,21 +1466,7 @@ mod tests {
         assert_eq!(subset(&out[0]), Some("a".into()));
         let o = o.expect("p2 written");
         assert_eq!(creating(&o), ["p2", "~h1.5"]);
-        let refused = Op::Unclaim(UnclaimRequest {
-            workload_spread: WorkloadSpreadKey {
-                namespace: "ns".into(),
-                name: "ws".into(),
-                uid: None,
-            },
-            pod: PodRef {
-                name: "p1".into(),
-                version: "versionIgnored".into(),
-            },
-            subset: "a".into(),
-            generated_uid: None,
-            workload_replicas: 4,
-            rules: Default::default(),
-        });
+        let refused = refusal("p1");
         let mut work = batch(vec![refused]);
         work.push(internal(Work::Settle(pool.settles())));
         let (o, out) = apply_batch(&o, &work, later, Some(&mut pool)).unwrap();
