@@ -59,6 +59,7 @@ fn main() {
     let nodes: BTreeMap<String, NodeInfo> = BTreeMap::new();
     let kinds = VersionedKinds::new(["deployment", "replicaset"]);
     let options = ReconcileOptions::default();
+    let no_placeholders = workloadspread_core::controller::StampedPlaceholders::default();
     let run = |ws: &WorkloadSpread, pods: &[Pod]| {
         reconcile(&ReconcileInput {
             ws,
@@ -69,6 +70,7 @@ fn main() {
             versioned_kinds: &kinds,
             now,
             options: &options,
+            placeholders: no_placeholders.view(),
         })
     };
     // First reconcile: everything is new (status and every deletion cost written).

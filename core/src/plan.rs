@@ -208,6 +208,7 @@ impl Simulation {
             self.typed_pods()
         };
         let nodes = BTreeMap::new();
+        let stamped = crate::controller::StampedPlaceholders::of(&self.ws);
         let out = reconcile(&ReconcileInput {
             ws: &self.ws,
             pods: &pods,
@@ -217,6 +218,7 @@ impl Simulation {
             versioned_kinds: &self.kinds,
             now: self.now,
             options: &self.options,
+            placeholders: stamped.view(),
         });
         for c in out.deletion_costs {
             if let Some(p) = self

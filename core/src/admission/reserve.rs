@@ -6,10 +6,12 @@
 //! carries [`RESERVATION_ANNOTATION`]; a later batched write (*settle*) renames the entry
 //! to the pod's key, and the controller counts such a pod once even before that.
 //!
-//! These are the pure rules; the host keeps which placeholders are still unused.
+//! These are the pure rules ([`decide`], [`reserve`], [`settle`], [`stale`]); the host
+//! keeps which placeholders are still unused and applies the decisions.
 
 use super::{
-    claim_among, occupancy, planned_max, tracked_subset, unclaim, versioned_statuses, PodKey, Scale,
+    claim_among, occupancy, planned_max, tracked_subset, unclaim, versioned_statuses, Claim,
+    PodKey, Scale,
 };
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
 use crate::Timestamp;
@@ -19,12 +21,13 @@ use k8s_openapi::jiff::SignedDuration;
 /// Pod annotation naming the placeholder a pod was admitted into.
 pub const RESERVATION_ANNOTATION: &str = "workloadspread.io/reservation";
 
-/// A placeholder older than this (by its stamp in the status) is dead: its holder hands
-/// placeholders out only while they are younger than [`HANDOUT_SECONDS`], settles the
-/// ones it handed out within milliseconds and returns the rest, so an older one belongs
-/// to a holder that died (or lost the API server). Hosts drop it before they claim or
-/// reserve in its version (never their own handed-out ones), and so does the controller:
-/// a dead holder's slots return within this time, not the creating window.
+/// A placeholder another writer has seen for longer than this (by its own clock, from
+/// when it first saw it: [`stale::Sightings`]) is *stale*: its holder hands placeholders
+/// out only within [`HANDOUT_SECONDS`] of its own stamp, settles those it handed out
+/// within about a second and returns the rest, so a stale one belongs to a holder that
+/// died or lost the API server. The next writer resolves it ([`stale::resolve`]):
+/// settled to the pod that names it, else dropped; a dead holder's free slots come back
+/// within this time, not the creating window.
 pub const PLACEHOLDER_TTL_SECONDS: i64 = 5;
 
 /// A holder hands a placeholder out only while its stamp in the status is younger than
@@ -42,6 +45,16 @@ pub fn placeholder_key(holder: &str, n: u64) -> String {
     format!("~{holder}.{n}")
 }
 
+/// Pod label naming the holder whose placeholder the pod took: whoever finds that
+/// holder's placeholders stale lists the pods by it (a label value can hold the holder id,
+/// not the whole key) and settles the ones a pod names instead of dropping them.
+pub const RESERVATION_HOLDER_LABEL: &str = "workloadspread.io/reservation-holder";
+
+/// The holder of placeholder `key` (`~<holder>.<n>`).
+pub fn holder_of(key: &str) -> Option<&str> {
+    key.strip_prefix('~')?.rsplit_once('.').map(|(h, _)| h)
+}
+
 /// Whether `key` is a placeholder of `holder`.
 pub fn held_by(key: &str, holder: &str) -> bool {
     key.strip_prefix('~')
@@ -49,24 +62,25 @@ pub fn held_by(key: &str, holder: &str) -> bool {
         .is_some_and(|rest| rest.starts_with('.'))
 }
 
-/// Where a claim goes once placeholders are taken into account.
+/// What a claim comes to once placeholders are taken into account: the one decision the
+/// host applies (`docs/counter-protocol.md`, *Reserved slots*).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Placement {
+pub enum Decision {
     /// The chosen subset holds one of the holder's unused placeholders: the pod takes
     /// that one (`key`), nothing is written.
     Take { subset: String, key: String },
-    /// Another holder's placeholders decide the choice (without them an earlier subset,
-    /// or any subset at all, would have room): wait for them to be used or returned
-    /// rather than spill the pod.
+    /// Placeholders decide the choice — another holder's (without them an earlier
+    /// subset, or any subset at all, would have room), or the holder's own being given
+    /// back: ask again later rather than spill the pod.
     Wait,
-    /// Claim a new slot in this subset (`None`: no candidate has room).
-    Claim(Option<String>),
+    /// The claim rules applied to the status (write it when `status_changed`).
+    Claimed(Claim),
 }
 
 /// The holder's unused placeholders of one version: (subset, key).
 pub type Unused<'a> = &'a [(&'a str, &'a str)];
 
-/// A claim as [`place`] sees it.
+/// A claim as [`decide`] sees it.
 #[derive(Clone, Copy, Debug)]
 pub struct Claimant<'a> {
     pub pod: PodKey<'a>,
@@ -75,76 +89,86 @@ pub struct Claimant<'a> {
     pub candidates: &'a [String],
     pub scale: Scale,
     /// Placeholders are handed out only while younger than [`HANDOUT_SECONDS`] by
-    /// their stamp in the status.
+    /// their stamp in the status (written by this holder's own clock).
     pub now: Timestamp,
+    /// Whether the claim may still wait ([`Decision::Wait`]); once it has waited its
+    /// limit it is placed without the placeholders in its way.
+    pub may_wait: bool,
 }
 
-/// Chooses the subset of a claim as if the holder's `unused` placeholders were free
-/// (they are its own room), and compares it with the choice were every other holder's
-/// placeholders free too. A pod already tracked (a retried request) is claimed again,
-/// which answers its subset. Callers drop stale placeholders first ([`drop_stale`]).
-pub fn place(
-    status: &WorkloadSpreadStatus,
+/// The placeholders one holder may hand out: its own, unused ones (`unused`) and those
+/// it is giving back (room of its own, but not to hand out).
+#[derive(Clone, Copy, Debug)]
+pub struct Holding<'a> {
+    pub holder: &'a str,
+    pub unused: Unused<'a>,
+    pub returning: Unused<'a>,
+}
+
+/// Decides a claim on `status` (the newest copy, stale placeholders already resolved,
+/// [`stale::resolve`]) for a holder with `holding`:
+/// * a pod already tracked (a retried request) is answered its subset;
+/// * otherwise the subset is chosen as if the holder's own placeholders were free (they
+///   are its room); if every other holder's placeholders being free too would change
+///   that choice, the claim waits for them;
+/// * the chosen subset holding one of the holder's unused placeholders young enough to
+///   hand out: [`Decision::Take`];
+/// * else the claim is written into the chosen subset — or, when the holder's own
+///   placeholders being given back fill it, it waits for that return (placed among
+///   every candidate once it may wait no more).
+///
+/// On [`Decision::Claimed`] `status` holds the claim; otherwise it is unchanged.
+pub fn decide(
+    status: &mut WorkloadSpreadStatus,
     ws: &WorkloadSpread,
     claimant: &Claimant<'_>,
-    holder: &str,
-    unused: Unused<'_>,
-) -> Placement {
+    holding: Holding<'_>,
+) -> Decision {
     let Claimant {
         pod,
         new_uid,
         candidates,
         scale,
         now,
+        may_wait,
     } = *claimant;
-    if let Some(tracked) = status
-        .versioned_subset_statuses
-        .get(pod.version)
-        .and_then(|v| {
-            let by_uid = || {
-                (pod.name.is_empty())
-                    .then(|| tracked_subset(v, new_uid))
-                    .flatten()
-            };
-            tracked_subset(v, pod.name).or_else(by_uid)
-        })
-    {
-        return Placement::Claim(Some(tracked));
+    let claim_in = |status: &mut WorkloadSpreadStatus, candidates: &[String]| {
+        claim_among(status, ws, pod, candidates, scale, now, new_uid)
+    };
+    if is_tracked(status, pod, new_uid) {
+        return Decision::Claimed(claim_in(status, candidates));
     }
-    // Only placeholders this copy holds, young enough to hand out, are room: one it lacks
-    // belongs to a recreated object or was dropped; an old one may be dropped by another
-    // writer before this pod's settle.
+    // Only placeholders this copy holds, young enough to hand out, can be taken: one it
+    // lacks belongs to a recreated object or was dropped; an old one may be resolved by
+    // another writer before this pod's settle.
     let handout = SignedDuration::from_secs(HANDOUT_SECONDS);
-    let held = |subset: &str, key: &str| {
+    let stamp = |subset: &str, key: &str| {
         status
             .versioned_subset_statuses
             .get(pod.version)
             .and_then(|v| v.iter().find(|s| s.name == subset))
             .and_then(|s| s.creating_pods.get(key))
-            .is_some_and(|at| now.duration_since(at.0) < handout)
+            .map(|at| at.0)
     };
-    let unused: Vec<(&str, &str)> = unused.iter().copied().filter(|(s, k)| held(s, k)).collect();
+    let takeable: Vec<(&str, &str)> = holding
+        .unused
+        .iter()
+        .copied()
+        .filter(|(s, k)| stamp(s, k).is_some_and(|at| now.duration_since(at) < handout))
+        .collect();
+    let own_room = holding
+        .unused
+        .iter()
+        .chain(holding.returning)
+        .filter(|(s, k)| stamp(s, k).is_some());
     let mut own = status.clone();
-    for (subset, key) in &unused {
+    for (subset, key) in own_room {
         unclaim(&mut own, ws, pod, key, subset, scale);
     }
-    let mut all = own.clone();
-    let foreign: Vec<(String, String)> =
-        versioned_statuses(&mut all, ws, pod.version, scale.replicas)
-            .iter()
-            .flat_map(|s| {
-                s.creating_pods
-                    .keys()
-                    .filter(|k| is_placeholder(k) && !held_by(k, holder))
-                    .map(|k| (s.name.clone(), k.clone()))
-            })
-            .collect();
-    for (subset, key) in &foreign {
-        unclaim(&mut all, ws, pod, key, subset, scale);
-    }
-    let choose = |mut status: WorkloadSpreadStatus| {
+    let choose = |status: &WorkloadSpreadStatus| {
+        let mut scratch = status.clone();
         claim_among(
-            &mut status,
+            &mut scratch,
             ws,
             pod,
             candidates,
@@ -154,29 +178,66 @@ pub fn place(
         )
         .subset
     };
-    let chosen = choose(own);
-    if !foreign.is_empty() && choose(all) != chosen {
-        return Placement::Wait;
+    let chosen = choose(&own);
+    if may_wait {
+        let mut all = own;
+        let foreign: Vec<(String, String)> =
+            versioned_statuses(&mut all, ws, pod.version, scale.replicas)
+                .iter()
+                .flat_map(|s| {
+                    s.creating_pods
+                        .keys()
+                        .filter(|k| is_placeholder(k) && !held_by(k, holding.holder))
+                        .map(|k| (s.name.clone(), k.clone()))
+                })
+                .collect();
+        for (subset, key) in &foreign {
+            unclaim(&mut all, ws, pod, key, subset, scale);
+        }
+        if !foreign.is_empty() && choose(&all) != chosen {
+            return Decision::Wait;
+        }
     }
-    let mine = |s: &str| {
-        unused
-            .iter()
-            .find(|(u, _)| *u == s)
-            .map(|(_, k)| k.to_string())
+    let Some(subset) = chosen else {
+        return Decision::Claimed(claim_in(status, candidates));
     };
-    match chosen {
-        Some(subset) => match mine(&subset) {
-            Some(key) => Placement::Take { subset, key },
-            None => Placement::Claim(Some(subset)),
-        },
-        None => Placement::Claim(None),
+    if let Some((_, key)) = takeable.iter().find(|(s, _)| *s == subset) {
+        return Decision::Take {
+            subset,
+            key: key.to_string(),
+        };
     }
+    // The holder's unused placeholders are no room for a write: claim in the subset the
+    // rules chose with them free (they are elsewhere, or too old to hand out).
+    let mut restricted = status.clone();
+    let claim = claim_in(&mut restricted, std::slice::from_ref(&subset));
+    if claim.subset.is_some() {
+        *status = restricted;
+        return Decision::Claimed(claim);
+    }
+    if may_wait {
+        return Decision::Wait;
+    }
+    Decision::Claimed(claim_in(status, candidates))
+}
+
+/// Whether the pod (by name, or by the claim's generated id when unnamed) is already in
+/// `creatingPods`/`deletingPods` of its version.
+fn is_tracked(status: &WorkloadSpreadStatus, pod: PodKey<'_>, new_uid: &str) -> bool {
+    status
+        .versioned_subset_statuses
+        .get(pod.version)
+        .is_some_and(|v| {
+            tracked_subset(v, pod.name).is_some()
+                || (pod.name.is_empty() && tracked_subset(v, new_uid).is_some())
+        })
 }
 
 /// Reserves up to `keys.len()` placeholders in `subset` (never more than half its free
 /// room, so the last slot is always claimed by a write and another holder is never
 /// starved); keys already present (a write that landed and was retried) count as
-/// reserved. Returns the reserved keys.
+/// reserved. Returns the reserved keys with their stamps in the status: a key found in
+/// place keeps the stamp of the write that landed, so the holder ages it from then.
 pub fn reserve(
     status: &mut WorkloadSpreadStatus,
     ws: &WorkloadSpread,
@@ -185,15 +246,14 @@ pub fn reserve(
     keys: &[String],
     scale: Scale,
     now: Timestamp,
-) -> Vec<String> {
+) -> Vec<(String, Timestamp)> {
     let statuses = versioned_statuses(status, ws, version, scale.replicas);
     let Some(s) = statuses.iter().find(|s| s.name == subset) else {
         return vec![];
     };
-    let mut reserved: Vec<String> = keys
+    let mut reserved: Vec<(String, Timestamp)> = keys
         .iter()
-        .filter(|k| s.creating_pods.contains_key(*k))
-        .cloned()
+        .filter_map(|k| s.creating_pods.get(k).map(|at| (k.clone(), at.0)))
         .collect();
     let room = match planned_max(ws, s, scale) {
         Some(max) => i64::from(max) - occupancy(s),
@@ -203,77 +263,70 @@ pub fn reserve(
     };
     let more = usize::try_from(room / 2).unwrap_or(0);
     let candidates = [subset.to_string()];
-    let fresh: Vec<&String> = keys.iter().filter(|k| !reserved.contains(k)).collect();
+    let fresh: Vec<&String> = keys
+        .iter()
+        .filter(|k| !reserved.iter().any(|(r, _)| r == *k))
+        .collect();
     for key in fresh.into_iter().take(more) {
         let pod = PodKey { name: key, version };
         let c = claim_among(status, ws, pod, &candidates, scale, now, "");
         if !(c.status_changed && c.subset.is_some()) {
             break;
         }
-        reserved.push(key.clone());
+        reserved.push((key.clone(), now));
     }
     reserved
 }
 
-/// Renames `placeholder` in `subset` to `key`, the pod admitted into it; the occupancy is
-/// unchanged. False (and nothing changed) when the placeholder is gone: normally because
-/// the controller already counted the pod through its reservation annotation (recording
-/// the key then would count the pod twice until the controller's next count, and spill
-/// pods meanwhile). A live holder settles long before anyone drops its placeholder as
-/// stale, and never drops it itself.
+/// What a settle did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// The placeholder now carries the pod's key; the occupancy is unchanged.
+    Renamed,
+    /// The pod's key was in the status already (the same request was answered by
+    /// another replica too, which wrote it): the placeholder is freed, the pod counted
+    /// once.
+    Freed,
+    /// The placeholder is gone: normally because the controller already counted the
+    /// pod through its reservation annotation (recording the key then would count the
+    /// pod twice until the controller's next count, and spill pods meanwhile).
+    Gone,
+}
+
+/// Renames `placeholder` in `subset` to `key`, the pod admitted into it (see
+/// [`Settled`]). Used by the holder for the pods it admitted, and by any writer for a
+/// stale placeholder a pod names ([`stale::resolve`]).
 pub fn settle(
     status: &mut WorkloadSpreadStatus,
+    ws: &WorkloadSpread,
     version: &str,
     subset: &str,
     placeholder: &str,
     key: &str,
-    now: Timestamp,
-) -> bool {
-    let Some(s) = status
-        .versioned_subset_statuses
-        .get_mut(version)
-        .and_then(|v| v.iter_mut().find(|s| s.name == subset))
-    else {
-        return false;
-    };
-    if s.creating_pods.remove(placeholder).is_none() {
-        return false;
-    }
-    s.creating_pods.entry(key.to_string()).or_insert(Time(now));
-    true
-}
-
-/// Frees the placeholders of `version` older than [`PLACEHOLDER_TTL_SECONDS`] (a dead
-/// holder's), except those `keep` names (the caller's own, handed to pods whose settle
-/// is pending). Returns whether any was dropped.
-pub fn drop_stale(
-    status: &mut WorkloadSpreadStatus,
-    ws: &WorkloadSpread,
-    version: &str,
     scale: Scale,
     now: Timestamp,
-    keep: impl Fn(&str) -> bool,
-) -> bool {
-    let ttl = SignedDuration::from_secs(PLACEHOLDER_TTL_SECONDS);
-    let Some(statuses) = status.versioned_subset_statuses.get(version) else {
-        return false;
+) -> Settled {
+    let Some(statuses) = status.versioned_subset_statuses.get_mut(version) else {
+        return Settled::Gone;
     };
-    let stale: Vec<(String, String)> = statuses
-        .iter()
-        .flat_map(|s| {
-            s.creating_pods
-                .iter()
-                .filter(|(k, at)| is_placeholder(k) && now.duration_since(at.0) > ttl && !keep(k))
-                .map(|(k, _)| (s.name.clone(), k.clone()))
-        })
-        .collect();
-    let pod = PodKey { name: "", version };
-    let mut dropped = false;
-    for (subset, key) in stale {
-        dropped |= unclaim(status, ws, pod, &key, &subset, scale);
+    let already = tracked_subset(statuses, key).is_some();
+    let Some(s) = statuses.iter_mut().find(|s| s.name == subset) else {
+        return Settled::Gone;
+    };
+    if !s.creating_pods.contains_key(placeholder) {
+        return Settled::Gone;
     }
-    dropped
+    if already {
+        let pod = PodKey { name: "", version };
+        unclaim(status, ws, pod, placeholder, subset, scale);
+        return Settled::Freed;
+    }
+    s.creating_pods.remove(placeholder);
+    s.creating_pods.insert(key.to_string(), Time(now));
+    Settled::Renamed
 }
+
+pub mod stale;
 
 #[cfg(test)]
 mod tests;

@@ -18,6 +18,7 @@ use cost::{deletion_costs, CostPatch};
 use grouping::{group_pods, Adoption, SubsetPods};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::SignedDuration;
+pub use status::{PlaceholderView, StampedPlaceholders};
 use status::StatusCalc;
 use std::collections::BTreeMap;
 
@@ -87,6 +88,8 @@ pub struct ReconcileInput<'a> {
     pub versioned_kinds: &'a VersionedKinds,
     pub now: Timestamp,
     pub options: &'a ReconcileOptions,
+    /// What the controller knows of the placeholders (`status::PlaceholderView`).
+    pub placeholders: PlaceholderView<'a>,
 }
 
 /// What the controller must do.
@@ -127,7 +130,7 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> ReconcileOutput {
         recent: input.options.creating_window,
     };
     let deletion_costs = deletion_costs(ws, &pods, &versioned, &cost_input);
-    let mut calc = StatusCalc::new(ws, input.now, input.options);
+    let mut calc = StatusCalc::new(ws, input.now, input.options, input.placeholders);
     let status = calculate_status(&mut calc, input, &pods, &versioned, &aggregate);
     ReconcileOutput {
         status,

@@ -2,6 +2,7 @@
 //! condition and rescheduling decisions (reference §4.6, §4.7).
 
 use super::{Event, ReconcileOptions};
+use crate::admission::reserve::stale::Sightings;
 use crate::admission::reserve::{is_placeholder, PLACEHOLDER_TTL_SECONDS};
 use crate::api::v1beta1::{
     SubsetCondition, WorkloadSpread, WorkloadSpreadSubset, WorkloadSpreadSubsetStatus,
@@ -13,12 +14,55 @@ use crate::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::SignedDuration;
+use std::collections::BTreeSet;
+
+/// What the controller knows of the placeholders of the WorkloadSpread it reconciles.
+#[derive(Clone, Copy, Debug)]
+pub struct PlaceholderView<'a> {
+    /// When this controller first saw each (its own clock): a placeholder expires
+    /// [`StatusCalc::placeholder_window`] after that, never by the holder's stamp.
+    pub sightings: &'a Sightings,
+    /// Placeholders an existing pod names (its reservation annotation), whether or not
+    /// the pod is among the pods counted (its owner may not be cached yet): never
+    /// expired, the pod takes the slot.
+    pub named: &'a BTreeSet<String>,
+}
+
+/// Placeholders judged by their holders' stamps, none named by a pod: for a reconcile
+/// with no history of its own (`reconcile --offline`, the planner, tests).
+#[derive(Clone, Debug, Default)]
+pub struct StampedPlaceholders {
+    sightings: Sightings,
+    named: BTreeSet<String>,
+}
+
+impl StampedPlaceholders {
+    pub fn of(ws: &WorkloadSpread) -> Self {
+        let sightings = ws
+            .status
+            .as_ref()
+            .map(Sightings::from_stamps)
+            .unwrap_or_default();
+        StampedPlaceholders {
+            sightings,
+            named: BTreeSet::new(),
+        }
+    }
+
+    pub fn view(&self) -> PlaceholderView<'_> {
+        PlaceholderView {
+            sightings: &self.sightings,
+            named: &self.named,
+        }
+    }
+}
 
 /// Accumulates events, the requeue delay and pods to reschedule during one reconcile.
 pub struct StatusCalc<'a> {
     pub ws: &'a WorkloadSpread,
     pub now: Timestamp,
     pub options: &'a ReconcileOptions,
+    pub placeholders: PlaceholderView<'a>,
     pub events: Vec<Event>,
     pub requeue: Option<SignedDuration>,
     /// Pods to delete because they stayed unschedulable too long.
@@ -26,11 +70,17 @@ pub struct StatusCalc<'a> {
 }
 
 impl<'a> StatusCalc<'a> {
-    pub fn new(ws: &'a WorkloadSpread, now: Timestamp, options: &'a ReconcileOptions) -> Self {
+    pub fn new(
+        ws: &'a WorkloadSpread,
+        now: Timestamp,
+        options: &'a ReconcileOptions,
+        placeholders: PlaceholderView<'a>,
+    ) -> Self {
         StatusCalc {
             ws,
             now,
             options,
+            placeholders,
             events: vec![],
             requeue: None,
             unschedulable_pods: vec![],
@@ -61,6 +111,14 @@ impl<'a> StatusCalc<'a> {
     ) -> Vec<WorkloadSpreadSubsetStatus> {
         let n = self.ws.spec.subsets.len();
         let mut out = Vec::with_capacity(n);
+        // A pod is in one subset: its entry (and the placeholder it took) leaves every
+        // subset's creatingPods once it is counted, wherever an admission recorded it
+        // (the same request answered by two replicas into different subsets).
+        let counted: BTreeSet<String> = groups
+            .values()
+            .flatten()
+            .flat_map(|&p| counted_keys(pods[p]))
+            .collect();
         for (i, subset) in self.ws.spec.subsets.iter().enumerate() {
             let members: Vec<&Pod> = groups
                 .get(&subset.name)
@@ -69,7 +127,8 @@ impl<'a> StatusCalc<'a> {
                 .map(|&p| pods[p])
                 .collect();
             let old_status = old.iter().find(|s| s.name == subset.name);
-            let Some(mut status) = self.subset_status(subset, &members, old_status, replicas)
+            let Some(mut status) =
+                self.subset_status(subset, &members, old_status, replicas, &counted)
             else {
                 return vec![];
             };
@@ -91,6 +150,7 @@ impl<'a> StatusCalc<'a> {
         pods: &[&Pod],
         old: Option<&WorkloadSpreadSubsetStatus>,
         replicas: i32,
+        counted: &BTreeSet<String>,
     ) -> Option<WorkloadSpreadSubsetStatus> {
         let max = match &subset.max_replicas {
             None => -1,
@@ -103,16 +163,8 @@ impl<'a> StatusCalc<'a> {
         };
         let mut old_creating = old.map(|o| o.creating_pods.clone()).unwrap_or_default();
         let old_deleting = old.map(|o| o.deleting_pods.clone()).unwrap_or_default();
+        old_creating.retain(|k, _| !counted.contains(k));
         for pod in pods {
-            let key = matched(pod)
-                .and_then(|m| m.uid)
-                .unwrap_or_else(|| name(pod).to_string());
-            old_creating.remove(&key);
-            // A pod admitted into a reserved slot is that slot: counted once, whether or
-            // not the host has renamed the placeholder yet.
-            if let Some(placeholder) = reservation(pod) {
-                old_creating.remove(placeholder);
-            }
             if !is_active(pod) {
                 continue;
             }
@@ -158,17 +210,28 @@ impl<'a> StatusCalc<'a> {
 
     /// How long the controller keeps a placeholder: its TTL, or the creating window when
     /// that is shorter.
-    fn placeholder_window(creating: SignedDuration) -> SignedDuration {
+    pub fn placeholder_window(creating: SignedDuration) -> SignedDuration {
         creating.min(SignedDuration::from_secs(PLACEHOLDER_TTL_SECONDS))
     }
 
+    /// Time left for placeholder `key`: it outlives its holder's hand-outs only when the
+    /// holder is dead, measured from when this controller first saw it; one a pod names
+    /// is the pod's slot and stays until the pod is counted (looked at again shortly).
+    fn placeholder_left(&self, key: &str) -> Option<SignedDuration> {
+        if self.placeholders.named.contains(key) {
+            return Some(SignedDuration::from_secs(1));
+        }
+        let window = Self::placeholder_window(self.options.creating_window);
+        let left = window - self.placeholders.sightings.age(key, self.now);
+        (!left.is_negative()).then_some(left)
+    }
+
     fn track_creating(&mut self, status: &mut WorkloadSpreadSubsetStatus, key: &str, at: Time) {
-        // A placeholder outlives its holder's hand-outs only when the holder is dead.
-        let window = match is_placeholder(key) {
-            true => Self::placeholder_window(self.options.creating_window),
-            false => self.options.creating_window,
+        let left = match is_placeholder(key) {
+            true => self.placeholder_left(key),
+            false => self.remaining(&at, self.options.creating_window),
         };
-        match self.remaining(&at, window) {
+        match left {
             // A dead holder's unused slot: no pod was expected.
             None if is_placeholder(key) => {}
             None => self.events.push(Event::warning(
@@ -302,6 +365,18 @@ impl<'a> StatusCalc<'a> {
             ..Default::default()
         });
     }
+}
+
+/// The `creatingPods` keys a counted pod stands for: its own (generated id, else name)
+/// and the placeholder it was admitted into — only a placeholder key (`~…`): the
+/// annotation is the pod's word, and naming another pod's key must not free that pod's
+/// slot.
+fn counted_keys(pod: &Pod) -> impl Iterator<Item = String> + '_ {
+    let own = matched(pod)
+        .and_then(|m| m.uid)
+        .unwrap_or_else(|| name(pod).to_string());
+    let placeholder = reservation(pod).filter(|r| is_placeholder(r));
+    std::iter::once(own).chain(placeholder.map(str::to_string))
 }
 
 fn is_pending_unschedulable(pod: &Pod) -> bool {

@@ -93,6 +93,7 @@ fn run_with(
         rules: crate::rules::Rules::Reference,
         ..Default::default()
     };
+    let stamped = StampedPlaceholders::of(ws);
     let input = ReconcileInput {
         ws,
         pods,
@@ -102,6 +103,7 @@ fn run_with(
         versioned_kinds: kinds,
         now: now(),
         options: &options,
+        placeholders: stamped.view(),
     };
     Run {
         out: reconcile(&input),
@@ -1125,6 +1127,7 @@ fn min_replicas_protects_subsets_on_scale_in() {
 
 fn run_planned(ws: &WorkloadSpread, pods: &[Pod], replicas: i32) -> Run {
     let options = ReconcileOptions::default();
+    let stamped = StampedPlaceholders::of(ws);
     let input = ReconcileInput {
         ws,
         pods,
@@ -1134,6 +1137,7 @@ fn run_planned(ws: &WorkloadSpread, pods: &[Pod], replicas: i32) -> Run {
         versioned_kinds: &VersionedKinds::default(),
         now: now(),
         options: &options,
+        placeholders: stamped.view(),
     };
     Run {
         out: reconcile(&input),
@@ -1336,6 +1340,7 @@ fn a_reconcile_of_pruned_pods_equals_one_of_whole_pods() {
             ..Default::default()
         };
         for replicas in [0, 50, 240, 400] {
+            let stamped = StampedPlaceholders::of(&ws);
             let run = |pods: &[Pod]| {
                 reconcile(&ReconcileInput {
                     ws: &ws,
@@ -1346,6 +1351,7 @@ fn a_reconcile_of_pruned_pods_equals_one_of_whole_pods() {
                     versioned_kinds: &kinds,
                     now: now(),
                     options: &options,
+                    placeholders: stamped.view(),
                 })
             };
             let (a, b) = (run(&whole), run(&pruned));
