@@ -6,6 +6,7 @@ mod inputs;
 mod leader;
 mod metrics;
 mod offline;
+mod placeholders;
 mod pod_caches;
 mod reconciler;
 mod watch;

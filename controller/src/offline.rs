@@ -8,9 +8,10 @@ use clap::Args;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
+use workloadspread_core::admission::reserve::stale::{named_placeholders, Sightings};
 use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::controller::{
-    reconcile as core_reconcile, ReconcileInput, ReconcileOutput,
+    reconcile as core_reconcile, PlaceholderView, ReconcileInput, ReconcileOutput,
 };
 use workloadspread_core::manifests::objects_from_yaml;
 use workloadspread_core::selector::NodeInfo;
@@ -163,6 +164,14 @@ pub fn reconcile_objects(
     let (kinds, versioned, options) = (rules.kinds()?, rules.versioned(), rules.options()?);
     let view = workload_view(ws, workload, &replica_sets, &pods, &kinds, &versioned)?;
     let nodes = node_infos(&nodes);
+    // No history here: placeholders age by their stamps; a pod of the dump naming one
+    // keeps it, as online.
+    let sightings = ws
+        .status
+        .as_ref()
+        .map(Sightings::from_stamps)
+        .unwrap_or_default();
+    let named = named_placeholders(&pods);
     Ok(core_reconcile(&ReconcileInput {
         ws,
         pods: &view.pods,
@@ -172,6 +181,10 @@ pub fn reconcile_objects(
         versioned_kinds: &versioned,
         now,
         options: &options,
+        placeholders: PlaceholderView {
+            sightings: &sightings,
+            named: &named,
+        },
     }))
 }
 

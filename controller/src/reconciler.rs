@@ -8,6 +8,7 @@
 use crate::inputs::{node_infos, workload_view, InputError};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
+use crate::placeholders::Placeholders;
 use crate::pod_caches::PodCaches;
 use crate::workloads::{Lookup, Workloads};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::controller::pending::{pending_of, pod_patches};
 use workloadspread_core::controller::{
-    reconcile, Event, ReconcileInput, ReconcileOptions, ReconcileOutput,
+    reconcile, Event, PlaceholderView, ReconcileInput, ReconcileOptions, ReconcileOutput,
 };
 use workloadspread_core::version::VersionedKinds;
 use workloadspread_core::workload::WorkloadKinds;
@@ -53,6 +54,8 @@ pub struct Context {
     pub clock: fn() -> Timestamp,
     /// Fences every write: false once the Lease was not renewed within its deadline.
     pub leadership: Arc<Leadership>,
+    /// When each placeholder was first seen, per WorkloadSpread.
+    pub placeholders: Placeholders,
     resources: Mutex<HashMap<(String, String), ApiResource>>,
 }
 
@@ -83,6 +86,7 @@ impl Context {
             recorder,
             metrics,
             clock,
+            placeholders: Placeholders::default(),
             resources: Mutex::new(HashMap::new()),
         }
     }
@@ -278,6 +282,11 @@ async fn compute(
         &ctx.versioned,
     )?;
     let nodes = node_infos(ctx.nodes.state().iter().map(|n| n.as_ref()));
+    let now = (ctx.clock)();
+    let known = ctx
+        .placeholders
+        .known(ws, &pods, &ctx.client, &ctx.options, now, API_TIMEOUT)
+        .await;
     let input = ReconcileInput {
         ws,
         pods: &view.pods,
@@ -285,8 +294,12 @@ async fn compute(
         latest_version: &view.latest_version,
         nodes: &nodes,
         versioned_kinds: &ctx.versioned,
-        now: (ctx.clock)(),
+        now,
         options: &ctx.options,
+        placeholders: PlaceholderView {
+            sightings: &known.sightings,
+            named: &known.named,
+        },
     };
     Ok((reconcile(&input), pending_of(ws.name(), &pods)))
 }

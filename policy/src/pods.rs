@@ -6,7 +6,9 @@ use crate::settings::{Mode, Settings};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use workloadspread_core::admission::reserve::RESERVATION_ANNOTATION;
+use workloadspread_core::admission::reserve::{
+    holder_of, RESERVATION_ANNOTATION, RESERVATION_HOLDER_LABEL,
+};
 use workloadspread_core::admission::{
     count_pending, create_path, decide_release, needs_workload_replicas, pending_pods, CreatePath,
     PodKey, Scale,
@@ -159,7 +161,11 @@ fn apply(object: &Value, ws: &WorkloadSpread, d: Decided) -> Outcome {
         );
     }
     if let Some(placeholder) = d.reservation {
-        // The controller counts the pod in its placeholder's stead (counted once).
+        // The controller counts the pod in its placeholder's stead (counted once); the
+        // holder's label lets whoever finds the placeholder stale find this pod.
+        if let Some(holder) = holder_of(&placeholder) {
+            pod["metadata"]["labels"][RESERVATION_HOLDER_LABEL] = Value::String(holder.into());
+        }
         pod["metadata"]["annotations"][RESERVATION_ANNOTATION] = Value::String(placeholder);
     }
     if d.mode == Some(BEST_EFFORT) {

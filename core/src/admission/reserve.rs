@@ -293,14 +293,13 @@ pub enum Settled {
     Gone,
 }
 
-/// Renames `placeholder` in `subset` to `key`, the pod admitted into it (see
+/// Renames `placeholder` in `subset` of `version` to `key`, the pod admitted into it (see
 /// [`Settled`]). Used by the holder for the pods it admitted, and by any writer for a
 /// stale placeholder a pod names ([`stale::resolve`]).
 pub fn settle(
     status: &mut WorkloadSpreadStatus,
     ws: &WorkloadSpread,
-    version: &str,
-    subset: &str,
+    (version, subset): (&str, &str),
     placeholder: &str,
     key: &str,
     scale: Scale,

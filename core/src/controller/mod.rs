@@ -18,8 +18,8 @@ use cost::{deletion_costs, CostPatch};
 use grouping::{group_pods, Adoption, SubsetPods};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::SignedDuration;
-pub use status::{PlaceholderView, StampedPlaceholders};
 use status::StatusCalc;
+pub use status::{PlaceholderView, StampedPlaceholders};
 use std::collections::BTreeMap;
 
 /// Timing knobs; the defaults are the reference's constants.

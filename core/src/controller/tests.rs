@@ -424,6 +424,82 @@ fn a_reserved_pod_is_counted_once_and_dead_placeholders_expire() {
     assert!(r.out.events.is_empty(), "{:?}", r.out.events);
 }
 
+fn run_seeing(ws: &WorkloadSpread, pods: &[Pod], view: PlaceholderView<'_>) -> Run {
+    let options = ReconcileOptions::default();
+    let input = ReconcileInput {
+        ws,
+        pods,
+        workload_replicas: 10,
+        latest_version: VERSION_IGNORED,
+        nodes: &BTreeMap::new(),
+        versioned_kinds: &VersionedKinds::default(),
+        now: now(),
+        options: &options,
+        placeholders: view,
+    };
+    Run {
+        out: reconcile(&input),
+    }
+}
+
+/// #26 items 1, 4, 5, 7: the controller ages a placeholder from when it first saw it
+/// (a stamp an hour old from a host whose clock is behind expires nothing), never
+/// expires one a pod names (its owner not cached yet), honours a pod's reservation
+/// annotation only when it names a placeholder (naming another pod's key frees nothing),
+/// and counts a pod once even when an admission recorded it in another subset too.
+#[test]
+fn placeholders_expire_by_this_controllers_sightings_unless_a_pod_names_them() {
+    use crate::admission::reserve::stale::Sightings;
+    let two =
+        json!([{"name": "subset-a", "maxReplicas": 5}, {"name": "subset-b", "maxReplicas": 5}]);
+    let status = json!({"subsetStatuses": [
+        {"name": "subset-a", "replicas": 0, "missingReplicas": 5,
+            "creatingPods": {"~h2.0": ago(3600), "~h2.1": ago(3600), "test-pod-9": ago(1)}},
+        {"name": "subset-b", "replicas": 0, "missingReplicas": 5, "creatingPods": {"test-pod-0": ago(1)}}]});
+    let w = ws(two, status);
+    let forged = with(in_subset(pod("test-pod-0"), "subset-a"), |p| {
+        p["metadata"]["annotations"]["workloadspread.io/reservation"] = json!("test-pod-9");
+    });
+    let pods = pods(vec![forged]);
+    let keys =
+        |r: &Run, s: &str| -> Vec<String> { r.subset(s).creating_pods.keys().cloned().collect() };
+    // (what, seen this long ago, named by a pod, placeholders left)
+    let cases: [(&str, i64, &[&str], &[&str]); 3] = [
+        (
+            "seen just now: kept, whatever the stamp",
+            0,
+            &[],
+            &["~h2.0", "~h2.1"],
+        ),
+        ("seen past the TTL: expired", 6, &[], &[]),
+        (
+            "seen past the TTL, a pod names one: that one kept",
+            6,
+            &["~h2.1"],
+            &["~h2.1"],
+        ),
+    ];
+    for (what, seen_ago, named, left) in cases {
+        let mut sightings = Sightings::default();
+        sightings.observe(w.status.as_ref().unwrap(), now() - seen_ago.seconds());
+        let named: std::collections::BTreeSet<String> =
+            named.iter().map(|k| k.to_string()).collect();
+        let view = PlaceholderView {
+            sightings: &sightings,
+            named: &named,
+        };
+        let r = run_seeing(&w, &pods, view);
+        let mut want: Vec<String> = left.iter().map(|k| k.to_string()).collect();
+        want.push("test-pod-9".into());
+        want.sort();
+        assert_eq!(keys(&r, "subset-a"), want, "{what}");
+        // test-pod-0 counted in a only: its entry in b is gone.
+        assert!(keys(&r, "subset-b").is_empty(), "{what}");
+        assert_eq!(r.subset("subset-a").replicas, 1, "{what}");
+        assert!(r.out.events.is_empty(), "{what}: {:?}", r.out.events);
+    }
+}
+
 #[test]
 fn reconcile_creating_and_deleting_windows() {
     // TestWorkloadSpreadReconcile cases 7-14.

@@ -312,6 +312,7 @@ mod tests {
 }
 pub mod faults;
 pub mod measure;
+pub mod monitor;
 pub mod pods;
 pub mod stack;
 pub mod webhook;

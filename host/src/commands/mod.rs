@@ -83,6 +83,21 @@ pub fn now() -> workloadspread_core::Timestamp {
     workloadspread_core::timestamp_since_epoch(since)
 }
 
+/// Seconds added to this process's wall clock by [`skewed_now`] (`serve
+/// --clock-offset-seconds`, for fault tests: a host whose clock is off).
+static CLOCK_OFFSET_SECONDS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// Sets [`skewed_now`]'s offset.
+pub fn set_clock_offset(seconds: i64) {
+    CLOCK_OFFSET_SECONDS.store(seconds, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// [`now`] moved by the configured offset: the clock the counter stamps with.
+pub fn skewed_now() -> workloadspread_core::Timestamp {
+    let offset = CLOCK_OFFSET_SECONDS.load(std::sync::atomic::Ordering::Relaxed);
+    now() + k8s_openapi::jiff::SignedDuration::from_secs(offset)
+}
+
 pub fn engine_options(args: &PolicyArgs, pool_instances: u32) -> Result<EngineOptions> {
     if !(args.timeout.is_finite() && args.timeout > 0.0) {
         anyhow::bail!("--timeout must be a positive number of seconds");

@@ -1,6 +1,6 @@
 //! `serve`: the HTTPS admission webhook with exact counters.
 
-use super::{default_policy, engine_options, now, settings, PolicyArgs};
+use super::{default_policy, engine_options, settings, PolicyArgs};
 use crate::engine::PolicyEngine;
 use anyhow::{Context, Result};
 use clap::Args;
@@ -101,6 +101,10 @@ pub struct ServeArgs {
     /// they are allowed unchanged without it: the answer the policy gives them).
     #[arg(long)]
     pub evaluate_unrelated: bool,
+    /// Fault tests only: seconds added to this host's clock for the stamps it writes
+    /// (a machine whose clock is off; nothing compares stamps across machines).
+    #[arg(long, default_value_t = 0, hide = true, allow_hyphen_values = true)]
+    pub clock_offset_seconds: i64,
 }
 
 pub fn serve(args: ServeArgs) -> Result<()> {
@@ -158,6 +162,7 @@ pub fn policy_metadata(path: Option<&PathBuf>, module: &std::path::Path) -> Resu
 }
 
 async fn serve_main(args: ServeArgs) -> Result<()> {
+    super::set_clock_offset(args.clock_offset_seconds);
     let settings = settings(&args.policy_args)?;
     let policy = args.policy.clone().unwrap_or_else(default_policy);
     let options = engine_options(&args.policy_args, args.pool_instances)?;
@@ -178,7 +183,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
                 ..Default::default()
             }),
             metrics.clone(),
-            now,
+            super::skewed_now,
         )
     });
     let module = args.policy.clone().unwrap_or_else(default_policy);

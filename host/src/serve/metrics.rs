@@ -83,8 +83,13 @@ pub enum ReservationEvent {
     Settled,
     /// Unused placeholders given back.
     Returned,
-    /// Claims that waited because another replica's placeholders held the room.
+    /// Claims that waited because placeholders held the room (another replica's, or
+    /// this one's being given back).
     Waited,
+    /// Stale placeholders (a dead holder's) settled to the pod that names them.
+    StaleSettled,
+    /// Stale placeholders no pod names, dropped: their slots freed.
+    StaleDropped,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -110,6 +115,8 @@ pub struct Metrics {
     /// Objects cached per kind and namespace (namespaces holding a WorkloadSpread).
     pub cached_objects: Family<CacheLabels, Gauge>,
     pub reservations: Family<ReservationLabels, Counter>,
+    /// Counter queues alive (one per WorkloadSpread with recent counter work).
+    pub counter_queues: Gauge,
 }
 
 impl Metrics {
@@ -130,8 +137,14 @@ impl Metrics {
         let reservations = Family::<ReservationLabels, Counter>::default();
         registry.register(
             "reservations",
-            "Reserved slots: placeholders reserved, taken by claims without a write, settled, returned; claims that waited for another replica's",
+            "Reserved slots: placeholders reserved, taken by claims without a write, settled, returned; claims that waited for placeholders in their way; stale placeholders (a dead holder's) settled to the pod naming them or dropped",
             reservations.clone(),
+        );
+        let counter_queues = Gauge::default();
+        registry.register(
+            "counter_queues",
+            "Counter queues alive: one per WorkloadSpread with counter work in the last idle period",
+            counter_queues.clone(),
         );
         registry.register(
             "cached_objects",
@@ -186,6 +199,7 @@ impl Metrics {
         Metrics {
             registry,
             reservations,
+            counter_queues,
             unrelated,
             cached_objects,
             evaluations,

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use workloadspread_core::admission::reserve::{placeholder_key, HANDOUT_SECONDS};
 use workloadspread_core::admission::Scale;
 use workloadspread_core::counter::ClaimResponse;
+use workloadspread_core::Timestamp;
 
 /// How a replica reserves slots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,8 +36,10 @@ pub type SlotKey = (String, String);
 /// The claims of one subset and this replica's unused placeholders in it.
 #[derive(Debug)]
 struct Slot {
-    /// Unused placeholders, oldest first, with when they were written.
-    unused: VecDeque<(String, Instant)>,
+    /// Unused placeholders, oldest first, with their stamps in the status (this host's
+    /// clock when the write that made them was prepared: a write that timed out and
+    /// was found landed keeps its stamp, so they are aged from then).
+    unused: VecDeque<(String, Timestamp)>,
     /// Claims answered in the last second (the block size).
     recent: VecDeque<Instant>,
     last_claim: Instant,
@@ -55,6 +58,13 @@ pub struct Handed {
     pub key: String,
     /// What the claim was answered (a retried request gets it again).
     pub answer: ClaimResponse,
+    /// The placeholder's stamp (it goes back to the unused ones with it).
+    pub stamp: Timestamp,
+    /// The claim's scale (a settle that frees the placeholder recounts with it).
+    pub scale: Scale,
+    /// When it was handed out: a settle that keeps failing is given up after a while
+    /// (whoever finds the placeholder stale settles it to the pod that names it).
+    pub at: Instant,
 }
 
 /// Placeholders to give back in one write.
@@ -145,24 +155,28 @@ impl Pool {
         self.slots.values().all(|s| !s.refilling)
     }
 
-    /// This replica's room in `version`: its unused placeholders and those being
-    /// returned, as (subset, key). Only unused ones can be taken.
+    /// This replica's unused placeholders in `version`, as (subset, key): the ones it
+    /// can hand out.
     pub fn unused(&self, version: &str) -> Vec<(String, String)> {
-        let held = self
-            .slots
+        self.slots
             .iter()
             .filter(|((v, _), _)| v == version)
             .flat_map(|((_, subset), slot)| {
                 slot.unused
                     .iter()
                     .map(move |(k, _)| (subset.clone(), k.clone()))
-            });
-        let returning = self
-            .returning
+            })
+            .collect()
+    }
+
+    /// This replica's placeholders in `version` whose return write has not landed:
+    /// its room, not to hand out.
+    pub fn returning(&self, version: &str) -> Vec<(String, String)> {
+        self.returning
             .iter()
             .filter(|((v, _), _)| v == version)
-            .map(|((_, subset), k)| (subset.clone(), k.clone()));
-        held.chain(returning).collect()
+            .map(|((_, subset), k)| (subset.clone(), k.clone()))
+            .collect()
     }
 
     /// A return write ended (written or not: a placeholder left behind expires).
@@ -184,11 +198,12 @@ impl Pool {
         slot: &SlotKey,
         placeholder: &str,
         key: &str,
+        scale: Scale,
         mut answer: ClaimResponse,
     ) -> Option<ClaimResponse> {
         let s = self.slots.get_mut(slot)?;
         let at = s.unused.iter().position(|(k, _)| k == placeholder)?;
-        let (placeholder, _) = s.unused.remove(at)?;
+        let (placeholder, stamp) = s.unused.remove(at)?;
         answer.reservation = Some(placeholder.clone());
         self.handed.insert(
             key.to_string(),
@@ -197,6 +212,9 @@ impl Pool {
                 placeholder,
                 key: key.to_string(),
                 answer: answer.clone(),
+                stamp,
+                scale,
+                at: Instant::now(),
             },
         );
         self.to_settle.push(key.to_string());
@@ -207,7 +225,7 @@ impl Pool {
     /// Undoes [`Pool::take`] for a pod the guest refused: its placeholder is unused
     /// again. False when `key` holds no placeholder, or its settle is already being
     /// written (the placeholder becomes the pod's key, which the caller then unclaims).
-    pub fn untake(&mut self, key: &str, now: Instant) -> bool {
+    pub fn untake(&mut self, key: &str) -> bool {
         if self.settling.contains(key) {
             return false;
         }
@@ -219,7 +237,7 @@ impl Pool {
             self.settle_since = None;
         }
         if let Some(s) = self.slots.get_mut(&h.slot) {
-            s.unused.push_front((h.placeholder, now));
+            s.unused.push_front((h.placeholder, h.stamp));
         }
         true
     }
@@ -263,11 +281,12 @@ impl Pool {
             .collect()
     }
 
-    /// A reserve write for `slot` ended: `keys` (possibly none) are now held.
-    pub fn reserved(&mut self, slot: &SlotKey, keys: Vec<String>, now: Instant) {
+    /// A reserve write for `slot` ended: `keys` (possibly none), with their stamps in
+    /// the status, are now held.
+    pub fn reserved(&mut self, slot: &SlotKey, keys: Vec<(String, Timestamp)>) {
         if let Some(s) = self.slots.get_mut(slot) {
             s.refilling = false;
-            s.unused.extend(keys.into_iter().map(|k| (k, now)));
+            s.unused.extend(keys);
         }
     }
 
@@ -308,8 +327,27 @@ impl Pool {
                 .any(|s| s.unused.iter().any(|(k, _)| k == placeholder))
     }
 
-    /// A settle write ended (written or given up: the controller counts such a pod
-    /// through its annotation either way).
+    /// A settle write failed: the placeholders go back to be settled by the next one
+    /// (a handed-out placeholder stays this replica's until its pod is recorded), unless
+    /// they were handed out longer than `give_up` ago — by then whoever finds them stale
+    /// settles them to the pods that name them.
+    pub fn settle_failed(&mut self, done: &[Handed], now: Instant, give_up: Duration) {
+        for h in done {
+            self.settling.remove(&h.key);
+            if self.handed.get(&h.key) != Some(h) {
+                continue;
+            }
+            if now.saturating_duration_since(h.at) >= give_up {
+                self.handed.remove(&h.key);
+                continue;
+            }
+            self.to_settle.push(h.key.clone());
+            self.settle_since.get_or_insert(now);
+        }
+    }
+
+    /// A settle write ended (written, or the object is gone): the placeholders are the
+    /// pods' keys now, or nobody's.
     pub fn settled(&mut self, done: &[Handed]) {
         for h in done {
             self.settling.remove(&h.key);
@@ -320,9 +358,10 @@ impl Pool {
     }
 
     /// Unused placeholders to give back: those of subsets idle for the policy's idle
-    /// time, and those too old to hand out. They are no longer held.
-    pub fn expired(&mut self, now: Instant) -> Vec<Return> {
-        let handout = Duration::from_secs(HANDOUT_SECONDS as u64);
+    /// time, and those too old to hand out by their stamp (`clock`: this host's clock,
+    /// which stamped them). They are no longer held.
+    pub fn expired(&mut self, now: Instant, clock: Timestamp) -> Vec<Return> {
+        let handout = k8s_openapi::jiff::SignedDuration::from_secs(HANDOUT_SECONDS);
         let idle = self.policy.idle;
         let mut out = vec![];
         for (key, s) in &mut self.slots {
@@ -330,7 +369,7 @@ impl Pool {
             let (gone, kept): (Vec<_>, Vec<_>) = s
                 .unused
                 .drain(..)
-                .partition(|(_, at)| slot_idle || now.saturating_duration_since(*at) >= handout);
+                .partition(|(_, at)| slot_idle || clock.duration_since(*at) >= handout);
             s.unused = kept.into();
             self.returning
                 .extend(gone.iter().map(|(k, _)| (key.clone(), k.clone())));

@@ -12,8 +12,8 @@
 //! [`PLACEHOLDER_TTL_SECONDS`] after its write, and its holder hands it out only within
 //! [`super::HANDOUT_SECONDS`] of its own stamp (taken before the write).
 
-use super::{holder_of, is_placeholder, settle, Settled, PLACEHOLDER_TTL_SECONDS};
 use super::RESERVATION_HOLDER_LABEL;
+use super::{holder_of, is_placeholder, settle, Settled, PLACEHOLDER_TTL_SECONDS};
 use crate::admission::{unclaim, PodKey, Scale};
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
 use crate::pods::{matched, name, reservation};
@@ -142,7 +142,10 @@ pub fn holder_selector(stale: &[Stale]) -> Option<String> {
         return None;
     }
     let list: Vec<&str> = holders.into_iter().collect();
-    Some(format!("{RESERVATION_HOLDER_LABEL} in ({})", list.join(",")))
+    Some(format!(
+        "{RESERVATION_HOLDER_LABEL} in ({})",
+        list.join(",")
+    ))
 }
 
 /// A pod admitted into a placeholder: which one, in which subset, and the pod's
@@ -212,9 +215,8 @@ pub fn resolve(
             .find(|n| n.placeholder == s.key && n.subset == s.subset);
         match naming {
             Some(n) => {
-                let r = settle(
-                    status, ws, &s.version, &s.subset, &s.key, &n.key, scale, now,
-                );
+                let at = (s.version.as_str(), s.subset.as_str());
+                let r = settle(status, ws, at, &s.key, &n.key, scale, now);
                 if r != Settled::Gone {
                     done.settled += 1;
                 }

@@ -222,8 +222,7 @@ fn settling_renames_a_placeholder_without_changing_the_occupancy() {
             settle(
                 status,
                 spec,
-                VERSION_IGNORED,
-                "a",
+                (VERSION_IGNORED, "a"),
                 placeholder,
                 key,
                 scale,
@@ -408,8 +407,10 @@ mod shared_status {
                 may_wait,
             };
             let (id, owned) = (self.holders[h].id.clone(), self.holders[h].unused.clone());
-            let unused: Vec<(&str, &str)> =
-                owned.iter().map(|(s, k)| (s.as_str(), k.as_str())).collect();
+            let unused: Vec<(&str, &str)> = owned
+                .iter()
+                .map(|(s, k)| (s.as_str(), k.as_str()))
+                .collect();
             let holding = Holding {
                 holder: &id,
                 unused: &unused,
@@ -477,7 +478,10 @@ mod shared_status {
                 clock,
             );
             let held = &mut self.holders[h].unused;
-            held.extend(got.into_iter().map(|(k, _)| (SUBSETS[subset].to_string(), k)));
+            held.extend(
+                got.into_iter()
+                    .map(|(k, _)| (SUBSETS[subset].to_string(), k)),
+            );
             self.holders[h].copy = self.ws.status.clone();
         }
 
@@ -486,7 +490,8 @@ mod shared_status {
             let (spec, clock) = (self.ws.clone(), self.clock(h));
             for (s, key, pod) in std::mem::take(&mut self.holders[h].taken) {
                 let status = self.status();
-                settle(status, &spec, VERSION_IGNORED, &s, &key, &pod, scale(), clock);
+                let at = (VERSION_IGNORED, s.as_str());
+                settle(status, &spec, at, &key, &pod, scale(), clock);
             }
             self.holders[h].copy = self.ws.status.clone();
         }

@@ -20,6 +20,16 @@ fn scale() -> Scale {
     Scale::new(10, Rules::Planned)
 }
 
+/// This host's clock `ms` milliseconds after an origin (stamps in the status).
+fn clock(ms: u64) -> Timestamp {
+    Timestamp::UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+/// `keys` stamped at `ms`.
+fn stamped(keys: Vec<String>, ms: u64) -> Vec<(String, Timestamp)> {
+    keys.into_iter().map(|k| (k, clock(ms))).collect()
+}
+
 fn answer(subset: &str) -> ClaimResponse {
     ClaimResponse {
         subset: Some(subset.into()),
@@ -38,11 +48,11 @@ fn the_block_follows_the_claims_of_the_last_second_and_refills_at_half() {
     assert_eq!(p.claimed(&slot("a"), scale(), ms(10)), None);
     let keys = p.new_keys(1);
     assert_eq!(keys, ["~h1.1"]);
-    p.reserved(&slot("a"), keys, ms(20));
+    p.reserved(&slot("a"), stamped(keys, 20));
     // 3 claims in the last second, 1 unused: refill to 3.
     assert_eq!(p.claimed(&slot("a"), scale(), ms(30)), Some(2));
     let keys = p.new_keys(2);
-    p.reserved(&slot("a"), keys, ms(40));
+    p.reserved(&slot("a"), stamped(keys, 40));
     // 3 unused of a block of 4: more than half left.
     assert_eq!(p.claimed(&slot("a"), scale(), ms(50)), None);
     // A second later the rate is 1 again: the block is 1, 3 held, nothing to ask.
@@ -52,7 +62,7 @@ fn the_block_follows_the_claims_of_the_last_second_and_refills_at_half() {
     for i in 0..10 {
         if let Some(n) = p.claimed(&slot("b"), scale(), ms(i)) {
             assert!(n <= 2, "{n}");
-            p.reserved(&slot("b"), vec![], ms(i));
+            p.reserved(&slot("b"), vec![]);
         }
     }
 }
@@ -63,31 +73,40 @@ fn a_placeholder_is_handed_once_and_settled_or_untaken() {
     let t0 = Instant::now();
     p.claimed(&slot("a"), scale(), t0);
     let keys = p.new_keys(2);
-    p.reserved(&slot("a"), keys, t0);
-    let got = p.take(&slot("a"), "~h1.1", "pod-1", answer("a")).unwrap();
+    p.reserved(&slot("a"), stamped(keys, 0));
+    let got = p
+        .take(&slot("a"), "~h1.1", "pod-1", scale(), answer("a"))
+        .unwrap();
     assert_eq!(got.reservation.as_deref(), Some("~h1.1"));
     assert_eq!(p.handed("pod-1").unwrap().answer, got);
     assert!(p.is_handed("~h1.1") && p.knows("~h1.1") && p.knows("~h1.2"));
     assert!(
-        p.take(&slot("a"), "~h1.1", "pod-9", answer("a")).is_none(),
+        p.take(&slot("a"), "~h1.1", "pod-9", scale(), answer("a"))
+            .is_none(),
         "handed once"
     );
     // The guest refused pod-1: its placeholder is unused again and not settled.
-    assert!(p.untake("pod-1", t0));
-    assert!(!p.untake("pod-1", t0));
+    assert!(p.untake("pod-1"));
+    assert!(!p.untake("pod-1"));
     assert!(p.settles().is_empty());
-    let got = p.take(&slot("a"), "~h1.1", "pod-2", answer("a")).unwrap();
+    let got = p
+        .take(&slot("a"), "~h1.1", "pod-2", scale(), answer("a"))
+        .unwrap();
     assert_eq!(got.reservation.as_deref(), Some("~h1.1"));
     let settles = p.settles();
     assert_eq!(settles.len(), 1);
     assert!(p.settles().is_empty(), "handed over once");
     // Refused while its settle is being written: the settle renames it to pod-2's
     // key, so it is not unused again (the caller unclaims that key).
-    assert!(!p.untake("pod-2", t0));
-    assert!(p.take(&slot("a"), "~h1.1", "pod-3", answer("a")).is_none());
+    assert!(!p.untake("pod-2"));
+    assert!(p
+        .take(&slot("a"), "~h1.1", "pod-3", scale(), answer("a"))
+        .is_none());
     p.settled(&settles);
     assert!(p.handed("pod-2").is_none() && !p.is_handed("~h1.1"));
-    assert!(p.take(&slot("b"), "~h1.2", "pod-3", answer("b")).is_none());
+    assert!(p
+        .take(&slot("b"), "~h1.2", "pod-3", scale(), answer("b"))
+        .is_none());
 }
 
 #[test]
@@ -100,11 +119,11 @@ fn idle_and_old_placeholders_are_returned() {
     for (subset, at) in [("a", 0), ("b", 1000)] {
         p.claimed(&slot(subset), scale(), s(at));
         let keys = p.new_keys(2);
-        p.reserved(&slot(subset), keys, s(at));
+        p.reserved(&slot(subset), stamped(keys, at));
     }
     p.claimed(&slot("b"), scale(), s(1900));
-    assert!(p.expired(s(1000)).is_empty());
-    let returned = p.expired(s(2100));
+    assert!(p.expired(s(1000), clock(1000)).is_empty());
+    let returned = p.expired(s(2100), clock(2100));
     assert_eq!(
         returned,
         [Return {
@@ -114,14 +133,18 @@ fn idle_and_old_placeholders_are_returned() {
         }]
     );
     // Being returned: still our room when choosing, no longer to hand out.
-    assert_eq!(p.unused("v1").len(), 4);
-    assert!(p.take(&slot("a"), "~h1.1", "pod-1", answer("a")).is_none());
+    assert_eq!((p.unused("v1").len(), p.returning("v1").len()), (2, 2));
+    assert!(p
+        .take(&slot("a"), "~h1.1", "pod-1", scale(), answer("a"))
+        .is_none());
     p.returned(&returned[0]);
-    assert_eq!(p.unused("v1").len(), 2);
-    // b's are too old to hand out, busy or not.
+    assert_eq!((p.unused("v1").len(), p.returning("v1").len()), (2, 0));
+    // b's are too old to hand out by their stamps, busy or not.
     p.claimed(&slot("b"), scale(), s(1000 + handout - 100));
-    assert!(p.expired(s(1000 + handout - 50)).is_empty());
-    let returned = p.expired(s(1000 + handout));
+    assert!(p
+        .expired(s(1000 + handout - 50), clock(1000 + handout - 50))
+        .is_empty());
+    let returned = p.expired(s(1000 + handout), clock(1000 + handout));
     assert_eq!(returned.len(), 1);
     assert_eq!(returned[0].keys, ["~h1.3", "~h1.4"]);
     assert!(!p.is_idle(), "until the return is written");
@@ -136,7 +159,7 @@ fn a_recreated_workloadspread_forgets_its_placeholders() {
     p.track_uid(Some("u1"));
     p.claimed(&slot("a"), scale(), t0);
     let keys = p.new_keys(1);
-    p.reserved(&slot("a"), keys, t0);
+    p.reserved(&slot("a"), stamped(keys, 0));
     p.track_uid(Some("u1"));
     assert_eq!(p.unused("v1").len(), 1);
     p.track_uid(Some("u2"));
@@ -149,8 +172,9 @@ fn settles_wait_for_the_controller_to_count_the_pods_first() {
     let t0 = Instant::now();
     p.claimed(&slot("a"), scale(), t0);
     let keys = p.new_keys(2);
-    p.reserved(&slot("a"), keys, t0);
-    p.take(&slot("a"), "~h1.1", "pod-1", answer("a")).unwrap();
+    p.reserved(&slot("a"), stamped(keys, 0));
+    p.take(&slot("a"), "~h1.1", "pod-1", scale(), answer("a"))
+        .unwrap();
     let delay = Duration::from_secs(1);
     assert!(p.settles_due(Instant::now(), delay).is_empty(), "not yet");
     let due = p.settles_due(Instant::now() + delay, delay);
@@ -159,4 +183,34 @@ fn settles_wait_for_the_controller_to_count_the_pods_first() {
         p.settles_due(Instant::now() + delay * 2, delay).is_empty(),
         "once"
     );
+}
+
+/// A settle write that fails (the API server away) leaves the placeholders handed out
+/// and due again: the next write renames them (#26 item 1). Gone objects and settles
+/// failing for longer than the give-up time are forgotten (stale resolution by whoever
+/// writes next settles those to their pods).
+#[test]
+fn failed_settles_are_retried_until_they_are_given_up() {
+    let mut p = pool(8);
+    let t0 = Instant::now();
+    p.claimed(&slot("a"), scale(), t0);
+    let keys = p.new_keys(2);
+    p.reserved(&slot("a"), stamped(keys, 0));
+    p.take(&slot("a"), "~h1.1", "pod-1", scale(), answer("a"))
+        .unwrap();
+    let settles = p.settles();
+    assert_eq!(settles.len(), 1);
+    let give_up = Duration::from_secs(60);
+    p.settle_failed(&settles, Instant::now(), give_up);
+    assert!(
+        p.is_handed("~h1.1"),
+        "still ours: never resolved as stale by us"
+    );
+    let again = p.settles_due(
+        Instant::now() + Duration::from_secs(1),
+        Duration::from_secs(1),
+    );
+    assert_eq!(again, settles, "due again");
+    p.settle_failed(&again, Instant::now() + give_up, give_up);
+    assert!(!p.is_handed("~h1.1") && p.settles().is_empty(), "given up");
 }

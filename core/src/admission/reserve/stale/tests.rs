@@ -16,8 +16,10 @@ fn secs(n: i64) -> SignedDuration {
 /// their holder's clock.
 fn ws(creating: &[&str], stamp_age: i64) -> WorkloadSpread {
     let at = (now() - secs(stamp_age)).to_string();
-    let keys: serde_json::Map<String, serde_json::Value> =
-        creating.iter().map(|k| (k.to_string(), json!(at))).collect();
+    let keys: serde_json::Map<String, serde_json::Value> = creating
+        .iter()
+        .map(|k| (k.to_string(), json!(at)))
+        .collect();
     let missing = 4 - creating.len() as i32;
     let statuses = json!([{"name": "a", "missingReplicas": missing, "creatingPods": keys},
         {"name": "b", "missingReplicas": -1}]);
@@ -48,10 +50,18 @@ fn placeholders_age_from_when_this_reader_first_saw_them() {
     seen.observe(status, now());
     assert_eq!(seen.len(), 1, "pods' entries are not placeholders");
     let none = |_: &str| false;
-    for (after, want) in [(0, 0), (PLACEHOLDER_TTL_SECONDS, 0), (PLACEHOLDER_TTL_SECONDS + 1, 1)] {
+    for (after, want) in [
+        (0, 0),
+        (PLACEHOLDER_TTL_SECONDS, 0),
+        (PLACEHOLDER_TTL_SECONDS + 1, 1),
+    ] {
         let at = now() + secs(after);
         seen.observe(status, at);
-        assert_eq!(stale(status, &seen, at, none).len(), want, "{after} s after");
+        assert_eq!(
+            stale(status, &seen, at, none).len(),
+            want,
+            "{after} s after"
+        );
     }
     // A reader with no history of its own (offline) ages by the stamps.
     let stamped = Sightings::from_stamps(status);
@@ -109,7 +119,11 @@ fn stale_placeholders_are_settled_to_the_pod_naming_them_or_dropped() {
         assert_eq!((done.settled, done.dropped), (settled, dropped), "{what}");
         assert_eq!(creating(&w), after, "{what}");
         let a = &w.status.as_ref().unwrap().versioned_subset_statuses[VERSION_IGNORED][0];
-        assert_eq!(a.missing_replicas, 4 - after.len() as i32, "{what}: missingReplicas");
+        assert_eq!(
+            a.missing_replicas,
+            4 - after.len() as i32,
+            "{what}: missingReplicas"
+        );
     }
 }
 
@@ -126,10 +140,15 @@ fn pods_name_placeholders_through_their_annotations() {
             json!(matched.to_string()),
         );
         if let Some(r) = reservation {
-            annotations.insert(crate::admission::reserve::RESERVATION_ANNOTATION.into(), json!(r));
+            annotations.insert(
+                crate::admission::reserve::RESERVATION_ANNOTATION.into(),
+                json!(r),
+            );
         }
-        serde_json::from_value::<Pod>(json!({"metadata": {"name": name, "annotations": annotations}}))
-            .unwrap()
+        serde_json::from_value::<Pod>(
+            json!({"metadata": {"name": name, "annotations": annotations}}),
+        )
+        .unwrap()
     };
     let pods = [
         pod("web-1", Some("~h1.3"), "ws", None),
@@ -143,13 +162,20 @@ fn pods_name_placeholders_through_their_annotations() {
         [naming("~h1.3", "a", "web-1"), naming("~h1.5", "a", "req-9")]
     );
     let named = named_placeholders(&pods);
-    assert_eq!(named.into_iter().collect::<Vec<_>>(), ["~h1.3", "~h1.4", "~h1.5"]);
+    assert_eq!(
+        named.into_iter().collect::<Vec<_>>(),
+        ["~h1.3", "~h1.4", "~h1.5"]
+    );
     let stale_of = |key: String| Stale {
         version: VERSION_IGNORED.into(),
         subset: "a".into(),
         key,
     };
-    let stale = [stale_of(placeholder_key("0a1b2c3d", 1)), stale_of(placeholder_key("ffff0000", 2)), stale_of(placeholder_key("0a1b2c3d", 3))];
+    let stale = [
+        stale_of(placeholder_key("0a1b2c3d", 1)),
+        stale_of(placeholder_key("ffff0000", 2)),
+        stale_of(placeholder_key("0a1b2c3d", 3)),
+    ];
     assert_eq!(
         holder_selector(&stale).as_deref(),
         Some("workloadspread.io/reservation-holder in (0a1b2c3d,ffff0000)")

@@ -1,0 +1,439 @@
+//! The invariant monitor: watches one WorkloadSpread, its workload and the namespace's
+//! pods during a scenario and checks, at every observed moment (every watch event),
+//! that no subset is over its maximum for the workload's replicas:
+//!
+//! * in the status — each subset's occupancy as every reader counts it, `replicas +
+//!   |creatingPods| − |deletingPods|` summed over the versioned statuses (placeholders
+//!   included), and
+//! * in the pods — the active pods whose matched annotation names the subset.
+//!
+//! At the end ([`Monitor::finish`]) it reports the highest occupancy seen per subset.
+//! The judgement is the monitor's own (maxima scaled with `intstr`'s round-up, as
+//! Kubernetes does), not `workloadspread_core`'s: the rules under test do not judge
+//! themselves.
+
+use anyhow::{bail, Context, Result};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const MATCHED: &str = "apps.kruise.io/matched-workloadspread";
+
+/// A subset's maximum as the spec gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Max {
+    Count(i64),
+    Percent(i64),
+    Unlimited,
+}
+
+impl Max {
+    fn parse(v: &Value) -> Max {
+        match v {
+            Value::Number(n) => n.as_i64().map_or(Max::Unlimited, Max::Count),
+            Value::String(s) => match s.strip_suffix('%').and_then(|p| p.parse().ok()) {
+                Some(p) => Max::Percent(p),
+                None => s.parse().map_or(Max::Unlimited, Max::Count),
+            },
+            _ => Max::Unlimited,
+        }
+    }
+
+    /// The maximum for `replicas` (percentages round up, as `intstr` does); `None`:
+    /// unlimited.
+    pub fn at(&self, replicas: i64) -> Option<i64> {
+        match *self {
+            Max::Count(n) => Some(n),
+            Max::Percent(p) => Some((p * replicas + 99) / 100),
+            Max::Unlimited => None,
+        }
+    }
+}
+
+/// One observation over a subset's maximum.
+#[derive(Clone, Debug)]
+pub struct Violation {
+    pub after: Duration,
+    pub subset: String,
+    /// "status" or "pods".
+    pub seen_in: &'static str,
+    pub count: i64,
+    pub max: i64,
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:.2} s: subset {} holds {} by the {} (maximum {}): {}",
+            self.after.as_secs_f64(),
+            self.subset,
+            self.count,
+            self.seen_in,
+            self.max,
+            self.detail
+        )
+    }
+}
+
+/// What a scenario observed.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Highest status occupancy per subset.
+    pub max_occupancy: BTreeMap<String, i64>,
+    /// Highest count of active pods per subset.
+    pub max_pods: BTreeMap<String, i64>,
+    /// Each subset's maximum at the highest replicas seen.
+    pub maxima: BTreeMap<String, i64>,
+    pub status_events: usize,
+    pub pod_events: usize,
+    pub violations: Vec<Violation>,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let subsets: Vec<String> = self
+            .max_occupancy
+            .keys()
+            .chain(self.max_pods.keys())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .map(|s| {
+                let get = |m: &BTreeMap<String, i64>| m.get(s).copied().unwrap_or(0);
+                let max = self
+                    .maxima
+                    .get(s)
+                    .map_or("unlimited".to_string(), |m| m.to_string());
+                format!(
+                    "{s}: occupancy ≤ {}, pods ≤ {} (max {max})",
+                    get(&self.max_occupancy),
+                    get(&self.max_pods)
+                )
+            })
+            .collect();
+        write!(
+            f,
+            "{}; {} status and {} pod events checked, {} violations",
+            subsets.join("; "),
+            self.status_events,
+            self.pod_events,
+            self.violations.len()
+        )
+    }
+}
+
+/// What the monitor tracks.
+#[derive(Default)]
+struct State {
+    started: Option<Instant>,
+    maxima: Vec<(String, Max)>,
+    /// The workload's replicas as last seen, and the highest seen.
+    replicas: i64,
+    /// Active pods by name → subset.
+    pods: BTreeMap<String, String>,
+    report: Report,
+}
+
+impl State {
+    fn elapsed(&self) -> Duration {
+        self.started.map(|s| s.elapsed()).unwrap_or_default()
+    }
+
+    fn max_of(&self, subset: &str) -> Option<i64> {
+        let (_, max) = self.maxima.iter().find(|(s, _)| s == subset)?;
+        max.at(self.replicas)
+    }
+
+    fn workloadspread(&mut self, ws: &Value) {
+        self.report.status_events += 1;
+        if let Some(subsets) = ws["spec"]["subsets"].as_array() {
+            self.maxima = subsets
+                .iter()
+                .filter_map(|s| {
+                    Some((
+                        s["name"].as_str()?.to_string(),
+                        Max::parse(&s["maxReplicas"]),
+                    ))
+                })
+                .collect();
+        }
+        for (subset, occupancy) in occupancy(&ws["status"]) {
+            let seen = self.report.max_occupancy.entry(subset.clone()).or_default();
+            *seen = (*seen).max(occupancy);
+            if let Some(max) = self.max_of(&subset).filter(|m| occupancy > *m) {
+                let violation = Violation {
+                    after: self.elapsed(),
+                    subset,
+                    seen_in: "status",
+                    count: occupancy,
+                    max,
+                    detail: ws["status"]["versionedSubsetStatuses"].to_string(),
+                };
+                self.report.violations.push(violation);
+            }
+        }
+    }
+
+    fn pod(&mut self, ws_name: &str, pod: &Pod, deleted: bool) {
+        self.report.pod_events += 1;
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        match subset_of(pod, ws_name).filter(|_| !deleted && is_active(pod)) {
+            Some(subset) => {
+                self.pods.insert(name.clone(), subset.clone());
+                let count = self.pods.values().filter(|s| **s == subset).count() as i64;
+                let seen = self.report.max_pods.entry(subset.clone()).or_default();
+                *seen = (*seen).max(count);
+                if let Some(max) = self.max_of(&subset).filter(|m| count > *m) {
+                    let violation = Violation {
+                        after: self.elapsed(),
+                        subset,
+                        seen_in: "pods",
+                        count,
+                        max,
+                        detail: format!("{name} was added"),
+                    };
+                    self.report.violations.push(violation);
+                }
+            }
+            None => {
+                self.pods.remove(&name);
+            }
+        }
+    }
+}
+
+/// Each subset's occupancy summed over the versioned statuses.
+pub fn occupancy(status: &Value) -> BTreeMap<String, i64> {
+    let mut out: BTreeMap<String, i64> = BTreeMap::new();
+    let versions = status["versionedSubsetStatuses"].as_object();
+    for subsets in versions.into_iter().flat_map(|m| m.values()) {
+        for s in subsets.as_array().into_iter().flatten() {
+            let Some(name) = s["name"].as_str() else {
+                continue;
+            };
+            let len = |k: &str| s[k].as_object().map_or(0, |m| m.len() as i64);
+            let n = s["replicas"].as_i64().unwrap_or(0) + len("creatingPods") - len("deletingPods");
+            *out.entry(name.to_string()).or_default() += n;
+        }
+    }
+    out
+}
+
+fn subset_of(pod: &Pod, ws_name: &str) -> Option<String> {
+    let text = pod.metadata.annotations.as_ref()?.get(MATCHED)?;
+    let v: Value = serde_json::from_str(text).ok()?;
+    (v["name"] == ws_name).then(|| v["subset"].as_str().map(str::to_string))?
+}
+
+fn is_active(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    pod.metadata.deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+/// A running monitor; [`Monitor::finish`] stops it and judges.
+pub struct Monitor {
+    state: Arc<Mutex<State>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Monitor {
+    /// Watches WorkloadSpread `ws_name`, the workload (`workload_api`, `workload_name`:
+    /// its `spec.replicas` scales percentages; the highest seen counts, so a scale-in's
+    /// pods on their way out are not judged by the smaller maximum) and the pods of
+    /// `namespace`. Returns once every watch has listed.
+    pub async fn start(
+        client: Client,
+        namespace: &str,
+        ws_name: &str,
+        workload: ApiResource,
+        workload_name: &str,
+    ) -> Result<Self> {
+        let state = Arc::new(Mutex::new(State {
+            started: Some(Instant::now()),
+            ..Default::default()
+        }));
+        let ws_resource = ApiResource {
+            group: "apps.kruise.io".into(),
+            version: "v1beta1".into(),
+            api_version: "apps.kruise.io/v1beta1".into(),
+            kind: "WorkloadSpread".into(),
+            plural: "workloadspreads".into(),
+        };
+        let mut tasks = vec![];
+        let mut ready = vec![];
+        let config =
+            |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
+        for (resource, name, is_ws) in [
+            (ws_resource, ws_name, true),
+            (workload, workload_name, false),
+        ] {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), namespace, &resource);
+            let stream = watcher::watcher(api, config(name));
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            ready.push(rx);
+            let state = state.clone();
+            tasks.push(tokio::spawn(follow(
+                stream,
+                tx,
+                move |o: DynamicObject, _| {
+                    let v = serde_json::to_value(&o).unwrap_or(Value::Null);
+                    let mut s = lock(&state);
+                    if is_ws {
+                        s.workloadspread(&v);
+                    } else {
+                        let replicas = v["spec"]["replicas"].as_i64().unwrap_or(0);
+                        s.replicas = s.replicas.max(replicas);
+                    }
+                },
+            )));
+        }
+        let pods: Api<Pod> = Api::namespaced(client, namespace);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        ready.push(rx);
+        let (st, ws) = (state.clone(), ws_name.to_string());
+        let stream = watcher::watcher(pods, watcher::Config::default());
+        tasks.push(tokio::spawn(follow(stream, tx, move |p: Pod, deleted| {
+            lock(&st).pod(&ws, &p, deleted)
+        })));
+        for rx in ready {
+            tokio::time::timeout(Duration::from_secs(30), rx)
+                .await
+                .context("the monitor's watches did not list in 30 s")?
+                .context("a monitor watch stopped")?;
+        }
+        Ok(Monitor { state, tasks })
+    }
+
+    /// The report so far.
+    pub fn report(&self) -> Report {
+        let s = lock(&self.state);
+        let mut report = s.report.clone();
+        report.maxima = s
+            .maxima
+            .iter()
+            .filter_map(|(n, m)| Some((n.clone(), m.at(s.replicas)?)))
+            .collect();
+        report
+    }
+
+    /// Stops watching; fails when any moment was over a maximum.
+    pub fn finish(self) -> Result<Report> {
+        for t in &self.tasks {
+            t.abort();
+        }
+        let report = self.report();
+        if !report.violations.is_empty() {
+            let first: Vec<String> = report
+                .violations
+                .iter()
+                .take(5)
+                .map(|v| v.to_string())
+                .collect();
+            bail!(
+                "{} moments over a maximum ({report}); first: {}",
+                report.violations.len(),
+                first.join(" | ")
+            );
+        }
+        Ok(report)
+    }
+}
+
+fn lock(s: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    s.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Feeds every object event of `stream` to `on` (`true`: deleted); signals `ready` after
+/// the initial list.
+async fn follow<K, S>(
+    stream: S,
+    ready: tokio::sync::oneshot::Sender<()>,
+    mut on: impl FnMut(K, bool) + Send,
+) where
+    S: futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send,
+    K: Send,
+{
+    let mut ready = Some(ready);
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Event::Apply(o)) | Ok(Event::InitApply(o)) => on(o, false),
+            Ok(Event::Delete(o)) => on(o, true),
+            Ok(Event::InitDone) => {
+                if let Some(r) = ready.take() {
+                    let _ = r.send(());
+                }
+            }
+            Ok(Event::Init) => {}
+            // The watcher retries by itself; a gap is a missed moment, not a violation.
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn maxima_scale_like_intstr_and_occupancy_counts_every_version() {
+        assert_eq!(Max::parse(&json!(3)).at(10), Some(3));
+        assert_eq!(Max::parse(&json!("30%")).at(10), Some(3));
+        assert_eq!(Max::parse(&json!("30%")).at(11), Some(4));
+        assert_eq!(Max::parse(&json!("5")).at(1), Some(5));
+        assert_eq!(Max::parse(&Value::Null).at(10), None);
+        let status = json!({"versionedSubsetStatuses": {
+            "v1": [{"name": "a", "replicas": 2, "creatingPods": {"p": "t", "~h.1": "t"}, "deletingPods": {"q": "t"}}],
+            "v2": [{"name": "a", "replicas": 1}, {"name": "b", "creatingPods": {"r": "t"}}]}});
+        assert_eq!(
+            occupancy(&status),
+            BTreeMap::from([("a".to_string(), 4), ("b".to_string(), 1)])
+        );
+    }
+
+    #[test]
+    fn every_moment_over_a_maximum_is_a_violation() {
+        let mut s = State {
+            replicas: 10,
+            ..Default::default()
+        };
+        let ws = |creating: Value| {
+            json!({"spec": {"subsets": [{"name": "a", "maxReplicas": "30%"}, {"name": "b"}]},
+                "status": {"versionedSubsetStatuses": {"v": [{"name": "a", "replicas": 2, "creatingPods": creating}, {"name": "b", "replicas": 50}]}}})
+        };
+        s.workloadspread(&ws(json!({"p": "t"})));
+        assert!(s.report.violations.is_empty());
+        s.workloadspread(&ws(json!({"p": "t", "~h.1": "t"})));
+        assert_eq!(s.report.violations.len(), 1, "3 + 1 placeholder > 3");
+        let pod = |name: &str, subset: &str| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": name, "annotations": {
+                MATCHED: json!({"name": "web", "subset": subset}).to_string()}}}))
+            .unwrap()
+        };
+        for n in ["p1", "p2", "p3"] {
+            s.pod("web", &pod(n, "a"), false);
+        }
+        assert_eq!(s.report.violations.len(), 1);
+        s.pod("web", &pod("p4", "a"), false);
+        assert_eq!(s.report.violations.len(), 2, "a fourth pod in a");
+        s.pod("web", &pod("p4", "a"), true);
+        s.pod("web", &pod("p5", "a"), false);
+        assert_eq!(
+            s.report.violations.len(),
+            3,
+            "deleted pods leave, new ones count"
+        );
+        assert_eq!(s.report.max_pods["a"], 4);
+        assert_eq!(s.report.max_occupancy["a"], 4);
+    }
+}

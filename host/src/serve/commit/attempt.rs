@@ -1,0 +1,472 @@
+//! A batch's write: the newest copy of the WorkloadSpread (the queue's own, the
+//! reflector's, or a live read), stale placeholders resolved against the pods that may
+//! name them, the batch applied, one status write guarded by `resourceVersion`; a 409
+//! re-reads and re-applies, until the batch's deadline.
+
+use super::apply::{apply_decoded, decode, updated_object, Resolution};
+use super::queue::still_awaited;
+use super::{
+    internal, lock, Answer, Applied1, Committer, Op, Pending, Queue, QueueKey, Shared, Work,
+    ANSWER_BUDGET, CALL_TIMEOUT, COMMIT_DEADLINE, DONE, MAX_ATTEMPTS, SETTLE_GIVE_UP,
+};
+use crate::serve::metrics::ReservationEvent;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DynamicObject, ListParams, PostParams};
+use kube::Api;
+use std::time::{Duration, Instant};
+use workloadspread_core::admission::reserve::stale::{self, Naming, Stale};
+
+/// Why a batch failed for good.
+#[derive(Debug)]
+enum Failure {
+    /// The WorkloadSpread is gone (or was recreated): nothing of it is worth retrying.
+    Gone(String),
+    /// Anything else: the queue's own work is tried again.
+    Other(String),
+}
+
+impl Failure {
+    fn message(&self) -> &str {
+        match self {
+            Failure::Gone(m) | Failure::Other(m) => m,
+        }
+    }
+}
+
+impl Committer {
+    /// Applies `batch` to the WorkloadSpread and writes the status once; on 409
+    /// re-reads and re-applies. Answers every operation; returns what is carried to the
+    /// next batch (claims waiting for placeholders in their way, refills).
+    pub(super) async fn commit(
+        &self,
+        api: &Api<DynamicObject>,
+        key: &QueueKey,
+        queue: &Queue,
+        batch: Vec<Pending>,
+    ) -> Vec<Pending> {
+        let name = key.1.as_str();
+        let (mut batch, abandoned) = still_awaited(batch);
+        self.metrics.abandoned.inc_by(abandoned as u64);
+        if batch.is_empty() {
+            return vec![];
+        }
+        self.metrics.batch_size.observe(batch.len() as f64);
+        let mut carried = vec![];
+        let mut failure = Failure::Other(String::new());
+        let deadline = answer_deadline(&batch);
+        // Set when a copy's uid differs from an operation's: read the object live once
+        // (a recreated WorkloadSpread) before answering "recreated".
+        let (mut read_live, mut refreshed) = (false, false);
+        for attempt in 0..MAX_ATTEMPTS {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                failure = Failure::Other(format!(
+                    "{} (gave up after {COMMIT_DEADLINE:?})",
+                    failure.message()
+                ));
+                break;
+            }
+            let budget = left.min(CALL_TIMEOUT);
+            let known = match std::mem::take(&mut read_live) {
+                true => None,
+                false => {
+                    // A clone: claims answered without the queue read it meanwhile.
+                    let cached = lock(&queue.shared).cached.clone();
+                    let reflected = self.reflected_arc(&key.0, name).map(|o| (*o).clone());
+                    newer(cached, reflected)
+                }
+            };
+            let object = match known {
+                Some(o) => o,
+                None => match read(api, name, budget).await {
+                    Ok(o) => o,
+                    Err(Read::Gone(e)) => {
+                        failure = Failure::Gone(e);
+                        break;
+                    }
+                    Err(Read::Retry(e)) => {
+                        failure = Failure::Other(e);
+                        read_live = true;
+                        backoff(attempt).await;
+                        continue;
+                    }
+                },
+            };
+            if !refreshed && uid_differs(&object, &batch) {
+                (read_live, refreshed) = (true, true);
+                continue;
+            }
+            // Decoded and encoded outside the lock claims answered without the queue take.
+            let mut ws = match decode(&object) {
+                Ok(ws) => ws,
+                Err(e) => {
+                    failure = Failure::Other(e);
+                    break;
+                }
+            };
+            let mut resolution = self.resolution(queue, &ws, budget).await;
+            let (outcomes, changed) = {
+                let mut shared = lock(&queue.shared);
+                let reserving = self.reserving.is_some();
+                let pool = reserving.then_some(&mut shared.pool);
+                apply_decoded(&mut ws, &batch, (self.clock)(), pool, &mut resolution)
+            };
+            if resolution.done.settled + resolution.done.dropped > 0 {
+                let done = resolution.done;
+                self.metrics
+                    .reservation(ReservationEvent::StaleSettled, done.settled);
+                self.metrics
+                    .reservation(ReservationEvent::StaleDropped, done.dropped);
+            }
+            let updated = match updated_object(&object, &ws, changed) {
+                Ok(u) => u,
+                Err(e) => {
+                    failure = Failure::Other(e);
+                    break;
+                }
+            };
+            batch = self.settle_early(queue, batch, outcomes.iter(), &mut carried);
+            let outcomes: Vec<Applied1> = outcomes
+                .into_iter()
+                .filter(|o| !matches!(o, Applied1::Now(_) | Applied1::Wait))
+                .collect();
+            let Some(updated) = updated else {
+                carried.extend(self.answer(queue, object, batch, outcomes));
+                return carried;
+            };
+            self.metrics.status_writes.inc();
+            // What the read left of the deadline, not the read's own budget.
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let budget = left.min(CALL_TIMEOUT);
+            let params = PostParams::default();
+            let write = api.replace_status(name, &params, &updated);
+            let Ok(written) = tokio::time::timeout(budget, write).await else {
+                // It may have landed: the next attempt reads the object again.
+                failure = Failure::Other(format!(
+                    "writing WorkloadSpread {name} status: no answer in {budget:?}"
+                ));
+                read_live = true;
+                continue;
+            };
+            match written {
+                Ok(written) => {
+                    carried.extend(self.answer(queue, written, batch, outcomes));
+                    return carried;
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    // Someone wrote meanwhile; the reflector may not have seen it yet.
+                    self.metrics.conflicts.inc();
+                    failure =
+                        Failure::Other(format!("conflict writing WorkloadSpread {name} status"));
+                    read_live = true;
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    failure = Failure::Gone(format!("WorkloadSpread {name} was deleted"));
+                    break;
+                }
+                // Invalid, Forbidden, ...: retrying cannot help.
+                Err(kube::Error::Api(s)) if s.code < 500 && s.code != 429 => {
+                    failure = Failure::Other(format!(
+                        "writing WorkloadSpread {name} status: {}",
+                        s.message
+                    ));
+                    break;
+                }
+                Err(e) => {
+                    failure = Failure::Other(format!("writing WorkloadSpread {name} status: {e}"));
+                    read_live = true;
+                    backoff(attempt).await;
+                }
+            }
+        }
+        tracing::warn!(
+            workloadspread = name,
+            "counter batch failed: {}",
+            failure.message()
+        );
+        self.failed(queue, batch, &failure);
+        carried
+    }
+
+    /// The stale placeholders of `ws` for this replica (seen for longer than the TTL,
+    /// not its own) and the pods that name them, listed live by their holders' label.
+    /// A listing that fails resolves nothing (a placeholder whose pod may exist is never
+    /// freed); the next attempt or write tries again.
+    async fn resolution(
+        &self,
+        queue: &Queue,
+        ws: &workloadspread_core::api::v1beta1::WorkloadSpread,
+        budget: Duration,
+    ) -> Resolution {
+        let now = (self.clock)();
+        let (stale, scale): (Vec<Stale>, _) = {
+            let mut shared = lock(&queue.shared);
+            let status = ws.status.clone().unwrap_or_default();
+            (stale_for(&mut shared, &status, now), shared.scale)
+        };
+        let named = match stale::holder_selector(&stale) {
+            None => Some(vec![]),
+            Some(selector) => {
+                let namespace = ws.metadata.namespace.as_deref().unwrap_or_default();
+                self.namings(namespace, &selector, ws, budget).await
+            }
+        };
+        Resolution {
+            scale,
+            ..Resolution::new(stale, named)
+        }
+    }
+
+    /// The placeholders named by the pods `selector` lists in `namespace` (`None`: the
+    /// listing failed).
+    async fn namings(
+        &self,
+        namespace: &str,
+        selector: &str,
+        ws: &workloadspread_core::api::v1beta1::WorkloadSpread,
+        budget: Duration,
+    ) -> Option<Vec<Naming>> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let params = ListParams::default().labels(selector);
+        let ws_name = ws.metadata.name.as_deref().unwrap_or_default();
+        match tokio::time::timeout(budget, pods.list_metadata(&params)).await {
+            Ok(Ok(list)) => {
+                let pods: Vec<Pod> = list
+                    .items
+                    .into_iter()
+                    .map(|p| Pod {
+                        metadata: p.metadata,
+                        ..Default::default()
+                    })
+                    .collect();
+                Some(stale::namings(&pods, ws_name))
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(
+                    workloadspread = ws_name,
+                    "listing the pods naming stale placeholders: {e}; they stay until a listing works"
+                );
+                None
+            }
+            Err(_) => {
+                tracing::warn!(
+                    workloadspread = ws_name,
+                    "listing the pods naming stale placeholders: no answer in {budget:?}"
+                );
+                None
+            }
+        }
+    }
+
+    /// Answers the work an attempt settled without the write (placeholders taken or put
+    /// back) and sets waiting claims aside; returns the rest, in order.
+    fn settle_early<'a>(
+        &self,
+        queue: &Queue,
+        batch: Vec<Pending>,
+        outcomes: impl Iterator<Item = &'a Applied1>,
+        carried: &mut Vec<Pending>,
+    ) -> Vec<Pending> {
+        let mut rest = Vec::with_capacity(batch.len());
+        for (p, outcome) in batch.into_iter().zip(outcomes) {
+            match outcome {
+                Applied1::Now(answer) => {
+                    if let Work::Op(op) = &p.work {
+                        self.record(op, Some(answer));
+                    }
+                    if let (Work::Op(Op::Claim(c)), Answer::Claim(a)) = (&p.work, answer) {
+                        self.metrics.reservation(ReservationEvent::Taken, 1);
+                        // As on the fast path: the block follows the claims it answers.
+                        let mut shared = lock(&queue.shared);
+                        if let Some(ws) = shared.newest(None) {
+                            let refill = self.claimed(&ws, &mut shared.pool, c, a);
+                            carried.extend(refill.map(internal));
+                        }
+                    }
+                    if let Some(reply) = p.reply {
+                        let _ = reply.send(Ok(answer.clone()));
+                    }
+                }
+                Applied1::Wait => {
+                    if !p.waited {
+                        self.metrics.reservation(ReservationEvent::Waited, 1);
+                    }
+                    carried.push(Pending { waited: true, ..p });
+                }
+                _ => rest.push(p),
+            }
+        }
+        rest
+    }
+
+    /// Keeps `object` (as written, or read when nothing changed) as the queue's copy and
+    /// answers the batch; returns refills to queue. One lock for both: a claim answered
+    /// without the queue must never see placeholders in the copy that are not yet in
+    /// the pool (it would count them as taken and place the pod further down).
+    fn answer(
+        &self,
+        queue: &Queue,
+        object: DynamicObject,
+        batch: Vec<Pending>,
+        outcomes: Vec<Applied1>,
+    ) -> Vec<Pending> {
+        let mut follow = vec![];
+        let mut shared = lock(&queue.shared);
+        shared.cached = Some(object);
+        let ws = shared.newest(None);
+        for (p, outcome) in batch.into_iter().zip(outcomes) {
+            let Pending { work, reply, .. } = p;
+            let answer = match (work, outcome) {
+                (Work::Op(op), Applied1::Written(answer)) => {
+                    self.record(&op, answer.as_ref().ok());
+                    if let (Op::Claim(c), Ok(Answer::Claim(a)), Some(ws)) = (&op, &answer, &ws) {
+                        shared.scale = Some(super::scale_of(c));
+                        follow.extend(self.claimed(ws, &mut shared.pool, c, a).map(internal));
+                    }
+                    answer
+                }
+                (Work::Reserve { slot, .. }, Applied1::Reserved(keys)) => {
+                    self.metrics
+                        .reservation(ReservationEvent::Reserved, keys.len());
+                    shared.pool.reserved(&slot, keys);
+                    Ok(DONE)
+                }
+                (Work::Settle(done), _) => {
+                    self.metrics
+                        .reservation(ReservationEvent::Settled, done.len());
+                    shared.pool.settled(&done);
+                    Ok(DONE)
+                }
+                (Work::Return(r), _) => {
+                    self.metrics
+                        .reservation(ReservationEvent::Returned, r.keys.len());
+                    shared.pool.returned(&r);
+                    Ok(DONE)
+                }
+                (work, outcome) => {
+                    tracing::error!(?work, ?outcome, "counter work and outcome disagree");
+                    Err("internal error: counter work and outcome disagree".to_string())
+                }
+            };
+            if let Some(reply) = reply {
+                // The waiter may have given up (webhook deadline); nothing to do then.
+                let _ = reply.send(answer);
+            }
+        }
+        follow
+    }
+
+    /// The batch's write failed for good: operations get the error; unwritten
+    /// placeholders are not held (one that did land is resolved once stale); settles are
+    /// retried by the next write unless the object is gone (a handed-out placeholder
+    /// stays this replica's to settle until its pod is recorded).
+    fn failed(&self, queue: &Queue, batch: Vec<Pending>, failure: &Failure) {
+        let mut shared = lock(&queue.shared);
+        for p in batch {
+            match &p.work {
+                Work::Op(op) => self.record(op, None),
+                Work::Reserve { slot, .. } => shared.pool.reserved(slot, vec![]),
+                Work::Settle(done) => match failure {
+                    Failure::Gone(_) => shared.pool.settled(done),
+                    Failure::Other(_) => {
+                        shared
+                            .pool
+                            .settle_failed(done, Instant::now(), SETTLE_GIVE_UP)
+                    }
+                },
+                Work::Return(r) => shared.pool.returned(r),
+            }
+            if let Some(reply) = p.reply {
+                let _ = reply.send(Err(failure.message().to_string()));
+            }
+        }
+    }
+}
+
+/// Notes the placeholders of `status` as seen by this replica and returns those seen for
+/// longer than the TTL that are not its own (its own it settles or returns itself).
+pub(super) fn stale_for(
+    shared: &mut Shared,
+    status: &workloadspread_core::api::v1beta1::WorkloadSpreadStatus,
+    now: workloadspread_core::Timestamp,
+) -> Vec<Stale> {
+    shared.sightings.observe(status, now);
+    let pool = &shared.pool;
+    stale::stale(status, &shared.sightings, now, |k| pool.knows(k))
+}
+
+/// When the batch must be answered: [`COMMIT_DEADLINE`] from now, or earlier when an
+/// operation has already waited (for placeholders in its way).
+fn answer_deadline(batch: &[Pending]) -> tokio::time::Instant {
+    let by_arrival = batch
+        .iter()
+        .filter(|p| p.reply.is_some())
+        .map(|p| tokio::time::Instant::from_std(p.since + ANSWER_BUDGET))
+        .min();
+    let by_now = tokio::time::Instant::now() + COMMIT_DEADLINE;
+    by_arrival.map_or(by_now, |t| t.min(by_now))
+}
+
+/// Why a live read gave no object.
+enum Read {
+    /// The WorkloadSpread does not exist.
+    Gone(String),
+    /// An error or no answer in time: worth another attempt.
+    Retry(String),
+}
+
+/// One GET of the WorkloadSpread, abandoned after `budget`.
+async fn read(
+    api: &Api<DynamicObject>,
+    name: &str,
+    budget: Duration,
+) -> Result<DynamicObject, Read> {
+    match tokio::time::timeout(budget, api.get_opt(name)).await {
+        Ok(Ok(Some(o))) => Ok(o),
+        Ok(Ok(None)) => Err(Read::Gone(format!("WorkloadSpread {name} not found"))),
+        Ok(Err(e)) => Err(Read::Retry(format!("reading WorkloadSpread {name}: {e}"))),
+        Err(_) => Err(Read::Retry(format!(
+            "reading WorkloadSpread {name}: no answer in {budget:?}"
+        ))),
+    }
+}
+
+/// Whether an operation names a uid other than the object's (recreated meanwhile, or a
+/// stale copy of ours).
+fn uid_differs(object: &DynamicObject, batch: &[Pending]) -> bool {
+    let uid = object.metadata.uid.as_deref();
+    batch.iter().any(|p| match &p.work {
+        Work::Op(op) => op
+            .key()
+            .uid
+            .as_deref()
+            .is_some_and(|want| Some(want) != uid),
+        _ => false,
+    })
+}
+
+/// The copy with the higher `resourceVersion` (the queue's own on a tie or when either
+/// is not a number: it may hold this host's own last write).
+pub(super) fn newer(
+    own: Option<DynamicObject>,
+    reflected: Option<DynamicObject>,
+) -> Option<DynamicObject> {
+    let version = |o: &DynamicObject| {
+        o.metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    match (own, reflected) {
+        (Some(own), Some(r)) => match (version(&own), version(&r)) {
+            (Some(a), Some(b)) if b > a => Some(r),
+            _ => Some(own),
+        },
+        (own, r) => own.or(r),
+    }
+}
+
+async fn backoff(attempt: u32) {
+    let ms = 20u64.saturating_mul(1 << attempt.min(5));
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}

@@ -1,0 +1,71 @@
+//! A claim answered from one of this replica's placeholders without the queue: only when
+//! `decide` on the newest copy (the queue's or the reflector's) says *take*. Anything
+//! else — a write, a wait, a copy showing placeholders of ours the pool does not know
+//! yet — is left to the queue, which decides again on the copy it writes.
+
+use super::apply::{decide_claim, take};
+use super::{lock, Committer, QueueKey};
+use crate::serve::metrics::ReservationEvent;
+use crate::serve::reserve::Pool;
+use std::sync::Arc;
+use workloadspread_core::admission::reserve::{held_by, Decision};
+use workloadspread_core::api::v1beta1::WorkloadSpreadStatus;
+use workloadspread_core::counter::{ClaimRequest, ClaimResponse};
+
+impl Committer {
+    /// A claim answered from one of this replica's placeholders, without a write: only
+    /// when the claim rules on the newest copy choose a subset where one is held.
+    pub(super) fn from_reservation(
+        self: &Arc<Self>,
+        key: &QueueKey,
+        c: &ClaimRequest,
+    ) -> Option<ClaimResponse> {
+        self.reserving?;
+        let queue = lock(&self.queues).get(key).cloned()?;
+        let (answer, refill) = {
+            let mut shared = lock(&queue.shared);
+            if let Some(h) = shared.pool.handed(super::claim_key(c)) {
+                return Some(h.answer.clone());
+            }
+            if shared.pool.unused(&c.pod.version).is_empty() {
+                return None;
+            }
+            let ws = shared.newest(self.reflected_arc(&key.0, &key.1))?;
+            if c.workload_spread.uid.is_some() && ws.metadata.uid != c.workload_spread.uid {
+                return None;
+            }
+            shared.pool.track_uid(ws.metadata.uid.as_deref());
+            let mut status = ws.status.clone().unwrap_or_default();
+            // A block of ours this copy shows but the pool does not hold yet (the watch
+            // saw its write first) would count as taken: leave the claim to the queue.
+            if !own_placeholders_known(&status, &c.pod.version, &shared.pool) {
+                return None;
+            }
+            let now = (self.clock)();
+            let decision = decide_claim(&ws, &mut status, c, &shared.pool, now, true);
+            let Decision::Take { subset, key } = decision else {
+                return None;
+            };
+            let answer = take(&mut shared.pool, c, subset, &key)?;
+            let refill = self.claimed(&ws, &mut shared.pool, c, &answer);
+            (answer, refill)
+        };
+        self.metrics.reservation(ReservationEvent::Taken, 1);
+        if let Some(work) = refill {
+            self.send(key, work, None);
+        }
+        Some(answer)
+    }
+}
+
+/// Whether every placeholder of this replica in `version` is one its pool knows.
+fn own_placeholders_known(status: &WorkloadSpreadStatus, version: &str, pool: &Pool) -> bool {
+    status
+        .versioned_subset_statuses
+        .get(version)
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s.creating_pods.keys())
+        .filter(|k| held_by(k, pool.holder()))
+        .all(|k| pool.knows(k))
+}
