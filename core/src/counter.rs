@@ -147,6 +147,43 @@ pub struct ReleaseResponse {
     pub released: bool,
 }
 
+/// A counter call as the guest sends it, parsed once for every host (`serve`, `run`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Call {
+    Hello,
+    Claim(ClaimRequest),
+    Release(ReleaseRequest),
+    Unclaim(UnclaimRequest),
+}
+
+/// Why a counter call could not be parsed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    #[error("unknown operation {BINDING}/{NAMESPACE}/{0} (this host speaks protocol {PROTOCOL_VERSION}: v1/hello, v1/claim, v1/release, v1/unclaim)")]
+    UnknownOperation(String),
+    #[error("invalid {operation} request: {reason}")]
+    Invalid { operation: String, reason: String },
+}
+
+impl Call {
+    /// Parses `payload` of `operation`.
+    pub fn parse(operation: &str, payload: &[u8]) -> Result<Call, CallError> {
+        fn json<T: serde::de::DeserializeOwned>(op: &str, payload: &[u8]) -> Result<T, CallError> {
+            serde_json::from_slice(payload).map_err(|e| CallError::Invalid {
+                operation: op.to_string(),
+                reason: e.to_string(),
+            })
+        }
+        Ok(match operation {
+            OP_HELLO => Call::Hello,
+            OP_CLAIM => Call::Claim(json(operation, payload)?),
+            OP_RELEASE => Call::Release(json(operation, payload)?),
+            OP_UNCLAIM => Call::Unclaim(json(operation, payload)?),
+            other => return Err(CallError::UnknownOperation(other.to_string())),
+        })
+    }
+}
+
 /// Applies a claim to `ws`'s status (the host's side of `v1/claim`); returns the new
 /// status and the answer. The caller writes the status back.
 pub fn apply_claim(
@@ -220,6 +257,24 @@ pub fn apply_release(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn calls_are_parsed_once_with_errors_that_say_what_is_wrong() {
+        assert_eq!(Call::parse(OP_HELLO, b"{}"), Ok(Call::Hello));
+        let claim =
+            br#"{"workloadSpread": {"namespace": "ns", "name": "ws"}, "pod": {"version": "v"},
+            "candidates": ["a"], "workloadReplicas": 3, "generatedUid": "u"}"#;
+        assert!(
+            matches!(Call::parse(OP_CLAIM, claim), Ok(Call::Claim(c)) if c.candidates == ["a"])
+        );
+        let err = Call::parse(OP_RELEASE, b"{}").unwrap_err();
+        assert!(matches!(&err, CallError::Invalid { operation, .. } if operation == OP_RELEASE));
+        let err = Call::parse("v2/claim", b"{}").unwrap_err().to_string();
+        assert!(
+            err.contains("unknown operation workloadspread/counter/v2/claim"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn wire_format() {

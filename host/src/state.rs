@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use workloadspread_core::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
-use workloadspread_core::counter::{self, ClaimRequest, ReleaseRequest};
+use workloadspread_core::counter;
+use workloadspread_core::hostcall;
 use workloadspread_core::manifests::objects_from_yaml;
 use workloadspread_core::workload::parse_group;
 use workloadspread_core::Timestamp;
@@ -107,13 +108,12 @@ impl ClusterState {
                 .find(|o| o["metadata"]["name"] == name.as_str())
                 .map(|o| mask.apply(o))
                 .ok_or_else(|| {
-                    format!(
-                        "{api_version} {kind} {}{name} not found",
-                        namespace
-                            .as_deref()
-                            .map(|n| format!("{n}/"))
-                            .unwrap_or_default()
-                    )
+                    let ns = namespace
+                        .as_deref()
+                        .map(|n| format!("{n}/"))
+                        .unwrap_or_default();
+                    let message = format!("{api_version} {kind} {ns}{name} not found");
+                    hostcall::coded(hostcall::ErrorCode::NotFound, &message)
                 })?,
             KubeRead::List {
                 api_version,
@@ -137,35 +137,28 @@ impl ClusterState {
     }
 
     fn counter_call(&self, operation: &str, payload: &[u8]) -> Result<Vec<u8>, String> {
-        let answer = match operation {
-            counter::OP_HELLO => json!(counter::Hello {
+        let answer = match counter::Call::parse(operation, payload).map_err(|e| e.to_string())? {
+            counter::Call::Hello => json!(counter::Hello {
                 protocol: counter::PROTOCOL_VERSION
             }),
-            counter::OP_CLAIM => {
-                let req: ClaimRequest =
-                    serde_json::from_slice(payload).map_err(|e| format!("invalid claim: {e}"))?;
+            counter::Call::Claim(req) => {
                 let answer = self.with_workloadspread(&req.workload_spread, |ws, now| {
                     counter::apply_claim(ws, &req, now)
                 })?;
                 json!(answer)
             }
-            counter::OP_RELEASE => {
-                let req: ReleaseRequest =
-                    serde_json::from_slice(payload).map_err(|e| format!("invalid release: {e}"))?;
+            counter::Call::Release(req) => {
                 let answer = self.with_workloadspread(&req.workload_spread, |ws, now| {
                     counter::apply_release(ws, &req, now)
                 })?;
                 json!(answer)
             }
-            counter::OP_UNCLAIM => {
-                let req: counter::UnclaimRequest =
-                    serde_json::from_slice(payload).map_err(|e| format!("invalid unclaim: {e}"))?;
+            counter::Call::Unclaim(req) => {
                 let answer = self.with_workloadspread(&req.workload_spread, |ws, _| {
                     counter::apply_unclaim(ws, &req)
                 })?;
                 json!(answer)
             }
-            other => return Err(format!("unknown operation workloadspread/counter/{other}")),
         };
         serde_json::to_vec(&answer).map_err(|e| e.to_string())
     }
@@ -185,9 +178,10 @@ impl ClusterState {
                 Some(&key.namespace),
             )
             .find(|&i| objects[i]["metadata"]["name"] == key.name.as_str());
-        let slot = position
-            .and_then(|i| objects.get_mut(i))
-            .ok_or_else(|| format!("WorkloadSpread {}/{} not found", key.namespace, key.name))?;
+        let slot = position.and_then(|i| objects.get_mut(i)).ok_or_else(|| {
+            let message = format!("WorkloadSpread {}/{} not found", key.namespace, key.name);
+            hostcall::coded(hostcall::ErrorCode::NotFound, &message)
+        })?;
         let ws: WorkloadSpread = serde_json::from_value(slot.clone())
             .map_err(|e| format!("WorkloadSpread {}: {e}", key.name))?;
         if key

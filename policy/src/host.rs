@@ -14,10 +14,10 @@ pub struct HostError {
 }
 
 impl HostError {
-    /// Whether the host said the object does not exist.
+    /// Whether the host said the object does not exist: by the code this project's
+    /// hosts send (`workloadspread_core::hostcall`), else by other hosts' words.
     pub fn is_not_found(&self) -> bool {
-        let r = self.reason.to_ascii_lowercase();
-        r.contains("not found") || r.contains("notfound") || r.contains("cannot find")
+        workloadspread_core::hostcall::is_not_found(&self.reason)
     }
 }
 

@@ -31,6 +31,9 @@ pub struct FaultStats {
     pub hang: AtomicBool,
     /// Connections hung so far.
     pub hung: AtomicUsize,
+    /// Milliseconds added before each chunk forwarded from the client to the server,
+    /// on top of [`Faults::delay`], while set (a slow API path switched on and off).
+    pub slow_ms: std::sync::atomic::AtomicU64,
 }
 
 /// Starts a proxy on a loopback port forwarding to `upstream` with `faults`.
@@ -76,8 +79,8 @@ async fn relay(a: TcpStream, b: TcpStream, delay: Duration, stats: &FaultStats) 
     let (br, bw) = b.into_split();
     let dead = AtomicBool::new(false);
     tokio::join!(
-        pump(ar, bw, delay, stats, &dead),
-        pump(br, aw, delay, stats, &dead)
+        pump(ar, bw, delay, stats, &dead, true),
+        pump(br, aw, delay, stats, &dead, false)
     );
 }
 
@@ -87,6 +90,7 @@ async fn pump(
     delay: Duration,
     stats: &FaultStats,
     dead: &AtomicBool,
+    to_server: bool,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     while let Ok(n) = from.read(&mut buf).await {
@@ -99,7 +103,11 @@ async fn pump(
         if dead.load(Ordering::SeqCst) {
             continue;
         }
-        tokio::time::sleep(delay).await;
+        let slow = match to_server {
+            true => Duration::from_millis(stats.slow_ms.load(Ordering::SeqCst)),
+            false => Duration::ZERO,
+        };
+        tokio::time::sleep(delay + slow).await;
         if to.write_all(&buf[..n]).await.is_err() {
             break;
         }

@@ -135,8 +135,12 @@ impl fmt::Display for Report {
 struct State {
     started: Option<Instant>,
     maxima: Vec<(String, Max)>,
-    /// The workload's replicas as last seen, and the highest seen.
+    /// The replicas maxima are scaled with: the workload's, except during a scale-in,
+    /// when the larger count holds until the pods are down to the new one (pods on their
+    /// way out are not judged by the smaller maximum).
     replicas: i64,
+    /// A scale-in's replicas, until the pods are down to it.
+    scaling_in: Option<i64>,
     /// Active pods by name → subset.
     pods: BTreeMap<String, String>,
     report: Report,
@@ -182,6 +186,24 @@ impl State {
         }
     }
 
+    fn workload_replicas(&mut self, replicas: i64) {
+        if replicas >= self.replicas {
+            self.replicas = replicas;
+            self.scaling_in = None;
+        } else {
+            self.scaling_in = Some(replicas);
+            self.scaled_in();
+        }
+    }
+
+    /// Ends a scale-in once the pods are down to its replicas.
+    fn scaled_in(&mut self) {
+        if let Some(r) = self.scaling_in.filter(|r| self.pods.len() as i64 <= *r) {
+            self.replicas = r;
+            self.scaling_in = None;
+        }
+    }
+
     fn pod(&mut self, ws_name: &str, pod: &Pod, deleted: bool) {
         self.report.pod_events += 1;
         let name = pod.metadata.name.clone().unwrap_or_default();
@@ -205,6 +227,7 @@ impl State {
             }
             None => {
                 self.pods.remove(&name);
+                self.scaled_in();
             }
         }
     }
@@ -245,10 +268,10 @@ pub struct Monitor {
 }
 
 impl Monitor {
-    /// Watches WorkloadSpread `ws_name`, the workload (`workload_api`, `workload_name`:
-    /// its `spec.replicas` scales percentages; the highest seen counts, so a scale-in's
-    /// pods on their way out are not judged by the smaller maximum) and the pods of
-    /// `namespace`. Returns once every watch has listed.
+    /// Watches WorkloadSpread `ws_name`, the workload (`workload`, `workload_name`: its
+    /// `spec.replicas` scales percentages; during a scale-in the larger count holds until
+    /// the pods are down to the new one) and the pods of `namespace`. Returns once every
+    /// watch has listed.
     pub async fn start(
         client: Client,
         namespace: &str,
@@ -290,8 +313,7 @@ impl Monitor {
                     if is_ws {
                         s.workloadspread(&v);
                     } else {
-                        let replicas = v["spec"]["replicas"].as_i64().unwrap_or(0);
-                        s.replicas = s.replicas.max(replicas);
+                        s.workload_replicas(v["spec"]["replicas"].as_i64().unwrap_or(0));
                     }
                 },
             )));
@@ -435,5 +457,12 @@ mod tests {
         );
         assert_eq!(s.report.max_pods["a"], 4);
         assert_eq!(s.report.max_occupancy["a"], 4);
+        // Scaled in to 5 (a's maximum 2): judged by 10 until the pods are down to 5.
+        s.workload_replicas(5);
+        assert_eq!(s.max_of("a"), Some(3));
+        s.pod("web", &pod("p5", "a"), true);
+        assert_eq!(s.max_of("a"), Some(2), "3 pods left: the scale-in is over");
+        s.workload_replicas(12);
+        assert_eq!(s.max_of("a"), Some(4));
     }
 }

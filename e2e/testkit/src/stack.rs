@@ -109,3 +109,89 @@ pub fn workloadspread_crd_json() -> Result<serde_json::Value> {
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     serde_yaml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
+
+/// Two host replicas for one fresh namespace, sharing one TLS Secret, with the webhooks
+/// pointing at a round-robin proxy in front of them (as a Service spreads calls), and
+/// the controller (unless `controller` is false: started later with
+/// [`Replicated::start_controller`]).
+pub struct Replicated {
+    pub ns: TestNamespace,
+    pub hosts: Vec<HostProcess>,
+    pub controller: Option<ControllerProcess>,
+    pub configs: WebhookConfigs,
+    pub bins: Binaries,
+}
+
+/// How a [`Replicated`] stack starts.
+pub struct ReplicatedOptions<'a> {
+    /// Each host's kubeconfig (e.g. one through a fault proxy).
+    pub host_kubeconfigs: [&'a std::path::Path; 2],
+    /// Extra `serve` arguments per host.
+    pub host_args: [Vec<String>; 2],
+    /// Start the controller with the stack.
+    pub controller: bool,
+}
+
+impl Replicated {
+    /// `None` (with a message) when the policy module or binaries are not built and the
+    /// run does not require them.
+    pub async fn start(hint: &str, options: ReplicatedOptions<'_>) -> Result<Option<Self>> {
+        let Some(bins) = Binaries::find()? else {
+            return Ok(None);
+        };
+        let ns = namespace_with_crd(hint).await?;
+        let client = ns.client();
+        let ports = [free_port()?, free_port()?];
+        let backends = ports.map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], p)));
+        let proxy = crate::webhook::round_robin_proxy(backends.to_vec()).await?;
+        let name = unique_name(hint);
+        let configs = WebhookConfigs::create(&client, &name, &format!("https://{proxy}")).await?;
+        let mut hosts = vec![];
+        for ((port, kubeconfig), extra) in ports
+            .into_iter()
+            .zip(options.host_kubeconfigs)
+            .zip(options.host_args)
+        {
+            let mut args: Vec<String> = [
+                "--policy",
+                &bins.policy.display().to_string(),
+                "--tls-secret",
+                &format!("{}/host-tls", ns.name()),
+                "--webhook-config",
+                &name,
+                "--max-concurrency",
+                "128",
+            ]
+            .map(str::to_string)
+            .to_vec();
+            args.extend(extra);
+            hosts.push(HostProcess::start_on(&bins.host, kubeconfig, port, &args).await?);
+        }
+        configs.enroll(ns.name()).await?;
+        let mut stack = Replicated {
+            ns,
+            hosts,
+            controller: None,
+            configs,
+            bins,
+        };
+        if options.controller {
+            stack.start_controller().await?;
+        }
+        Ok(Some(stack))
+    }
+
+    /// Starts (or restarts) the controller for the namespace.
+    pub async fn start_controller(&mut self) -> Result<()> {
+        if let Some(mut c) = self.controller.take() {
+            c.kill();
+        }
+        let args = ["--namespace".to_string(), self.ns.name().to_string()];
+        let controller =
+            ControllerProcess::start(&self.bins.controller, cluster()?.kubeconfig(), &args)
+                .await
+                .context("starting the controller")?;
+        self.controller = Some(controller);
+        Ok(())
+    }
+}

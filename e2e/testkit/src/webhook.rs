@@ -181,6 +181,24 @@ impl HostProcess {
         Ok(sum_metric(&text, name))
     }
 
+    /// Sum of the samples of metric `name` whose labels contain `label`
+    /// (e.g. `event="Taken"`).
+    pub async fn metric_with(&self, name: &str, label: &str) -> Result<f64> {
+        let text = self.get("/metrics").await?;
+        Ok(crate::measure::sum_metric_with(&text, name, label))
+    }
+
+    /// This replica's reserved-slot holder id (`workloadspread_host_reservation_holder`).
+    pub async fn holder(&self) -> Result<String> {
+        let text = self.get("/metrics").await?;
+        text.lines()
+            .find_map(|l| {
+                let rest = l.strip_prefix("workloadspread_host_reservation_holder{holder=\"")?;
+                rest.split('"').next().map(str::to_string)
+            })
+            .context("no workloadspread_host_reservation_holder in /metrics")
+    }
+
     /// Waits until this host's cache holds WorkloadSpread `namespace/name` targeting
     /// `target_ref`. The probe is the host's own answer, without side effects: a
     /// validation review of a second WorkloadSpread with the same target is refused as a

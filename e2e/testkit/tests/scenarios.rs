@@ -8,54 +8,29 @@
 //! removed — the ones that carried the lowest deletion costs — and that the status
 //! matches the pods that remain.
 
+mod common;
+
 use anyhow::{ensure, Context, Result};
+use common::*;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::rules::Rules;
 use workloadspread_testkit::faults::{api_server_addr, fault_proxy, kubeconfig_via, Faults};
+use workloadspread_testkit::monitor::Monitor;
 use workloadspread_testkit::pods::{
     annotation, cost_of, ensure_lowest_cost_removed, subset_of, MATCHED,
 };
-use workloadspread_testkit::stack::{namespace_with_crd, Binaries, Stack};
-use workloadspread_testkit::webhook::{
-    free_port, round_robin_proxy, ControllerProcess, HostProcess, WebhookConfigs,
-};
+use workloadspread_testkit::stack::{Replicated, ReplicatedOptions, Stack};
 use workloadspread_testkit::{cluster, unique_name, wait_for, TestNamespace};
-
-const ZONE: &str = "topology.kubernetes.io/zone";
-const SETTLE: Duration = Duration::from_secs(90);
-
-fn ws_resource() -> ApiResource {
-    ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
-        "apps.kruise.io",
-        "v1beta1",
-        "WorkloadSpread",
-    ))
-}
-
-fn zone(name: &str, zone: &str, max: Value) -> Value {
-    let mut s = json!({"name": name, "requiredNodeSelector": {"matchExpressions": [
-        {"key": ZONE, "operator": "In", "values": [zone]}]}});
-    if !max.is_null() {
-        s["maxReplicas"] = max;
-    }
-    s
-}
-
-fn target(kind: &str) -> Value {
-    let api_version = if kind == "Job" { "batch/v1" } else { "apps/v1" };
-    json!({"apiVersion": api_version, "kind": kind, "name": "web"})
-}
 
 async fn create_ws(stack: &Stack, spec: Value) -> Result<Api<DynamicObject>> {
     let api: Api<DynamicObject> =
@@ -75,15 +50,6 @@ async fn create_ws(stack: &Stack, spec: Value) -> Result<Api<DynamicObject>> {
     Ok(api)
 }
 
-fn pod_template(extra: Value) -> Value {
-    let mut spec = json!({"containers": [{"name": "web", "image": "nginx:1"}],
-        "terminationGracePeriodSeconds": 0});
-    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
-        s.extend(e.clone());
-    }
-    json!({"metadata": {"labels": {"app": "web"}}, "spec": spec})
-}
-
 async fn create_deployment(stack: &Stack, replicas: i32, pod_spec: Value) -> Result<()> {
     let d: Deployment = serde_json::from_value(json!({"metadata": {"name": "web"},
         "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
@@ -96,35 +62,8 @@ async fn create_deployment(stack: &Stack, replicas: i32, pod_spec: Value) -> Res
     Ok(())
 }
 
-async fn scale<K>(api: &Api<K>, replicas: i32) -> Result<()>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let patch = json!({"spec": {"replicas": replicas}});
-    api.patch("web", &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(())
-}
-
 fn node_of(p: &Pod) -> Option<&str> {
     p.spec.as_ref()?.node_name.as_deref()
-}
-
-/// Live pods (not being deleted).
-async fn live_pods(ns: &TestNamespace) -> Result<Vec<Pod>> {
-    let mut pods = ns.api::<Pod>().list(&ListParams::default()).await?.items;
-    pods.retain(|p| p.metadata.deletion_timestamp.is_none());
-    pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    Ok(pods)
-}
-
-/// Pods per subset ("" = admitted without a subset).
-fn counts(pods: &[Pod]) -> BTreeMap<String, usize> {
-    let mut out = BTreeMap::new();
-    for p in pods {
-        *out.entry(subset_of(p).unwrap_or_default()).or_insert(0) += 1;
-    }
-    out
 }
 
 fn expect(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
@@ -133,67 +72,6 @@ fn expect(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
         .filter(|(_, n)| *n > 0)
         .map(|(s, n)| (s.to_string(), *n))
         .collect()
-}
-
-/// Waits until `total` live pods are Running with deletion costs set on the placed ones.
-async fn settled(ns: &TestNamespace, total: usize) -> Result<Vec<Pod>> {
-    settled_with(ns, total, true).await
-}
-
-/// As [`settled`]; `costs` = false for kinds the controller sets no deletion cost on
-/// (StatefulSet, Job: their controllers ignore it).
-async fn settled_with(ns: &TestNamespace, total: usize, costs: bool) -> Result<Vec<Pod>> {
-    let what = format!("{total} running pods with deletion costs");
-    let result = wait_for(&what, SETTLE, || async {
-        let pods = live_pods(ns).await?;
-        let running = pods
-            .iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .count();
-        let costed = pods
-            .iter()
-            .all(|p| !costs || subset_of(p).is_none() || cost_of(p).is_some());
-        Ok((pods.len() == total && running == total && costed).then_some(pods))
-    })
-    .await;
-    match result {
-        Ok(p) => Ok(p),
-        Err(e) => {
-            let pods = live_pods(ns).await.unwrap_or_default();
-            Err(e.context(format!("pods per subset {:?}", counts(&pods))))
-        }
-    }
-}
-
-/// Waits until the status counts exactly the live pods of each subset and holds no
-/// creating/deleting entries; returns the status.
-async fn status_matches(ws: &Api<DynamicObject>, want: &BTreeMap<String, usize>) -> Result<Value> {
-    let last = std::cell::RefCell::new(Value::Null);
-    let got = wait_for("status equal to the pods", SETTLE, || {
-        let last = &last;
-        async move {
-            let status = ws.get("web").await?.data["status"].clone();
-            *last.borrow_mut() = status.clone();
-            let subsets = status["subsetStatuses"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            let exact = subsets.iter().all(|s| {
-                let name = s["name"].as_str().unwrap_or_default();
-                let n = want.get(name).copied().unwrap_or(0) as i64;
-                s["replicas"].as_i64().unwrap_or(0) == n
-                    && empty(&s["creatingPods"])
-                    && empty(&s["deletingPods"])
-            });
-            Ok((exact && !subsets.is_empty()).then_some(status))
-        }
-    })
-    .await;
-    got.with_context(|| format!("want {want:?}, last status {}", last.borrow()))
-}
-
-fn empty(v: &Value) -> bool {
-    v.as_object().is_none_or(|o| o.is_empty())
 }
 
 fn missing(status: &Value, subset: &str) -> Option<i64> {
@@ -620,6 +498,12 @@ async fn run_sequence(hint: &str, spec: Value, rules: Rules) -> Result<Option<Ve
     let typed: WorkloadSpread =
         serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": spec}))?;
     let planned = workloadspread_core::plan::plan_with(&typed, &SEQUENCE, None, rules);
+    // Under the planned rules no subset is over its maximum at any moment (#26 item 8);
+    // the reference rules are OpenKruise's, judged on their own terms below.
+    let watching = match rules {
+        Rules::Planned => Some(monitor(&stack.ns).await?),
+        Rules::Reference => None,
+    };
     let deployments = stack.ns.api::<Deployment>();
     let patches = "workloadspread_controller_deletion_cost_patches_total";
     let mut before: Vec<Pod> = vec![];
@@ -648,6 +532,9 @@ async fn run_sequence(hint: &str, spec: Value, rules: Rules) -> Result<Option<Ve
             shape(&got, &typed),
             shape(&want, &typed)
         ));
+    }
+    if let Some(m) = watching {
+        lines.push(format!("monitor: {}", m.finish()?));
     }
     stack.finish().await?;
     Ok(Some(lines))
@@ -794,62 +681,19 @@ async fn preferred_only_subsets_adopt_existing_pods() -> Result<()> {
 // Burst and faults: two host replicas behind a round-robin proxy, a Deployment scaled
 // 0 → 300 in one step.
 
-struct Replicated {
-    ns: TestNamespace,
-    hosts: Vec<HostProcess>,
-    controller: ControllerProcess,
-    configs: WebhookConfigs,
-    bins: Binaries,
-}
-
-/// Two hosts sharing one TLS Secret (each started with `host_kubeconfig[i]`), the
-/// webhooks pointing at a round-robin proxy in front of them, and the controller.
+/// The two-replica stack with its controller.
 async fn replicated(hint: &str, host_kubeconfigs: [&Path; 2]) -> Result<Option<Replicated>> {
-    let Some(bins) = Binaries::find()? else {
-        return Ok(None);
+    let options = ReplicatedOptions {
+        host_kubeconfigs,
+        host_args: [vec![], vec![]],
+        controller: true,
     };
-    let ns = namespace_with_crd(hint).await?;
-    let client = ns.client();
-    let ports = [free_port()?, free_port()?];
-    let proxy = round_robin_proxy(
-        ports
-            .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
-            .to_vec(),
-    )
-    .await?;
-    let name = unique_name(hint);
-    let configs = WebhookConfigs::create(&client, &name, &format!("https://{proxy}")).await?;
-    let args: Vec<String> = [
-        "--policy",
-        &bins.policy.display().to_string(),
-        "--tls-secret",
-        &format!("{}/host-tls", ns.name()),
-        "--webhook-config",
-        &name,
-        "--max-concurrency",
-        "128",
-    ]
-    .map(str::to_string)
-    .to_vec();
-    let mut hosts = vec![];
-    for (port, kubeconfig) in ports.into_iter().zip(host_kubeconfigs) {
-        hosts.push(HostProcess::start_on(&bins.host, kubeconfig, port, &args).await?);
-    }
-    configs.enroll(ns.name()).await?;
-    let controller_args = ["--namespace".to_string(), ns.name().to_string()];
-    let controller =
-        ControllerProcess::start(&bins.controller, cluster()?.kubeconfig(), &controller_args)
-            .await?;
-    Ok(Some(Replicated {
-        ns,
-        hosts,
-        controller,
-        configs,
-        bins,
-    }))
+    Replicated::start(hint, options).await
 }
 
-async fn burst_setup(r: &Replicated) -> Result<Api<DynamicObject>> {
+/// The burst's WorkloadSpread and Deployment, seen by both hosts, and the invariant
+/// monitor watching them (#26 item 8).
+async fn burst_setup(r: &Replicated) -> Result<(Api<DynamicObject>, Monitor)> {
     let api: Api<DynamicObject> = Api::namespaced_with(r.ns.client(), r.ns.name(), &ws_resource());
     let ws: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread", "metadata": {"name": "web"},
@@ -867,28 +711,13 @@ async fn burst_setup(r: &Replicated) -> Result<Api<DynamicObject>> {
         host.wait_sees_workloadspread(r.ns.name(), "web", &target("Deployment"))
             .await?;
     }
-    Ok(api)
+    let monitor = monitor(&r.ns).await?;
+    Ok((api, monitor))
 }
 
-async fn wait_pods(ns: &TestNamespace, at_least: usize) -> Result<()> {
-    wait_for(&format!("{at_least} pods"), SETTLE, || async {
-        Ok((live_pods(ns).await?.len() >= at_least).then_some(()))
-    })
-    .await
-}
-
-/// `FailedCreate` events of the namespace (pods the webhook or the API refused; the
-/// ReplicaSet retried them).
-async fn failed_creates(ns: &TestNamespace) -> Result<i32> {
-    let events: Api<k8s_openapi::api::core::v1::Event> = ns.api();
-    Ok(events
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .filter(|e| e.reason.as_deref() == Some("FailedCreate"))
-        .map(|e| e.count.unwrap_or(1))
-        .sum())
+async fn monitor(ns: &TestNamespace) -> Result<Monitor> {
+    let deployments = ApiResource::erase::<Deployment>(&());
+    Monitor::start(ns.client(), ns.name(), "web", deployments, "web").await
 }
 
 /// Settled state after a burst: 300 Running pods, no subset over 100, status equal to
@@ -916,25 +745,27 @@ async fn burst_of_300_survives_a_killed_host_and_a_controller_restart() -> Resul
     let Some(mut r) = replicated("fault-kill", [kubeconfig, kubeconfig]).await? else {
         return Ok(());
     };
-    let ws = burst_setup(&r).await?;
+    let (ws, monitor) = burst_setup(&r).await?;
     let started = std::time::Instant::now();
     scale(&r.ns.api::<Deployment>(), 300).await?;
     wait_pods(&r.ns, 100).await?;
     r.hosts[0].kill();
     wait_pods(&r.ns, 200).await?;
-    r.controller.kill();
-    let args = ["--namespace".to_string(), r.ns.name().to_string()];
-    r.controller = ControllerProcess::start(&r.bins.controller, kubeconfig, &args).await?;
+    if let Some(c) = r.controller.as_mut() {
+        c.kill();
+    }
+    r.start_controller().await?;
     wait_pods(&r.ns, 300).await?;
     let created = started.elapsed();
     let c = burst_settled(&r.ns, &ws).await?;
+    let report = monitor.finish()?;
     let writes = r.hosts[1]
         .metric("workloadspread_host_counter_status_writes_total")
         .await?;
     eprintln!(
         "fault burst: 300 pods created in {:.1} s with host 1 of 2 killed at 100 and the controller \
          restarted at 200; settled in {:.1} s; spread {c:?}; FailedCreate events {}; surviving host: \
-         {writes} status writes",
+         {writes} status writes; monitor: {report}",
         created.as_secs_f64(),
         started.elapsed().as_secs_f64(),
         failed_creates(&r.ns).await?
@@ -958,12 +789,13 @@ async fn burst_of_300_settles_through_a_delaying_and_resetting_api_proxy() -> Re
     let Some(r) = replicated("fault-proxy", [kubeconfig, &faulty]).await? else {
         return Ok(());
     };
-    let ws = burst_setup(&r).await?;
+    let (ws, monitor) = burst_setup(&r).await?;
     let started = std::time::Instant::now();
     scale(&r.ns.api::<Deployment>(), 300).await?;
     wait_pods(&r.ns, 300).await?;
     let created = started.elapsed();
     let c = burst_settled(&r.ns, &ws).await?;
+    let report = monitor.finish()?;
     let mut per_host = vec![];
     for h in &r.hosts {
         per_host.push(format!(
@@ -975,6 +807,7 @@ async fn burst_of_300_settles_through_a_delaying_and_resetting_api_proxy() -> Re
                 .await?
         ));
     }
+    eprintln!("faulty API path monitor: {report}");
     eprintln!(
         "faulty API path: 300 pods created in {:.1} s, settled in {:.1} s; spread {c:?}; \
          FailedCreate events {}; proxy {} connections, {} cut; direct host: {}; proxied host: {}",

@@ -101,6 +101,10 @@ pub struct ServeArgs {
     /// they are allowed unchanged without it: the answer the policy gives them).
     #[arg(long)]
     pub evaluate_unrelated: bool,
+    /// How long a WorkloadSpread's counter queue lives without work (its memory goes with
+    /// it).
+    #[arg(long, default_value_t = 60, hide = true)]
+    pub counter_idle_seconds: u64,
     /// Fault tests only: seconds added to this host's clock for the stamps it writes
     /// (a machine whose clock is off; nothing compares stamps across machines).
     #[arg(long, default_value_t = 0, hide = true, allow_hyphen_values = true)]
@@ -184,6 +188,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
             }),
             metrics.clone(),
             super::skewed_now,
+            Duration::from_secs(args.counter_idle_seconds.max(1)),
         )
     });
     let module = args.policy.clone().unwrap_or_else(default_policy);

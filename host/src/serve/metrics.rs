@@ -93,6 +93,11 @@ pub enum ReservationEvent {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HolderLabels {
+    pub holder: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReservationLabels {
     pub event: ReservationEvent,
 }
@@ -117,6 +122,8 @@ pub struct Metrics {
     pub reservations: Family<ReservationLabels, Counter>,
     /// Counter queues alive (one per WorkloadSpread with recent counter work).
     pub counter_queues: Gauge,
+    /// This replica's placeholder prefix (1 for its id).
+    pub holder: Family<HolderLabels, Gauge>,
 }
 
 impl Metrics {
@@ -139,6 +146,12 @@ impl Metrics {
             "reservations",
             "Reserved slots: placeholders reserved, taken by claims without a write, settled, returned; claims that waited for placeholders in their way; stale placeholders (a dead holder's) settled to the pod naming them or dropped",
             reservations.clone(),
+        );
+        let holder = Family::<HolderLabels, Gauge>::default();
+        registry.register(
+            "reservation_holder",
+            "This replica's reserved-slot holder id: placeholders ~<holder>.<n> in a status are its own",
+            holder.clone(),
         );
         let counter_queues = Gauge::default();
         registry.register(
@@ -200,6 +213,7 @@ impl Metrics {
             registry,
             reservations,
             counter_queues,
+            holder,
             unrelated,
             cached_objects,
             evaluations,

@@ -47,8 +47,6 @@ const MAX_ATTEMPTS: u32 = 30;
 /// A batch is answered (with an error if need be) within this long, below the
 /// guest's 8 s wait and the API server's 10 s webhook timeout.
 const COMMIT_DEADLINE: Duration = Duration::from_secs(6);
-/// An idle queue stops after this long (and its entry goes).
-const IDLE: Duration = Duration::from_secs(60);
 /// Longest wait for one status GET or PUT, or one pod listing: a hung call is abandoned
 /// and the batch retried from a fresh read (a write that did land is then found and not
 /// repeated).
@@ -198,18 +196,9 @@ fn holder_id() -> String {
 }
 
 impl Committer {
+    /// The queues of one host process; a queue without work for `idle` stops, and its
+    /// entry and memory go.
     pub fn new(
-        client: Client,
-        batching: BatchPolicy,
-        reserving: Option<ReservePolicy>,
-        metrics: Arc<Metrics>,
-        clock: fn() -> Timestamp,
-    ) -> Arc<Self> {
-        Self::with_idle(client, batching, reserving, metrics, clock, IDLE)
-    }
-
-    /// As [`Committer::new`] with another idle time for queues.
-    pub fn with_idle(
         client: Client,
         batching: BatchPolicy,
         reserving: Option<ReservePolicy>,
@@ -217,12 +206,17 @@ impl Committer {
         clock: fn() -> Timestamp,
         idle: Duration,
     ) -> Arc<Self> {
+        let holder = holder_id();
+        let labels = super::metrics::HolderLabels {
+            holder: holder.clone(),
+        };
+        metrics.holder.get_or_create(&labels).set(1);
         Arc::new(Committer {
             client,
             resource: workloadspread_resource(),
             batching,
             reserving: reserving.filter(|r| r.max_block > 0),
-            holder: holder_id(),
+            holder,
             next_key: Arc::default(),
             queues: Mutex::new(HashMap::new()),
             idle,

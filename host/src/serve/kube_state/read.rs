@@ -1,0 +1,254 @@
+//! Kubewarden's `kubernetes/*` reads: from the watch caches, live on a miss, masked.
+
+use super::*;
+
+impl KubeCapabilities {
+    pub(super) fn read(&self, operation: &str, payload: &[u8]) -> Result<Vec<u8>, String> {
+        let read = KubeRead::parse(operation, payload)?;
+        let (api_version, kind) = read.resource();
+        if !self.allow.permits_resource(api_version, kind) {
+            return Err(format!(
+                "Policy has not been granted access to Kubernetes resource {api_version} {kind}"
+            ));
+        }
+        let reflected = self.reflected(api_version, kind);
+        let mask = read.mask();
+        let answer = match (&read, reflected.as_ref()) {
+            (
+                KubeRead::Get {
+                    namespace, name, ..
+                },
+                Some(r),
+            ) => mask.apply(&self.get(r, namespace.as_deref(), name)?),
+            (
+                KubeRead::List {
+                    namespace,
+                    label_selector,
+                    ..
+                },
+                Some(r),
+            ) => match store_for(r, namespace.as_deref()) {
+                Some(store) => list(
+                    &store,
+                    &r.resource,
+                    namespace.as_deref(),
+                    label_selector.as_deref(),
+                    &mask,
+                )?,
+                None => masked_list(
+                    self.live_list(
+                        &Discovered {
+                            resource: r.resource.clone(),
+                            namespaced: r.namespaced,
+                        },
+                        namespace.as_deref(),
+                        label_selector.as_deref(),
+                    )?,
+                    &mask,
+                ),
+            },
+            (
+                KubeRead::Get {
+                    namespace, name, ..
+                },
+                None,
+            ) => match self.discover(api_version, kind)? {
+                Some(r) => mask.apply(&self.live_get(&r, namespace.as_deref(), name)?),
+                None => return Err(not_found(api_version, kind, namespace.as_deref(), name)),
+            },
+            (
+                KubeRead::List {
+                    namespace,
+                    label_selector,
+                    ..
+                },
+                None,
+            ) => match self.discover(api_version, kind)? {
+                Some(r) => masked_list(
+                    self.live_list(&r, namespace.as_deref(), label_selector.as_deref())?,
+                    &mask,
+                ),
+                None => {
+                    json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}, "items": []})
+                }
+            },
+        };
+        serde_json::to_vec(&answer).map_err(|e| e.to_string())
+    }
+
+    fn get(&self, r: &Reflected, namespace: Option<&str>, name: &str) -> Result<Value, String> {
+        let mut key = ObjectRef::new_with(name, r.resource.clone());
+        if let (true, Some(ns)) = (r.namespaced, namespace) {
+            key = key.within(ns);
+        }
+        if let Some(o) = store_for(r, namespace).and_then(|s| s.get(&key)) {
+            return Ok(with_type(&o, &r.resource));
+        }
+        // The watch may lag behind an object created just now: ask the API server.
+        self.live_get(
+            &Discovered {
+                resource: r.resource.clone(),
+                namespaced: r.namespaced,
+            },
+            namespace,
+            name,
+        )
+    }
+
+    /// The API resource of a kind that is readable but not reflected (custom
+    /// workloads), discovered once.
+    fn discover(&self, api_version: &str, kind: &str) -> Result<Option<Discovered>, String> {
+        let key = (api_version.to_string(), kind.to_string());
+        let mut cache = self.discovered.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = cache.get(&key) {
+            return Ok(Some(d.clone()));
+        }
+        let gvk = gvk(api_version, kind);
+        let found = self.handle.block_on(tokio::time::timeout(
+            LIVE_READ,
+            pinned_kind(&self.client, &gvk),
+        ));
+        match found {
+            Ok(Ok((resource, caps))) => {
+                let d = Discovered {
+                    resource,
+                    namespaced: caps.scope == Scope::Namespaced,
+                };
+                cache.insert(key, d.clone());
+                Ok(Some(d))
+            }
+            Ok(Err(kube::Error::Discovery(_))) => Ok(None),
+            Ok(Err(e)) => Err(format!("discovering {api_version} {kind}: {e}")),
+            Err(_) => Err(format!("discovering {api_version} {kind}: timed out")),
+        }
+    }
+
+    /// A list of a kind that is readable but not reflected (custom workloads: few
+    /// objects, read when a WorkloadSpread targeting one is validated).
+    fn live_list(
+        &self,
+        r: &Discovered,
+        namespace: Option<&str>,
+        selector: Option<&str>,
+    ) -> Result<Value, String> {
+        let api: Api<DynamicObject> = match (r.namespaced, namespace) {
+            (true, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &r.resource),
+            _ => Api::all_with(self.client.clone(), &r.resource),
+        };
+        let params = match selector {
+            Some(s) => kube::api::ListParams::default().labels(s),
+            None => kube::api::ListParams::default(),
+        };
+        let (api_version, kind) = (&r.resource.api_version, &r.resource.kind);
+        let listed = self
+            .handle
+            .block_on(tokio::time::timeout(LIVE_READ, api.list(&params)))
+            .map_err(|_| format!("listing {api_version} {kind}: timed out after {LIVE_READ:?}"))?
+            .map_err(|e| format!("listing {api_version} {kind}: {e}"))?;
+        let items: Vec<Value> = listed
+            .items
+            .iter()
+            .map(|o| with_type(o, &r.resource))
+            .collect();
+        Ok(
+            json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}, "items": items}),
+        )
+    }
+
+    fn live_get(
+        &self,
+        r: &Discovered,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, String> {
+        let api: Api<DynamicObject> = match (r.namespaced, namespace) {
+            (true, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &r.resource),
+            _ => Api::all_with(self.client.clone(), &r.resource),
+        };
+        let live = self
+            .handle
+            .block_on(tokio::time::timeout(LIVE_READ, api.get_opt(name)));
+        let (api_version, kind) = (&r.resource.api_version, &r.resource.kind);
+        match live {
+            Ok(Ok(Some(o))) => Ok(with_type(&o, &r.resource)),
+            Ok(Ok(None)) => Err(not_found(api_version, kind, namespace, name)),
+            Ok(Err(e)) => Err(format!("reading {api_version} {kind} {name}: {e}")),
+            Err(_) => Err(format!(
+                "reading {api_version} {kind} {name}: timed out after {LIVE_READ:?}"
+            )),
+        }
+    }
+}
+
+fn list(
+    store: &Store<DynamicObject>,
+    resource: &ApiResource,
+    namespace: Option<&str>,
+    selector: Option<&str>,
+    mask: &Mask,
+) -> Result<Value, String> {
+    let selector = crate::state::parse_selector(selector)?;
+    let items: Vec<Value> = store
+        .state()
+        .iter()
+        .filter(|o| namespace.is_none_or(|ns| o.namespace().as_deref() == Some(ns)))
+        .filter(|o| {
+            selector.as_ref().is_none_or(|s| {
+                let labels = o.labels();
+                s.matches(|k| labels.get(k).map(String::as_str))
+            })
+        })
+        .map(|o| masked(o, resource, mask))
+        .collect();
+    let (api_version, kind) = (&resource.api_version, &resource.kind);
+    Ok(
+        json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}, "items": items}),
+    )
+}
+
+/// `o` with its type, pruned to `mask` without serialising what the mask drops.
+fn masked(o: &DynamicObject, resource: &ApiResource, mask: &Mask) -> Value {
+    if mask.is_empty() {
+        return with_type(o, resource);
+    }
+    let api_version = Value::String(resource.api_version.clone());
+    let kind = Value::String(resource.kind.clone());
+    let metadata = serde_json::to_value(&o.metadata).unwrap_or(Value::Null);
+    let data = o.data.as_object().into_iter().flatten();
+    mask.apply_entries(
+        [
+            ("apiVersion", &api_version),
+            ("kind", &kind),
+            ("metadata", &metadata),
+        ]
+        .into_iter()
+        .chain(data.map(|(k, v)| (k.as_str(), v))),
+    )
+}
+
+/// Every item of a List pruned to `mask`.
+fn masked_list(mut list: Value, mask: &Mask) -> Value {
+    if let Some(items) = list["items"].as_array_mut() {
+        for item in items {
+            *item = mask.apply(item);
+        }
+    }
+    list
+}
+
+/// Objects from list/watch carry no apiVersion/kind; the policy expects them.
+fn with_type(o: &DynamicObject, resource: &ApiResource) -> Value {
+    let mut v = serde_json::to_value(o).unwrap_or(Value::Null);
+    v["apiVersion"] = resource.api_version.clone().into();
+    v["kind"] = resource.kind.clone().into();
+    v
+}
+
+fn not_found(api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> String {
+    let ns = namespace.map(|n| format!("{n}/")).unwrap_or_default();
+    let message = format!("{api_version} {kind} {ns}{name} not found");
+    workloadspread_core::hostcall::coded(
+        workloadspread_core::hostcall::ErrorCode::NotFound,
+        &message,
+    )
+}
