@@ -34,6 +34,10 @@ pub struct FaultStats {
     /// Milliseconds added before each chunk forwarded from the client to the server,
     /// on top of [`Faults::delay`], while set (a slow API path switched on and off).
     pub slow_ms: std::sync::atomic::AtomicU64,
+    /// The next this many client-to-server chunks over 1 KiB (writes carrying an object,
+    /// not GETs or watch requests) each wait `slow_large_ms` more: one slow write.
+    pub slow_large: AtomicUsize,
+    pub slow_large_ms: std::sync::atomic::AtomicU64,
 }
 
 /// Starts a proxy on a loopback port forwarding to `upstream` with `faults`.
@@ -104,7 +108,18 @@ async fn pump(
             continue;
         }
         let slow = match to_server {
-            true => Duration::from_millis(stats.slow_ms.load(Ordering::SeqCst)),
+            true => {
+                let large = n > 1024
+                    && stats
+                        .slow_large
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |k| k.checked_sub(1))
+                        .is_ok();
+                let extra = match large {
+                    true => stats.slow_large_ms.load(Ordering::SeqCst),
+                    false => 0,
+                };
+                Duration::from_millis(stats.slow_ms.load(Ordering::SeqCst) + extra)
+            }
             false => Duration::ZERO,
         };
         tokio::time::sleep(delay + slow).await;

@@ -3,9 +3,14 @@
 //! that no subset is over its maximum for the workload's replicas:
 //!
 //! * in the status — each subset's occupancy as every reader counts it, `replicas +
-//!   |creatingPods| − |deletingPods|` summed over the versioned statuses (placeholders
-//!   included), and
-//! * in the pods — the active pods whose matched annotation names the subset.
+//!   |creatingPods| − |deletingPods|`, in each version's statuses (placeholders included),
+//!   and
+//! * in the pods — the active pods of each pod-template version whose matched annotation
+//!   names the subset.
+//!
+//! Per version, as OpenKruise's versioned statuses spread each version of a rolling update
+//! on its own (old and new pods of one subset may together exceed its maximum while the
+//! rollout surges).
 //!
 //! At the end ([`Monitor::finish`]) it reports the highest occupancy seen per subset.
 //! The judgement is the monitor's own (maxima scaled with `intstr`'s round-up, as
@@ -141,8 +146,8 @@ struct State {
     replicas: i64,
     /// A scale-in's replicas, until the pods are down to it.
     scaling_in: Option<i64>,
-    /// Active pods by name → subset.
-    pods: BTreeMap<String, String>,
+    /// Active pods by name → (version, subset).
+    pods: BTreeMap<String, (String, String)>,
     report: Report,
 }
 
@@ -169,7 +174,7 @@ impl State {
                 })
                 .collect();
         }
-        for (subset, occupancy) in occupancy(&ws["status"]) {
+        for ((_, subset), occupancy) in occupancy(&ws["status"]) {
             let seen = self.report.max_occupancy.entry(subset.clone()).or_default();
             *seen = (*seen).max(occupancy);
             if let Some(max) = self.max_of(&subset).filter(|m| occupancy > *m) {
@@ -209,8 +214,13 @@ impl State {
         let name = pod.metadata.name.clone().unwrap_or_default();
         match subset_of(pod, ws_name).filter(|_| !deleted && is_active(pod)) {
             Some(subset) => {
-                self.pods.insert(name.clone(), subset.clone());
-                let count = self.pods.values().filter(|s| **s == subset).count() as i64;
+                let key = (version_of(pod), subset.clone());
+                let count = 1 + self
+                    .pods
+                    .iter()
+                    .filter(|(n, k)| **k == key && **n != name)
+                    .count() as i64;
+                self.pods.insert(name.clone(), key);
                 let seen = self.report.max_pods.entry(subset.clone()).or_default();
                 *seen = (*seen).max(count);
                 if let Some(max) = self.max_of(&subset).filter(|m| count > *m) {
@@ -233,21 +243,30 @@ impl State {
     }
 }
 
-/// Each subset's occupancy summed over the versioned statuses.
-pub fn occupancy(status: &Value) -> BTreeMap<String, i64> {
-    let mut out: BTreeMap<String, i64> = BTreeMap::new();
+/// Each (version, subset)'s occupancy in the versioned statuses.
+pub fn occupancy(status: &Value) -> BTreeMap<(String, String), i64> {
+    let mut out = BTreeMap::new();
     let versions = status["versionedSubsetStatuses"].as_object();
-    for subsets in versions.into_iter().flat_map(|m| m.values()) {
+    for (version, subsets) in versions.into_iter().flatten() {
         for s in subsets.as_array().into_iter().flatten() {
             let Some(name) = s["name"].as_str() else {
                 continue;
             };
             let len = |k: &str| s[k].as_object().map_or(0, |m| m.len() as i64);
             let n = s["replicas"].as_i64().unwrap_or(0) + len("creatingPods") - len("deletingPods");
-            *out.entry(name.to_string()).or_default() += n;
+            out.insert((version.clone(), name.to_string()), n);
         }
     }
     out
+}
+
+/// A pod's template version: its ReplicaSet's or controller revision's hash.
+fn version_of(pod: &Pod) -> String {
+    let labels = pod.metadata.labels.as_ref();
+    ["pod-template-hash", "controller-revision-hash"]
+        .iter()
+        .find_map(|k| labels?.get(*k).cloned())
+        .unwrap_or_default()
 }
 
 fn subset_of(pod: &Pod, ws_name: &str) -> Option<String> {
@@ -408,7 +427,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn maxima_scale_like_intstr_and_occupancy_counts_every_version() {
+    fn maxima_scale_like_intstr_and_occupancy_is_per_version() {
         assert_eq!(Max::parse(&json!(3)).at(10), Some(3));
         assert_eq!(Max::parse(&json!("30%")).at(10), Some(3));
         assert_eq!(Max::parse(&json!("30%")).at(11), Some(4));
@@ -417,9 +436,14 @@ mod tests {
         let status = json!({"versionedSubsetStatuses": {
             "v1": [{"name": "a", "replicas": 2, "creatingPods": {"p": "t", "~h.1": "t"}, "deletingPods": {"q": "t"}}],
             "v2": [{"name": "a", "replicas": 1}, {"name": "b", "creatingPods": {"r": "t"}}]}});
+        let key = |v: &str, s: &str| (v.to_string(), s.to_string());
         assert_eq!(
             occupancy(&status),
-            BTreeMap::from([("a".to_string(), 4), ("b".to_string(), 1)])
+            BTreeMap::from([
+                (key("v1", "a"), 3),
+                (key("v2", "a"), 1),
+                (key("v2", "b"), 1)
+            ])
         );
     }
 
@@ -455,13 +479,19 @@ mod tests {
             3,
             "deleted pods leave, new ones count"
         );
+        // A rolling update's new version is spread on its own.
+        let mut next = pod("n1", "a");
+        next.metadata.labels = Some([("pod-template-hash".to_string(), "v2".to_string())].into());
+        s.pod("web", &next, false);
+        assert_eq!(s.report.violations.len(), 3, "another version's pod");
+        s.pod("web", &next, true);
         assert_eq!(s.report.max_pods["a"], 4);
         assert_eq!(s.report.max_occupancy["a"], 4);
-        // Scaled in to 5 (a's maximum 2): judged by 10 until the pods are down to 5.
-        s.workload_replicas(5);
+        // Scaled in to 3 (a's maximum 1): judged by 10 until the pods are down to 3.
+        s.workload_replicas(3);
         assert_eq!(s.max_of("a"), Some(3));
         s.pod("web", &pod("p5", "a"), true);
-        assert_eq!(s.max_of("a"), Some(2), "3 pods left: the scale-in is over");
+        assert_eq!(s.max_of("a"), Some(1), "3 pods left: the scale-in is over");
         s.workload_replicas(12);
         assert_eq!(s.max_of("a"), Some(4));
     }
