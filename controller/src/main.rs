@@ -9,6 +9,7 @@ mod offline;
 mod placeholders;
 mod pod_caches;
 mod reconciler;
+mod status;
 mod watch;
 mod workloads;
 
@@ -40,6 +41,9 @@ enum Command {
     Reconcile(offline::ReconcileArgs),
     /// Print per-subset counts and the scale-in order for a series of replica counts.
     Plan(offline::PlanArgs),
+    /// Show one WorkloadSpread live: per subset maximum, planned count, pods, creating
+    /// and deleting; pods outside every subset; the next pods a scale-in removes.
+    Status(status::StatusArgs),
 }
 
 /// Rules shared by the online and offline reconcile.
@@ -143,8 +147,22 @@ pub struct RunArgs {
     log_format: String,
 }
 
+/// Run as `kubectl-workloadspread` (a kubectl plugin: `kubectl workloadspread -n NS
+/// NAME`), the arguments are those of `status`.
+fn parse_cli() -> Cli {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let plugin = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .is_some_and(|n| n.to_string_lossy().starts_with("kubectl-workloadspread"));
+    if plugin {
+        args.insert(1, "status".into());
+    }
+    Cli::parse_from(args)
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     let json_logs = matches!(&cli.command, Command::Run(a) if a.log_format == "json");
     init_logging(json_logs);
     let result = match cli.command {
@@ -155,6 +173,7 @@ fn main() {
             .and_then(|rt| rt.block_on(watch::run(args))),
         Command::Reconcile(args) => offline::reconcile(args),
         Command::Plan(args) => offline::plan(args),
+        Command::Status(args) => status::status(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

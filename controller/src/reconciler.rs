@@ -239,7 +239,7 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
     Err(Error::Conflicts(format!("{ns}/{name}")))
 }
 
-fn decode(object: &DynamicObject) -> Result<WorkloadSpread, Error> {
+pub(crate) fn decode(object: &DynamicObject) -> Result<WorkloadSpread, Error> {
     let mut v = serde_json::to_value(object).map_err(|e| Error::Decode {
         what: object.name_any(),
         source: e,

@@ -232,6 +232,15 @@ async fn two_replicas_admit_a_300_pod_burst_with_exact_counts() -> Result<()> {
             .await?;
     }
 
+    // #26 item 8: no subset over its maximum at any moment of the burst.
+    let monitor = workloadspread_testkit::monitor::Monitor::start(
+        client.clone(),
+        ns.name(),
+        "burst",
+        fleet_resource(),
+        "fleet",
+    )
+    .await?;
     let uid = fleet.metadata.uid.clone().context("fleet uid")?;
     let pods: Api<Pod> = ns.api();
     let started = Instant::now();
@@ -292,10 +301,11 @@ async fn two_replicas_admit_a_300_pod_burst_with_exact_counts() -> Result<()> {
         ));
     }
     eprintln!(
-        "burst: 300 pods in {:.2} s ({:.0} pods/s); {}",
+        "burst: 300 pods in {:.2} s ({:.0} pods/s); {}; monitor: {}",
         elapsed.as_secs_f64(),
         300.0 / elapsed.as_secs_f64(),
-        report.join("; ")
+        report.join("; "),
+        monitor.finish()?
     );
     configs.delete().await
 }

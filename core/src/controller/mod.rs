@@ -6,6 +6,7 @@ pub mod cost;
 pub mod grouping;
 pub mod pending;
 pub mod status;
+pub mod view;
 
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus, WorkloadSpreadSubsetStatus};
 use crate::pods::{controller_of, is_active};

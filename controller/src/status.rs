@@ -1,0 +1,159 @@
+//! `workloadspread-controller status [-n NAMESPACE] NAME [-o table|json]` (also run as the
+//! kubectl plugin `kubectl workloadspread`): the live view of one WorkloadSpread, read
+//! with the user's kubeconfig — per subset the maximum for the workload's current
+//! replicas, the planned count, pods, creating and deleting entries; pods outside every
+//! subset; the next pods a scale-in removes; on plan or not
+//! (`workloadspread_core::controller::view`).
+
+use crate::inputs::workload_view;
+use crate::RuleArgs;
+use anyhow::{Context as _, Result};
+use clap::Args;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::discovery::pinned_kind;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::time::Duration;
+use workloadspread_core::api::v1beta1::WorkloadSpread;
+use workloadspread_core::controller::view::{status_view, table};
+
+/// Bound of each API call.
+const TIMEOUT: Duration = Duration::from_secs(15);
+
+#[derive(Args)]
+pub struct StatusArgs {
+    /// The WorkloadSpread.
+    name: String,
+    /// Its namespace (default: the kubeconfig context's, else "default").
+    #[arg(short = 'n', long)]
+    namespace: Option<String>,
+    /// `table` (default) or `json`.
+    #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
+    output: String,
+    /// Pods on the scale-in path to show.
+    #[arg(long, default_value_t = 5)]
+    next: usize,
+    /// kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    rules: RuleArgs,
+}
+
+pub fn status(args: StatusArgs) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let text = rt.block_on(render(&args))?;
+    print!("{text}");
+    Ok(())
+}
+
+async fn bounded<T>(
+    what: &str,
+    call: impl std::future::Future<Output = kube::Result<T>>,
+) -> Result<T> {
+    tokio::time::timeout(TIMEOUT, call)
+        .await
+        .with_context(|| format!("{what}: no answer in {TIMEOUT:?}"))?
+        .with_context(|| what.to_string())
+}
+
+async fn client(args: &StatusArgs) -> Result<(kube::Client, String)> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("finding a kubeconfig")?,
+    };
+    let namespace = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| config.default_namespace.clone());
+    Ok((kube::Client::try_from(config)?, namespace))
+}
+
+/// The view, as the chosen output.
+pub async fn render(args: &StatusArgs) -> Result<String> {
+    let (client, ns) = client(args).await?;
+    let spreads: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &crate::reconciler::workloadspread_resource(),
+    );
+    let object = bounded(
+        &format!("reading WorkloadSpread {ns}/{}", args.name),
+        spreads.get(&args.name),
+    )
+    .await?;
+    let ws: WorkloadSpread = crate::reconciler::decode(&object)?;
+    let workload = match ws.spec.target_ref.as_ref() {
+        None => None,
+        Some(t) => {
+            let (group, version) = t
+                .api_version
+                .split_once('/')
+                .unwrap_or(("", &t.api_version));
+            let gvk = kube::api::GroupVersionKind::gvk(group, version, &t.kind);
+            let (resource, _) = bounded(
+                &format!("discovering {}", t.kind),
+                pinned_kind(&client, &gvk),
+            )
+            .await?;
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+            bounded(
+                &format!("reading {} {}", t.kind, t.name),
+                api.get_opt(&t.name),
+            )
+            .await?
+            .map(|o| -> Result<Value> {
+                let mut v = serde_json::to_value(&o)?;
+                v["apiVersion"] = resource.api_version.clone().into();
+                v["kind"] = resource.kind.clone().into();
+                Ok(v)
+            })
+            .transpose()?
+        }
+    };
+    let list = ListParams::default();
+    let sets = bounded(
+        "listing ReplicaSets",
+        Api::<ReplicaSet>::namespaced(client.clone(), &ns).list(&list),
+    )
+    .await?;
+    let replica_sets: Vec<Value> = sets
+        .items
+        .iter()
+        .map(|rs| {
+            let mut v = serde_json::to_value(rs)?;
+            v["apiVersion"] = "apps/v1".into();
+            v["kind"] = "ReplicaSet".into();
+            Ok(v)
+        })
+        .collect::<Result<_>>()?;
+    let pods = bounded(
+        "listing pods",
+        Api::<Pod>::namespaced(client, &ns).list(&list),
+    )
+    .await?;
+    let (kinds, versioned) = (args.rules.kinds()?, args.rules.versioned());
+    let view = workload_view(
+        &ws,
+        workload.as_ref(),
+        &replica_sets,
+        &pods.items,
+        &kinds,
+        &versioned,
+    )?;
+    let v = status_view(&ws, &view.pods, view.replicas, args.next);
+    Ok(match args.output.as_str() {
+        "json" => serde_json::to_string_pretty(&v)? + "\n",
+        _ => table(&v),
+    })
+}
