@@ -8,6 +8,13 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::time::Duration;
 use workloadspread_core::api::v1beta1::WorkloadSpreadStatus;
+use workloadspread_core::controller::view::StatusView;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SpreadLabels {
+    pub namespace: String,
+    pub workloadspread: String,
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SubsetLabels {
@@ -36,6 +43,17 @@ pub struct Metrics {
     pub conflicts: Counter,
     /// Namespaces whose pods are cached (those with a WorkloadSpread, plus a grace).
     pub pod_cache_namespaces: Gauge,
+    /// 1 while this replica leads.
+    pub leader: Gauge,
+    /// Per subset: `maxReplicas` for the workload's current replicas, the planned count.
+    pub subset_maximum: Family<SubsetLabels, Gauge>,
+    pub subset_planned: Family<SubsetLabels, Gauge>,
+    /// Per WorkloadSpread: 1 while its pods match the planned spread.
+    pub on_plan: Family<SpreadLabels, Gauge>,
+    /// Placeholders expired (a host died holding reserved slots).
+    pub placeholders_expired: Counter,
+    /// Per WorkloadSpread: age of the oldest pod labelled pending at the last reconcile.
+    pub pending_oldest: Family<SpreadLabels, Gauge>,
 }
 
 impl Metrics {
@@ -99,8 +117,50 @@ impl Metrics {
             "Namespaces whose pods are watched (those with a WorkloadSpread)",
             pod_cache_namespaces.clone(),
         );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica leads (holds the Lease, or runs without leader election); standbys 0",
+            leader.clone(),
+        );
+        let subset_maximum = Family::<SubsetLabels, Gauge>::default();
+        registry.register(
+            "subset_maximum",
+            "maxReplicas of each limited subset for the workload's current replicas",
+            subset_maximum.clone(),
+        );
+        let subset_planned = Family::<SubsetLabels, Gauge>::default();
+        registry.register(
+            "subset_planned",
+            "The planner's pod count per subset for the workload's current replicas",
+            subset_planned.clone(),
+        );
+        let on_plan = Family::<SpreadLabels, Gauge>::default();
+        registry.register(
+            "on_plan",
+            "1 while every subset holds its planned count of the workload's pods",
+            on_plan.clone(),
+        );
+        let placeholders_expired = Counter::default();
+        registry.register(
+            "placeholders_expired",
+            "Reserved-slot placeholders expired by the controller: a host died (or lost the API server) holding them",
+            placeholders_expired.clone(),
+        );
+        let pending_oldest = Family::<SpreadLabels, Gauge>::default();
+        registry.register(
+            "pending_oldest_seconds",
+            "Age of the oldest pod labelled workloadspread.io/pending at the WorkloadSpread's last reconcile (0: none)",
+            pending_oldest.clone(),
+        );
         Metrics {
             registry,
+            leader,
+            subset_maximum,
+            subset_planned,
+            on_plan,
+            placeholders_expired,
+            pending_oldest,
             pod_cache_namespaces,
             reconcile_duration,
             reconcile_errors,
@@ -117,6 +177,46 @@ impl Metrics {
         if failed {
             self.reconcile_errors.inc();
         }
+    }
+
+    /// Records the live view of one WorkloadSpread (`core::controller::view`).
+    pub fn record_view(&self, view: &StatusView) {
+        let spread = SpreadLabels {
+            namespace: view.namespace.clone(),
+            workloadspread: view.name.clone(),
+        };
+        self.on_plan
+            .get_or_create(&spread)
+            .set(i64::from(view.on_plan));
+        for s in &view.subsets {
+            let labels = SubsetLabels {
+                namespace: view.namespace.clone(),
+                workloadspread: view.name.clone(),
+                subset: s.name.clone(),
+            };
+            let planned = i64::try_from(s.planned).unwrap_or(i64::MAX);
+            self.subset_planned.get_or_create(&labels).set(planned);
+            match s.max {
+                Some(max) => {
+                    self.subset_maximum
+                        .get_or_create(&labels)
+                        .set(i64::from(max));
+                }
+                None => {
+                    self.subset_maximum.remove(&labels);
+                }
+            }
+        }
+    }
+
+    /// Records the age of the oldest pod labelled pending (`None`: none).
+    pub fn record_pending(&self, namespace: &str, name: &str, oldest: Option<Duration>) {
+        let labels = SpreadLabels {
+            namespace: namespace.to_string(),
+            workloadspread: name.to_string(),
+        };
+        let seconds = oldest.map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        self.pending_oldest.get_or_create(&labels).set(seconds);
     }
 
     pub fn record_subsets(&self, namespace: &str, name: &str, status: &WorkloadSpreadStatus) {

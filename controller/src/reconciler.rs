@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::controller::pending::{pending_of, pod_patches};
+use workloadspread_core::controller::view::{status_view, StatusView};
 use workloadspread_core::controller::{
     reconcile, Event, PlaceholderView, ReconcileInput, ReconcileOptions, ReconcileOutput,
 };
@@ -179,7 +180,12 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         if ws.spec.target_ref.is_none() {
             return Ok(Action::await_change());
         }
-        let (output, pending) = compute(&ws, &pods, ctx).await?;
+        let Computed {
+            output,
+            pending,
+            view,
+            pending_oldest,
+        } = compute(&ws, &pods, ctx).await?;
         if attempt == 0 {
             ensure_leading(ctx)?;
             adopt(&ws, &output, ctx).await?;
@@ -197,6 +203,9 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
             match bounded(api.replace_status(&name, &PostParams::default(), &updated)).await? {
                 Ok(_) => {
                     ctx.metrics.status_writes.inc();
+                    ctx.metrics
+                        .placeholders_expired
+                        .inc_by(output.expired_placeholders as u64);
                     tracing::debug!(workloadspread = %name, namespace = %ns, "status written");
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -217,6 +226,8 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         ensure_leading(ctx)?;
         patch_pod_metadata(&ws, &output, &pending, ctx).await?;
         ctx.metrics.record_subsets(&ns, &name, &output.status);
+        ctx.metrics.record_view(&view);
+        ctx.metrics.record_pending(&ns, &name, pending_oldest);
         tracing::debug!(
             workloadspread = %name, namespace = %ns,
             adoptions = output.adoptions.len(), costs = output.deletion_costs.len(),
@@ -252,13 +263,18 @@ pub(crate) fn decode(object: &DynamicObject) -> Result<WorkloadSpread, Error> {
     })
 }
 
-/// Gathers the inputs and runs `core`'s reconcile; also returns the namespace's pods
-/// still labelled pending for this WorkloadSpread.
-async fn compute(
-    ws: &WorkloadSpread,
-    pods: &Store<Pod>,
-    ctx: &Context,
-) -> Result<(ReconcileOutput, Vec<String>), Error> {
+/// What one reconcile computed: `core`'s output, the namespace's pods still labelled
+/// pending for this WorkloadSpread, and the live view the metrics show.
+struct Computed {
+    output: ReconcileOutput,
+    pending: Vec<String>,
+    view: StatusView,
+    /// Age of the oldest pod still labelled pending.
+    pending_oldest: Option<Duration>,
+}
+
+/// Gathers the inputs and runs `core`'s reconcile.
+async fn compute(ws: &WorkloadSpread, pods: &Store<Pod>, ctx: &Context) -> Result<Computed, Error> {
     let ns = ws.metadata.namespace.clone().unwrap_or_default();
     let workload = get_workload(ws, ctx).await?;
     let is_deployment = ws
@@ -301,7 +317,20 @@ async fn compute(
             named: &known.named,
         },
     };
-    Ok((reconcile(&input), pending_of(ws.name(), &pods)))
+    let pending = pending_of(ws.name(), &pods);
+    let pending_oldest = pods
+        .iter()
+        .filter(|p| pending.iter().any(|n| Some(n) == p.metadata.name.as_ref()))
+        .filter_map(|p| p.metadata.creation_timestamp.as_ref())
+        .map(|t| now.duration_since(t.0))
+        .max()
+        .and_then(|d| Duration::try_from(d).ok());
+    Ok(Computed {
+        output: reconcile(&input),
+        pending,
+        view: status_view(ws, &view.pods, view.replicas, 0),
+        pending_oldest,
+    })
 }
 
 /// The target from its watch cache; a kind we do not watch is read from the API server.

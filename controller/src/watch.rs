@@ -64,12 +64,16 @@ pub async fn run(args: RunArgs) -> Result<()> {
             tracing::info!(identity = %args.identity, lease = %args.lease_name, "waiting for leadership");
             wait_for_leadership(e).await;
             leading.store(true, Ordering::Relaxed);
+            metrics.leader.set(1);
             tracing::info!("leading");
             let leadership = Arc::new(Leadership::elected(e.timing().renew_deadline));
             tokio::spawn(keep_leading(e.clone(), leadership.clone(), lost_tx));
             leadership
         }
-        None => Arc::new(Leadership::unelected()),
+        None => {
+            metrics.leader.set(1);
+            Arc::new(Leadership::unelected())
+        }
     };
     let result = run_controller(&args, client, metrics, ready, lost_rx, leadership).await;
     if let Some(e) = &elector {

@@ -106,6 +106,8 @@ pub struct ReconcileOutput {
     pub events: Vec<Event>,
     /// Reconcile again after this long (`None`: only on changes).
     pub requeue_after: Option<std::time::Duration>,
+    /// Placeholders expired (a host died, or lost the API server, holding them).
+    pub expired_placeholders: usize,
 }
 
 /// `syncWorkloadSpread`.
@@ -139,6 +141,7 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> ReconcileOutput {
         deletion_costs,
         pods_to_delete: calc.unschedulable_pods,
         events: calc.events,
+        expired_placeholders: calc.expired_placeholders,
         requeue_after: calc
             .requeue
             .and_then(|d| std::time::Duration::try_from(d).ok()),

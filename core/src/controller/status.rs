@@ -67,6 +67,8 @@ pub struct StatusCalc<'a> {
     pub requeue: Option<SignedDuration>,
     /// Pods to delete because they stayed unschedulable too long.
     pub unschedulable_pods: Vec<String>,
+    /// Placeholders dropped as expired.
+    pub expired_placeholders: usize,
 }
 
 impl<'a> StatusCalc<'a> {
@@ -84,6 +86,7 @@ impl<'a> StatusCalc<'a> {
             events: vec![],
             requeue: None,
             unschedulable_pods: vec![],
+            expired_placeholders: 0,
         }
     }
 
@@ -233,7 +236,7 @@ impl<'a> StatusCalc<'a> {
         };
         match left {
             // A dead holder's unused slot: no pod was expected.
-            None if is_placeholder(key) => {}
+            None if is_placeholder(key) => self.expired_placeholders += 1,
             None => self.events.push(Event::warning(
                 "CreatePodFailed",
                 format!(

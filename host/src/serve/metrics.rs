@@ -122,6 +122,8 @@ pub struct Metrics {
     pub reservations: Family<ReservationLabels, Counter>,
     /// Counter queues alive (one per WorkloadSpread with recent counter work).
     pub counter_queues: Gauge,
+    /// 1 while the host can decide (its caches listed, every required kind served).
+    pub ready: Gauge,
     /// This replica's placeholder prefix (1 for its id).
     pub holder: Family<HolderLabels, Gauge>,
 }
@@ -152,6 +154,12 @@ impl Metrics {
             "reservation_holder",
             "This replica's reserved-slot holder id: placeholders ~<holder>.<n> in a status are its own",
             holder.clone(),
+        );
+        let ready = Gauge::default();
+        registry.register(
+            "ready",
+            "1 while the host can decide (every required kind served, caches listed): /readyz",
+            ready.clone(),
         );
         let counter_queues = Gauge::default();
         registry.register(
@@ -213,6 +221,7 @@ impl Metrics {
             registry,
             reservations,
             counter_queues,
+            ready,
             holder,
             unrelated,
             cached_objects,

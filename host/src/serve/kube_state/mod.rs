@@ -257,6 +257,12 @@ impl KubeCapabilities {
     /// Why the host cannot decide yet (`None`: ready): a required kind not served, or a
     /// cache without its first list.
     pub fn not_ready_reason(&self) -> Option<String> {
+        let reason = self.unready();
+        self.metrics.ready.set(i64::from(reason.is_none()));
+        reason
+    }
+
+    fn unready(&self) -> Option<String> {
         let missing: Vec<String> = self
             .lock_unserved()
             .iter()
