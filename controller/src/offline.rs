@@ -8,7 +8,7 @@ use clap::Args;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use workloadspread_core::admission::reserve::stale::{named_placeholders, Sightings};
+use workloadspread_core::admission::reserve::stale::Sightings;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::controller::{
     reconcile as core_reconcile, PlaceholderView, ReconcileInput, ReconcileOutput,
@@ -164,14 +164,12 @@ pub fn reconcile_objects(
     let (kinds, versioned, options) = (rules.kinds()?, rules.versioned(), rules.options()?);
     let view = workload_view(ws, workload, &replica_sets, &pods, &kinds, &versioned)?;
     let nodes = node_infos(&nodes);
-    // No history here: placeholders age by their stamps; a pod of the dump naming one
-    // keeps it, as online.
+    // No history here: placeholders age by their stamps.
     let sightings = ws
         .status
         .as_ref()
         .map(Sightings::from_stamps)
         .unwrap_or_default();
-    let named = named_placeholders(&pods);
     Ok(core_reconcile(&ReconcileInput {
         ws,
         pods: &view.pods,
@@ -183,7 +181,7 @@ pub fn reconcile_objects(
         options: &options,
         placeholders: PlaceholderView {
             sightings: &sightings,
-            named: &named,
+            now,
         },
     }))
 }

@@ -1,32 +1,29 @@
-//! What the controller knows of reserved-slot placeholders (`docs/counter-protocol.md`,
-//! *Reserved slots*): when it first saw each one (its own clock, so a host's skewed
-//! stamps never make one expire early), and which ones an existing pod names — from its
-//! pod cache, and, before any would expire, from a live listing of the pods carrying
-//! their holders' label (a pod whose owner or watch event the caches lack yet must not
-//! lose its slot). The rule is `workloadspread_core::controller::status`.
+//! When the controller first saw each reserved-slot placeholder (`docs/counter-protocol.md`,
+//! *Reserved slots*), by its own monotonic clock: a placeholder no counted pod stands for
+//! expires that long after (`workloadspread_core::controller::status`), so neither a host's
+//! skewed stamps nor a step of this machine's wall clock makes one expire early.
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
-use kube::Client;
-use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
-use workloadspread_core::admission::reserve::stale::{
-    holder_selector, named_placeholders, stale_after, Sightings,
-};
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+use workloadspread_core::admission::reserve::stale::Sightings;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
-use workloadspread_core::controller::status::StatusCalc;
-use workloadspread_core::controller::ReconcileOptions;
 use workloadspread_core::Timestamp;
 
 /// A WorkloadSpread not reconciled for this long is forgotten (deleted ones).
 const FORGET_AFTER: Duration = Duration::from_secs(600);
 
-/// The placeholders of one reconcile: sightings and the ones pods name.
-#[derive(Debug, Default)]
-pub struct Known {
-    pub sightings: Sightings,
-    pub named: BTreeSet<String>,
+/// This process's monotonic time as a timestamp (its start's wall time plus the time
+/// elapsed since): for durations measured inside the process only.
+pub fn monotonic_now() -> Timestamp {
+    static START: OnceLock<(Instant, Duration)> = OnceLock::new();
+    let (at, wall) = START.get_or_init(|| {
+        let wall = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        (Instant::now(), wall)
+    });
+    workloadspread_core::timestamp_since_epoch(*wall + at.elapsed())
 }
 
 /// Sightings per WorkloadSpread uid.
@@ -36,70 +33,17 @@ pub struct Placeholders {
 }
 
 impl Placeholders {
-    /// Notes the placeholders of `ws`'s status as seen `now` and finds which an existing
-    /// pod names: the namespace's cached pods, and before any placeholder would expire, a
-    /// live listing by their holders' label (`timeout` bounds it). A failed listing keeps
-    /// every placeholder that would expire (looked at again on the next reconcile).
-    pub async fn known(
-        &self,
-        ws: &WorkloadSpread,
-        cached_pods: &[Pod],
-        client: &Client,
-        options: &ReconcileOptions,
-        now: Timestamp,
-        timeout: Duration,
-    ) -> Known {
+    /// Notes the placeholders of `ws`'s status as seen now (monotonic) and returns the
+    /// sightings to reconcile with: ages are judged against [`monotonic_now`].
+    pub fn observe(&self, ws: &WorkloadSpread, now: Timestamp) -> Sightings {
         let status = ws.status.clone().unwrap_or_default();
-        let sightings = self.observe(ws, &status, now);
-        let mut named = named_placeholders(cached_pods);
-        let window = StatusCalc::placeholder_window(options.creating_window);
-        let expiring = stale_after(&status, &sightings, now, window, |k| named.contains(k));
-        if let Some(selector) = holder_selector(&expiring) {
-            let namespace = ws.metadata.namespace.as_deref().unwrap_or_default();
-            let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-            let params = ListParams::default().labels(&selector);
-            match tokio::time::timeout(timeout, pods.list_metadata(&params)).await {
-                Ok(Ok(list)) => {
-                    let listed: Vec<Pod> = list
-                        .items
-                        .into_iter()
-                        .map(|p| Pod {
-                            metadata: p.metadata,
-                            ..Default::default()
-                        })
-                        .collect();
-                    named.extend(named_placeholders(&listed));
-                }
-                failed => {
-                    let why = match failed {
-                        Ok(Err(e)) => e.to_string(),
-                        _ => format!("no answer in {timeout:?}"),
-                    };
-                    tracing::warn!(
-                        workloadspread = ws.metadata.name.as_deref().unwrap_or_default(),
-                        "listing the pods that may name {} expiring placeholders: {why}; kept until a listing works",
-                        expiring.len()
-                    );
-                    named.extend(expiring.into_iter().map(|s| s.key));
-                }
-            }
-        }
-        Known { sightings, named }
-    }
-
-    fn observe(
-        &self,
-        ws: &WorkloadSpread,
-        status: &workloadspread_core::api::v1beta1::WorkloadSpreadStatus,
-        now: Timestamp,
-    ) -> Sightings {
         let uid = ws.metadata.uid.clone().unwrap_or_default();
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         seen.retain(|_, (_, used)| used.elapsed() < FORGET_AFTER);
         let (sightings, used) = seen
             .entry(uid.clone())
             .or_insert_with(|| (Sightings::default(), Instant::now()));
-        sightings.observe(status, now);
+        sightings.observe(&status, now);
         *used = Instant::now();
         let out = sightings.clone();
         if out.is_empty() {
@@ -138,20 +82,27 @@ mod tests {
         let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         let later = t0 + std::time::Duration::from_secs(6);
         let held = ws("u1", json!({"~h1.1": "2026-01-01T00:00:05Z"}));
-        let first = p.observe(&held, held.status.as_ref().unwrap(), t0);
-        let again = p.observe(&held, held.status.as_ref().unwrap(), later);
+        let first = p.observe(&held, t0);
+        let again = p.observe(&held, later);
         assert_eq!(first, again, "first seen at t0, still");
         assert_eq!(
             again.age("~h1.1", later),
             k8s_openapi::jiff::SignedDuration::from_secs(6)
         );
         for i in 0..1000 {
-            let empty = ws(&format!("churn-{i}"), json!({}));
-            p.observe(&empty, empty.status.as_ref().unwrap(), t0);
+            p.observe(&ws(&format!("churn-{i}"), json!({})), t0);
         }
         assert_eq!(p.len(), 1);
-        let settled = ws("u1", json!({"web-1": "2026-01-01T00:00:05Z"}));
-        p.observe(&settled, settled.status.as_ref().unwrap(), later);
+        p.observe(&ws("u1", json!({"web-1": "2026-01-01T00:00:05Z"})), later);
         assert_eq!(p.len(), 0);
+    }
+
+    #[test]
+    fn monotonic_time_moves_forward_from_the_wall_clock_at_start() {
+        let a = monotonic_now();
+        let b = monotonic_now();
+        assert!(b >= a);
+        let wall = crate::now();
+        assert!(wall.duration_since(a).abs() < k8s_openapi::jiff::SignedDuration::from_secs(5));
     }
 }

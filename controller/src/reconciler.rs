@@ -299,10 +299,9 @@ async fn compute(ws: &WorkloadSpread, pods: &Store<Pod>, ctx: &Context) -> Resul
     )?;
     let nodes = node_infos(ctx.nodes.state().iter().map(|n| n.as_ref()));
     let now = (ctx.clock)();
-    let known = ctx
+    let sightings = ctx
         .placeholders
-        .known(ws, &pods, &ctx.client, &ctx.options, now, API_TIMEOUT)
-        .await;
+        .observe(ws, crate::placeholders::monotonic_now());
     let input = ReconcileInput {
         ws,
         pods: &view.pods,
@@ -313,8 +312,8 @@ async fn compute(ws: &WorkloadSpread, pods: &Store<Pod>, ctx: &Context) -> Resul
         now,
         options: &ctx.options,
         placeholders: PlaceholderView {
-            sightings: &known.sightings,
-            named: &known.named,
+            sightings: &sightings,
+            now: crate::placeholders::monotonic_now(),
         },
     };
     let pending = pending_of(ws.name(), &pods);

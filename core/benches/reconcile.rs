@@ -70,7 +70,7 @@ fn main() {
             versioned_kinds: &kinds,
             now,
             options: &options,
-            placeholders: no_placeholders.view(),
+            placeholders: no_placeholders.view(now),
         })
     };
     // First reconcile: everything is new (status and every deletion cost written).

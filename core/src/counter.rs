@@ -6,6 +6,7 @@
 //! policy-server does not offer it (its host calls are read-only), so the guest detects
 //! it with `v1/hello` and otherwise decides from what it can read. See `docs/counter-protocol.md`.
 
+use crate::admission::reserve::is_placeholder;
 use crate::admission::{claim_among, release, unclaim, PodKey, Scale};
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
 use crate::rules::Rules;
@@ -122,6 +123,12 @@ pub struct ReleaseRequest {
     /// As in [`ClaimRequest::rules`].
     #[serde(default = "reference_rules")]
     pub rules: Rules,
+    /// The placeholder the pod was admitted into (its reservation annotation, when its
+    /// label agrees): while the placeholder is not settled it is the pod's slot, and the
+    /// release frees it instead of recording the pod as deleting (which would count the
+    /// pod's departure twice once the placeholder is settled or resolved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
 }
 
 /// `v1/unclaim` request: the claim answered for `pod` into `subset` is void.
@@ -243,14 +250,14 @@ pub fn apply_release(
         name: &req.pod.name,
         version: &req.pod.version,
     };
-    let released = release(
-        &mut status,
-        ws,
-        pod,
-        &req.subset,
-        Scale::new(req.workload_replicas, req.rules),
-        now,
-    );
+    let scale = Scale::new(req.workload_replicas, req.rules);
+    let placeholder = req.reservation.as_deref().filter(|r| is_placeholder(r));
+    if let Some(p) = placeholder {
+        if unclaim(&mut status, ws, pod, p, &req.subset, scale) {
+            return (status, ReleaseResponse { released: true });
+        }
+    }
+    let released = release(&mut status, ws, pod, &req.subset, scale, now);
     (status, ReleaseResponse { released })
 }
 

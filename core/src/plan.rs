@@ -218,7 +218,7 @@ impl Simulation {
             versioned_kinds: &self.kinds,
             now: self.now,
             options: &self.options,
-            placeholders: stamped.view(),
+            placeholders: stamped.view(self.now),
         });
         for c in out.deletion_costs {
             if let Some(p) = self

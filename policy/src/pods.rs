@@ -6,8 +6,9 @@ use crate::settings::{Mode, Settings};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use workloadspread_core::admission::reserve::stale::named_by;
 use workloadspread_core::admission::reserve::{
-    holder_of, RESERVATION_ANNOTATION, RESERVATION_HOLDER_LABEL,
+    reservation_label_value, RESERVATION_ANNOTATION, RESERVATION_LABEL,
 };
 use workloadspread_core::admission::{
     count_pending, create_path, decide_release, needs_workload_replicas, pending_pods, CreatePath,
@@ -162,9 +163,10 @@ fn apply(object: &Value, ws: &WorkloadSpread, d: Decided) -> Outcome {
     }
     if let Some(placeholder) = d.reservation {
         // The controller counts the pod in its placeholder's stead (counted once); the
-        // holder's label lets whoever finds the placeholder stale find this pod.
-        if let Some(holder) = holder_of(&placeholder) {
-            pod["metadata"]["labels"][RESERVATION_HOLDER_LABEL] = Value::String(holder.into());
+        // label (the same name, `~` dropped) lets whoever finds the placeholder stale list
+        // exactly this pod, and must agree with the annotation for either to count.
+        if let Some(value) = reservation_label_value(&placeholder) {
+            pod["metadata"]["labels"][RESERVATION_LABEL] = Value::String(value.into());
         }
         pod["metadata"]["annotations"][RESERVATION_ANNOTATION] = Value::String(placeholder);
     }
@@ -403,7 +405,17 @@ pub fn release(ctx: &Ctx<'_>, pod: &Value) -> Outcome {
         &ctx.settings.versioned_kinds(),
     );
     match use_counter(ctx) {
-        Ok(true) => exact_release(ctx, &ws, name, &version, &annotation, replicas),
+        Ok(true) => {
+            let reservation = named_by(&pod).map(str::to_string);
+            let released = Released {
+                name,
+                version: &version,
+                matched: &annotation,
+                replicas,
+                reservation,
+            };
+            exact_release(ctx, &ws, released)
+        }
         Ok(false) => {
             // Nothing to write without the capability: the controller recounts.
             let would_change = decide_release(
@@ -427,23 +439,27 @@ pub fn release(ctx: &Ctx<'_>, pod: &Value) -> Outcome {
     }
 }
 
-fn exact_release(
-    ctx: &Ctx<'_>,
-    ws: &WorkloadSpread,
-    name: &str,
-    version: &str,
-    m: &MatchedWorkloadSpread,
+/// A pod being deleted, as its release needs it.
+struct Released<'a> {
+    name: &'a str,
+    version: &'a str,
+    matched: &'a MatchedWorkloadSpread,
     replicas: i32,
-) -> Outcome {
+    /// The placeholder it took (its annotation and label agreeing).
+    reservation: Option<String>,
+}
+
+fn exact_release(ctx: &Ctx<'_>, ws: &WorkloadSpread, pod: Released<'_>) -> Outcome {
     let request = ReleaseRequest {
         workload_spread: ws_key(ws),
         pod: PodRef {
-            name: name.to_string(),
-            version: version.to_string(),
+            name: pod.name.to_string(),
+            version: pod.version.to_string(),
         },
-        subset: m.subset.clone(),
-        workload_replicas: replicas,
+        subset: pod.matched.subset.clone(),
+        workload_replicas: pod.replicas,
         rules: ctx.settings.rules,
+        reservation: pod.reservation,
     };
     let answer = ctx
         .host

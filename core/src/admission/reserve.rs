@@ -21,18 +21,32 @@ use k8s_openapi::jiff::SignedDuration;
 /// Pod annotation naming the placeholder a pod was admitted into.
 pub const RESERVATION_ANNOTATION: &str = "workloadspread.io/reservation";
 
-/// A placeholder another writer has seen for longer than this (by its own clock, from
-/// when it first saw it: [`stale::Sightings`]) is *stale*: its holder hands placeholders
-/// out only within [`HANDOUT_SECONDS`] of its own stamp, settles those it handed out
-/// within about a second and returns the rest, so a stale one belongs to a holder that
-/// died or lost the API server. The next writer resolves it ([`stale::resolve`]):
-/// settled to the pod that names it, else dropped; a dead holder's free slots come back
-/// within this time, not the creating window.
+/// A placeholder another writer has seen for longer than this (by its own monotonic
+/// clock, from when it first saw it: [`stale::Sightings`]) is *stale*: its holder hands
+/// placeholders out only within [`HANDOUT_SECONDS`] of its own stamp, settles those it
+/// handed out within about a second and returns the rest, so a stale one belongs to a
+/// holder that died or lost the API server. The next writer settles it to the pod that
+/// names it ([`stale::resolve`]); one no pod names is dropped only after
+/// [`PLACEHOLDER_DROP_SECONDS`].
 pub const PLACEHOLDER_TTL_SECONDS: i64 = 5;
 
 /// A holder hands a placeholder out only while its stamp in the status is younger than
 /// this.
 pub const HANDOUT_SECONDS: i64 = 2;
+
+/// A stale placeholder no pod names is dropped once seen this long: a pod admitted into
+/// it may still be on its way through the rest of the admission chain (other webhooks, a
+/// slow API server) — the reference's creating window tolerates the same for a written
+/// claim. Until then claims that need its room wait (at most 5.5 s) and then spill,
+/// never overfill.
+pub const PLACEHOLDER_DROP_SECONDS: i64 = 30;
+
+/// The pod label naming the placeholder a pod took, as a label value
+/// (`<holder>.<n>`: a label value cannot start with `~`): whoever finds the placeholder
+/// stale lists exactly the pods naming it.
+pub fn reservation_label_value(placeholder: &str) -> Option<&str> {
+    placeholder.strip_prefix('~').filter(|v| !v.is_empty())
+}
 
 /// Whether a `creatingPods` key is a placeholder (`~` starts neither a pod name nor a
 /// uid, so it cannot collide with a pod).
@@ -45,10 +59,10 @@ pub fn placeholder_key(holder: &str, n: u64) -> String {
     format!("~{holder}.{n}")
 }
 
-/// Pod label naming the holder whose placeholder the pod took: whoever finds that
-/// holder's placeholders stale lists the pods by it (a label value can hold the holder id,
-/// not the whole key) and settles the ones a pod names instead of dropping them.
-pub const RESERVATION_HOLDER_LABEL: &str = "workloadspread.io/reservation-holder";
+/// Pod label naming the placeholder the pod took ([`reservation_label_value`]): whoever
+/// finds placeholders stale lists the pods by it and settles the ones a pod names instead
+/// of dropping them.
+pub const RESERVATION_LABEL: &str = "workloadspread.io/reservation";
 
 /// The holder of placeholder `key` (`~<holder>.<n>`).
 pub fn holder_of(key: &str) -> Option<&str> {
@@ -283,10 +297,17 @@ pub fn reserve(
 pub enum Settled {
     /// The placeholder now carries the pod's key; the occupancy is unchanged.
     Renamed,
-    /// The pod's key was in the status already (the same request was answered by
-    /// another replica too, which wrote it): the placeholder is freed, the pod counted
-    /// once.
+    /// The pod's key was in the subset's `creatingPods` already (the same request was
+    /// answered by another replica too, which wrote it): the placeholder is freed, the
+    /// pod counted once.
     Freed,
+    /// The pod was released (deleted) before the settle: its `deletingPods` entry and the
+    /// placeholder cancel out — it was counted nowhere, and stays so.
+    Released,
+    /// The pod's key is in another subset (two replicas answered the same request into
+    /// different subsets): the placeholder stays — an over-count, a spill at worst —
+    /// until the controller counts the pod where it is.
+    Kept,
     /// The placeholder is gone: normally because the controller already counted the
     /// pod through its reservation annotation (recording the key then would count the
     /// pod twice until the controller's next count, and spill pods meanwhile).
@@ -308,21 +329,60 @@ pub fn settle(
     let Some(statuses) = status.versioned_subset_statuses.get_mut(version) else {
         return Settled::Gone;
     };
-    let already = tracked_subset(statuses, key).is_some();
-    let Some(s) = statuses.iter_mut().find(|s| s.name == subset) else {
-        return Settled::Gone;
-    };
-    if !s.creating_pods.contains_key(placeholder) {
+    let here = statuses.iter().find(|s| s.name == subset);
+    if !here.is_some_and(|s| s.creating_pods.contains_key(placeholder)) {
         return Settled::Gone;
     }
-    if already {
-        let pod = PodKey { name: "", version };
+    let creating_here = here.is_some_and(|s| s.creating_pods.contains_key(key));
+    let deleting = statuses.iter().any(|s| s.deleting_pods.contains_key(key));
+    let elsewhere = statuses
+        .iter()
+        .any(|s| s.name != subset && s.creating_pods.contains_key(key));
+    let pod = PodKey { name: "", version };
+    if creating_here {
         unclaim(status, ws, pod, placeholder, subset, scale);
         return Settled::Freed;
     }
-    s.creating_pods.remove(placeholder);
-    s.creating_pods.insert(key.to_string(), Time(now));
+    if deleting {
+        unclaim(status, ws, pod, placeholder, subset, scale);
+        unrelease(status, ws, version, key, scale);
+        return Settled::Released;
+    }
+    if elsewhere {
+        return Settled::Kept;
+    }
+    if let Some(s) = status
+        .versioned_subset_statuses
+        .get_mut(version)
+        .and_then(|v| v.iter_mut().find(|s| s.name == subset))
+    {
+        s.creating_pods.remove(placeholder);
+        s.creating_pods.insert(key.to_string(), Time(now));
+    }
     Settled::Renamed
+}
+
+/// Removes `key`'s `deletingPods` entry of `version` (a released pod whose slot its
+/// placeholder's removal frees instead), recounting `missingReplicas`.
+fn unrelease(
+    status: &mut WorkloadSpreadStatus,
+    ws: &WorkloadSpread,
+    version: &str,
+    key: &str,
+    scale: Scale,
+) {
+    let statuses = versioned_statuses(status, ws, version, scale.replicas);
+    if let Some(s) = statuses
+        .iter_mut()
+        .find(|s| s.deleting_pods.contains_key(key))
+    {
+        s.deleting_pods.remove(key);
+        match planned_max(ws, s, scale) {
+            Some(max) => s.missing_replicas = super::missing_for(max, s),
+            None if s.missing_replicas > 0 => s.missing_replicas -= 1,
+            None => {}
+        }
+    }
 }
 
 pub mod stale;

@@ -2,14 +2,15 @@
 //! condition and rescheduling decisions (reference §4.6, §4.7).
 
 use super::{Event, ReconcileOptions};
+use crate::admission::reserve::stale::named_by;
 use crate::admission::reserve::stale::Sightings;
-use crate::admission::reserve::{is_placeholder, PLACEHOLDER_TTL_SECONDS};
+use crate::admission::reserve::{is_placeholder, PLACEHOLDER_DROP_SECONDS};
 use crate::api::v1beta1::{
     SubsetCondition, WorkloadSpread, WorkloadSpreadSubset, WorkloadSpreadSubsetStatus,
 };
 use crate::api::{CONDITION_SCHEDULABLE, REASON_POD_UNSCHEDULABLE, REASON_SUFFICIENT};
 use crate::percent::scaled_value;
-use crate::pods::{is_active, matched, name, reservation};
+use crate::pods::{is_active, matched, name};
 use crate::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -19,21 +20,18 @@ use std::collections::BTreeSet;
 /// What the controller knows of the placeholders of the WorkloadSpread it reconciles.
 #[derive(Clone, Copy, Debug)]
 pub struct PlaceholderView<'a> {
-    /// When this controller first saw each (its own clock): a placeholder expires
-    /// [`StatusCalc::placeholder_window`] after that, never by the holder's stamp.
+    /// When this controller first saw each (its own monotonic clock): a placeholder
+    /// expires [`StatusCalc::placeholder_window`] after that, never by the holder's stamp.
     pub sightings: &'a Sightings,
-    /// Placeholders an existing pod names (its reservation annotation), whether or not
-    /// the pod is among the pods counted (its owner may not be cached yet): never
-    /// expired, the pod takes the slot.
-    pub named: &'a BTreeSet<String>,
+    /// The time `sightings` are judged at, on the clock they were observed with.
+    pub now: Timestamp,
 }
 
-/// Placeholders judged by their holders' stamps, none named by a pod: for a reconcile
-/// with no history of its own (`reconcile --offline`, the planner, tests).
+/// Placeholders judged by their holders' stamps: for a reconcile with no history of its
+/// own (`reconcile --offline`, the planner, tests).
 #[derive(Clone, Debug, Default)]
 pub struct StampedPlaceholders {
     sightings: Sightings,
-    named: BTreeSet<String>,
 }
 
 impl StampedPlaceholders {
@@ -43,16 +41,14 @@ impl StampedPlaceholders {
             .as_ref()
             .map(Sightings::from_stamps)
             .unwrap_or_default();
-        StampedPlaceholders {
-            sightings,
-            named: BTreeSet::new(),
-        }
+        StampedPlaceholders { sightings }
     }
 
-    pub fn view(&self) -> PlaceholderView<'_> {
+    /// The view at `now` (the reconcile's wall clock, which the stamps are on).
+    pub fn view(&self, now: Timestamp) -> PlaceholderView<'_> {
         PlaceholderView {
             sightings: &self.sightings,
-            named: &self.named,
+            now,
         }
     }
 }
@@ -114,13 +110,13 @@ impl<'a> StatusCalc<'a> {
     ) -> Vec<WorkloadSpreadSubsetStatus> {
         let n = self.ws.spec.subsets.len();
         let mut out = Vec::with_capacity(n);
-        // A pod is in one subset: its entry (and the placeholder it took) leaves every
-        // subset's creatingPods once it is counted, wherever an admission recorded it
-        // (the same request answered by two replicas into different subsets).
+        // A pod is in one subset: its entry leaves every subset's creatingPods once it is
+        // counted, wherever an admission recorded it (the same request answered by two
+        // replicas into different subsets).
         let counted: BTreeSet<String> = groups
             .values()
             .flatten()
-            .flat_map(|&p| counted_keys(pods[p]))
+            .map(|&p| counted_key(pods[p]))
             .collect();
         for (i, subset) in self.ws.spec.subsets.iter().enumerate() {
             let members: Vec<&Pod> = groups
@@ -168,6 +164,13 @@ impl<'a> StatusCalc<'a> {
         let old_deleting = old.map(|o| o.deleting_pods.clone()).unwrap_or_default();
         old_creating.retain(|k, _| !counted.contains(k));
         for pod in pods {
+            // A pod admitted into a reserved slot of this subset is that slot: counted
+            // once, whether or not the host has renamed the placeholder yet. Only where
+            // the pod is, and only when its label agrees (a copied annotation names
+            // nothing).
+            if let Some(placeholder) = named_by(pod) {
+                old_creating.remove(placeholder);
+            }
             if !is_active(pod) {
                 continue;
             }
@@ -211,21 +214,18 @@ impl<'a> StatusCalc<'a> {
         }
     }
 
-    /// How long the controller keeps a placeholder: its TTL, or the creating window when
-    /// that is shorter.
+    /// How long the controller keeps a placeholder no counted pod stands for: the drop
+    /// time of a stale one, or the creating window when that is longer — a pod admitted
+    /// into it may still be on its way, as for a written claim.
     pub fn placeholder_window(creating: SignedDuration) -> SignedDuration {
-        creating.min(SignedDuration::from_secs(PLACEHOLDER_TTL_SECONDS))
+        creating.max(SignedDuration::from_secs(PLACEHOLDER_DROP_SECONDS))
     }
 
-    /// Time left for placeholder `key`: it outlives its holder's hand-outs only when the
-    /// holder is dead, measured from when this controller first saw it; one a pod names
-    /// is the pod's slot and stays until the pod is counted (looked at again shortly).
+    /// Time left for placeholder `key`, measured from when this controller first saw it
+    /// (a counted pod naming it has removed it already).
     fn placeholder_left(&self, key: &str) -> Option<SignedDuration> {
-        if self.placeholders.named.contains(key) {
-            return Some(SignedDuration::from_secs(1));
-        }
         let window = Self::placeholder_window(self.options.creating_window);
-        let left = window - self.placeholders.sightings.age(key, self.now);
+        let left = window - self.placeholders.sightings.age(key, self.placeholders.now);
         (!left.is_negative()).then_some(left)
     }
 
@@ -370,16 +370,11 @@ impl<'a> StatusCalc<'a> {
     }
 }
 
-/// The `creatingPods` keys a counted pod stands for: its own (generated id, else name)
-/// and the placeholder it was admitted into — only a placeholder key (`~…`): the
-/// annotation is the pod's word, and naming another pod's key must not free that pod's
-/// slot.
-fn counted_keys(pod: &Pod) -> impl Iterator<Item = String> + '_ {
-    let own = matched(pod)
+/// The `creatingPods` key a counted pod stands for: its generated id, else its name.
+fn counted_key(pod: &Pod) -> String {
+    matched(pod)
         .and_then(|m| m.uid)
-        .unwrap_or_else(|| name(pod).to_string());
-    let placeholder = reservation(pod).filter(|r| is_placeholder(r));
-    std::iter::once(own).chain(placeholder.map(str::to_string))
+        .unwrap_or_else(|| name(pod).to_string())
 }
 
 fn is_pending_unschedulable(pod: &Pod) -> bool {

@@ -103,7 +103,7 @@ fn run_with(
         versioned_kinds: kinds,
         now: now(),
         options: &options,
-        placeholders: stamped.view(),
+        placeholders: stamped.view(now()),
     };
     Run {
         out: reconcile(&input),
@@ -406,9 +406,11 @@ fn status_with(creating: Value, deleting: Value) -> Value {
 fn a_reserved_pod_is_counted_once_and_dead_placeholders_expire() {
     let reserved = with(in_subset(pod("test-pod-0"), "subset-a"), |p| {
         p["metadata"]["annotations"]["workloadspread.io/reservation"] = json!("~h1.0");
+        p["metadata"]["labels"]["workloadspread.io/reservation"] = json!("h1.0");
     });
-    let ttl = crate::admission::reserve::PLACEHOLDER_TTL_SECONDS;
-    let creating = json!({"~h1.0": ago(1), "~h1.1": ago(1), "~h2.0": ago(ttl + 1), "test-pod-9": ago(ttl + 1)});
+    let drop = crate::admission::reserve::PLACEHOLDER_DROP_SECONDS;
+    let creating =
+        json!({"~h1.0": ago(1), "~h1.1": ago(1), "~h2.0": ago(drop + 1), "test-pod-9": ago(1)});
     let r = run(
         &ws(one_subset(json!(5)), status_with(creating, json!({}))),
         &pods(vec![reserved]),
@@ -442,61 +444,77 @@ fn run_seeing(ws: &WorkloadSpread, pods: &[Pod], view: PlaceholderView<'_>) -> R
     }
 }
 
-/// #26 items 1, 4, 5, 7: the controller ages a placeholder from when it first saw it
-/// (a stamp an hour old from a host whose clock is behind expires nothing), never
-/// expires one a pod names (its owner not cached yet), honours a pod's reservation
-/// annotation only when it names a placeholder (naming another pod's key frees nothing),
-/// and counts a pod once even when an admission recorded it in another subset too.
+/// #26 items 1, 4, 5, 7: the controller ages a placeholder from when it first saw it (a
+/// stamp an hour old from a host whose clock is behind expires nothing) and expires it
+/// only after the drop window (a pod admitted into it may still be on its way); a pod
+/// stands for a placeholder only in its own subset and when its label agrees with its
+/// annotation (a copied or forged annotation frees nothing); a pod is counted once even
+/// when an admission recorded it in another subset too.
 #[test]
-fn placeholders_expire_by_this_controllers_sightings_unless_a_pod_names_them() {
+fn placeholders_expire_by_this_controllers_sightings_and_pods_stand_for_their_own() {
     use crate::admission::reserve::stale::Sightings;
+    use crate::admission::reserve::{PLACEHOLDER_DROP_SECONDS, RESERVATION_LABEL};
     let two =
         json!([{"name": "subset-a", "maxReplicas": 5}, {"name": "subset-b", "maxReplicas": 5}]);
     let status = json!({"subsetStatuses": [
         {"name": "subset-a", "replicas": 0, "missingReplicas": 5,
-            "creatingPods": {"~h2.0": ago(3600), "~h2.1": ago(3600), "test-pod-9": ago(1)}},
+            "creatingPods": {"~h2.0": ago(3600), "~h2.1": ago(3600), "~h2.2": ago(3600), "test-pod-9": ago(1)}},
         {"name": "subset-b", "replicas": 0, "missingReplicas": 5, "creatingPods": {"test-pod-0": ago(1)}}]});
     let w = ws(two, status);
-    let forged = with(in_subset(pod("test-pod-0"), "subset-a"), |p| {
-        p["metadata"]["annotations"]["workloadspread.io/reservation"] = json!("test-pod-9");
-    });
-    let pods = pods(vec![forged]);
+    let naming = |name: &str, subset: &str, annotation: &str, label: &str| {
+        with(in_subset(pod(name), subset), |p| {
+            p["metadata"]["annotations"]["workloadspread.io/reservation"] = json!(annotation);
+            p["metadata"]["labels"][RESERVATION_LABEL] = json!(label);
+        })
+    };
+    let pods = pods(vec![
+        // Names another pod's key: frees nothing.
+        naming("test-pod-0", "subset-a", "test-pod-9", "test-pod-9"),
+        // Took ~h2.1: stands for it.
+        naming("test-pod-1", "subset-a", "~h2.1", "h2.1"),
+        // Its label disagrees (a copied annotation): stands for nothing.
+        naming("test-pod-2", "subset-a", "~h2.2", "h9.9"),
+        // In b: ~h2.0 of a is not its slot.
+        naming("test-pod-3", "subset-b", "~h2.0", "h2.0"),
+    ]);
     let keys =
         |r: &Run, s: &str| -> Vec<String> { r.subset(s).creating_pods.keys().cloned().collect() };
-    // (what, seen this long ago, named by a pod, placeholders left)
-    let cases: [(&str, i64, &[&str], &[&str]); 3] = [
+    let drop = PLACEHOLDER_DROP_SECONDS;
+    // (what, seen this long ago, placeholders left in a)
+    let cases: [(&str, i64, &[&str]); 3] = [
         (
             "seen just now: kept, whatever the stamp",
             0,
-            &[],
-            &["~h2.0", "~h2.1"],
+            &["~h2.0", "~h2.2"],
         ),
-        ("seen past the TTL: expired", 6, &[], &[]),
         (
-            "seen past the TTL, a pod names one: that one kept",
+            "seen 6 s ago: kept, a pod may be on its way",
             6,
-            &["~h2.1"],
-            &["~h2.1"],
+            &["~h2.0", "~h2.2"],
         ),
+        ("seen past the drop window: expired", drop + 1, &[]),
     ];
-    for (what, seen_ago, named, left) in cases {
+    for (what, seen_ago, left) in cases {
         let mut sightings = Sightings::default();
         sightings.observe(w.status.as_ref().unwrap(), now() - seen_ago.seconds());
-        let named: std::collections::BTreeSet<String> =
-            named.iter().map(|k| k.to_string()).collect();
         let view = PlaceholderView {
             sightings: &sightings,
-            named: &named,
+            now: now(),
         };
         let r = run_seeing(&w, &pods, view);
         let mut want: Vec<String> = left.iter().map(|k| k.to_string()).collect();
         want.push("test-pod-9".into());
         want.sort();
         assert_eq!(keys(&r, "subset-a"), want, "{what}");
-        // test-pod-0 counted in a only: its entry in b is gone.
+        // test-pod-0 counted in a: its entry in b is gone.
         assert!(keys(&r, "subset-b").is_empty(), "{what}");
-        assert_eq!(r.subset("subset-a").replicas, 1, "{what}");
+        assert_eq!(
+            (r.subset("subset-a").replicas, r.subset("subset-b").replicas),
+            (3, 1),
+            "{what}"
+        );
         assert!(r.out.events.is_empty(), "{what}: {:?}", r.out.events);
+        assert_eq!(r.out.expired_placeholders, 2 - left.len(), "{what}");
     }
 }
 
@@ -1213,7 +1231,7 @@ fn run_planned(ws: &WorkloadSpread, pods: &[Pod], replicas: i32) -> Run {
         versioned_kinds: &VersionedKinds::default(),
         now: now(),
         options: &options,
-        placeholders: stamped.view(),
+        placeholders: stamped.view(now()),
     };
     Run {
         out: reconcile(&input),
@@ -1427,7 +1445,7 @@ fn a_reconcile_of_pruned_pods_equals_one_of_whole_pods() {
                     versioned_kinds: &kinds,
                     now: now(),
                     options: &options,
-                    placeholders: stamped.view(),
+                    placeholders: stamped.view(now()),
                 })
             };
             let (a, b) = (run(&whole), run(&pruned));

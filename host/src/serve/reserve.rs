@@ -38,16 +38,31 @@ pub type SlotKey = (String, String);
 struct Slot {
     /// Unused placeholders, oldest first, with their stamps in the status (this host's
     /// clock when the write that made them was prepared: a write that timed out and
-    /// was found landed keeps its stamp, so they are aged from then).
-    unused: VecDeque<(String, Timestamp)>,
+    /// was found landed keeps its stamp, so they are aged from then) and, on this
+    /// process's monotonic clock, when their reserve work was asked for (no later than
+    /// the write: a step of the wall clock never stretches a hand-out).
+    unused: VecDeque<Held>,
     /// Claims answered in the last second (the block size).
     recent: VecDeque<Instant>,
     last_claim: Instant,
-    /// A reserve write for this subset is queued or in flight.
+    /// A reserve write for this subset is queued or in flight, asked for then.
     refilling: bool,
+    refill_asked: Instant,
     /// The last claim's scale: returns and refills are judged with it.
     scale: Scale,
 }
+
+/// An unused placeholder: its key, its stamp in the status, when it was asked for.
+#[derive(Clone, Debug)]
+struct Held {
+    key: String,
+    stamp: Timestamp,
+    asked: Instant,
+}
+
+/// How long after its reserve work was asked for a placeholder may be handed out (on the
+/// monotonic clock; its stamp must be younger than that too).
+const HANDOUT: Duration = Duration::from_secs(HANDOUT_SECONDS as u64);
 
 /// A placeholder handed to a pod whose settle write has not happened yet.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,8 +73,10 @@ pub struct Handed {
     pub key: String,
     /// What the claim was answered (a retried request gets it again).
     pub answer: ClaimResponse,
-    /// The placeholder's stamp (it goes back to the unused ones with it).
+    /// The placeholder's stamp and when it was asked for (it goes back to the unused
+    /// ones with them).
     pub stamp: Timestamp,
+    pub asked: Instant,
     /// The claim's scale (a settle that frees the placeholder recounts with it).
     pub scale: Scale,
     /// When it was handed out: a settle that keeps failing is given up after a while
@@ -96,6 +113,9 @@ pub struct Pool {
     /// Placeholders given back whose return write has not landed yet: still in the
     /// status, no longer to hand out, but room of ours when choosing a subset.
     returning: Vec<(SlotKey, String)>,
+    /// Returns to write again (a failed return, a failed reserve whose keys may have
+    /// landed, a placeholder given back to a slot gone idle).
+    retry: Vec<Return>,
     /// The host is stopping: nothing more is reserved.
     closing: bool,
 }
@@ -115,6 +135,7 @@ impl Pool {
             settle_since: None,
             settling: Default::default(),
             returning: vec![],
+            retry: vec![],
             closing: false,
         }
     }
@@ -133,6 +154,7 @@ impl Pool {
             self.settle_since = None;
             self.settling.clear();
             self.returning.clear();
+            self.retry.clear();
             self.uid = uid.map(str::to_string);
         }
     }
@@ -155,34 +177,65 @@ impl Pool {
         self.slots.values().all(|s| !s.refilling)
     }
 
-    /// This replica's unused placeholders in `version`, as (subset, key): the ones it
-    /// can hand out.
+    /// This replica's unused placeholders in `version` young enough to hand out, as
+    /// (subset, key).
     pub fn unused(&self, version: &str) -> Vec<(String, String)> {
+        self.own(version, true)
+    }
+
+    /// This replica's other room in `version`, not to hand out: placeholders whose return
+    /// write has not landed, and unused ones too old to hand out (returned next).
+    pub fn returning(&self, version: &str) -> Vec<(String, String)> {
+        let returning = self
+            .returning
+            .iter()
+            .filter(|((v, _), _)| v == version)
+            .map(|((_, subset), k)| (subset.clone(), k.clone()));
+        returning.chain(self.own(version, false)).collect()
+    }
+
+    fn own(&self, version: &str, young: bool) -> Vec<(String, String)> {
         self.slots
             .iter()
             .filter(|((v, _), _)| v == version)
             .flat_map(|((_, subset), slot)| {
                 slot.unused
                     .iter()
-                    .map(move |(k, _)| (subset.clone(), k.clone()))
+                    .filter(move |h| (h.asked.elapsed() < HANDOUT) == young)
+                    .map(move |h| (subset.clone(), h.key.clone()))
             })
             .collect()
     }
 
-    /// This replica's placeholders in `version` whose return write has not landed:
-    /// its room, not to hand out.
-    pub fn returning(&self, version: &str) -> Vec<(String, String)> {
-        self.returning
-            .iter()
-            .filter(|((v, _), _)| v == version)
-            .map(|((_, subset), k)| (subset.clone(), k.clone()))
-            .collect()
-    }
-
-    /// A return write ended (written or not: a placeholder left behind expires).
+    /// A return write landed.
     pub fn returned(&mut self, r: &Return) {
         self.returning
             .retain(|(slot, k)| !(*slot == r.slot && r.keys.contains(k)));
+    }
+
+    /// A return write failed: the placeholders stay this replica's room, and the return
+    /// is tried again with the next maintenance.
+    pub fn return_failed(&mut self, r: Return) {
+        self.retry.push(r);
+    }
+
+    /// A reserve write failed: its keys may have landed all the same; they are given
+    /// back (an unclaim of a key that is not there changes nothing).
+    pub fn reserve_failed(&mut self, slot: &SlotKey, keys: Vec<String>) {
+        let Some(s) = self.slots.get_mut(slot) else {
+            return;
+        };
+        s.refilling = false;
+        if keys.is_empty() {
+            return;
+        }
+        self.returning
+            .extend(keys.iter().map(|k| (slot.clone(), k.clone())));
+        self.retry.push(Return {
+            slot: slot.clone(),
+            keys,
+            scale: s.scale,
+        });
     }
 
     /// The answer a claim already got from a placeholder (a retried request).
@@ -202,8 +255,12 @@ impl Pool {
         mut answer: ClaimResponse,
     ) -> Option<ClaimResponse> {
         let s = self.slots.get_mut(slot)?;
-        let at = s.unused.iter().position(|(k, _)| k == placeholder)?;
-        let (placeholder, stamp) = s.unused.remove(at)?;
+        let at = s.unused.iter().position(|h| h.key == placeholder)?;
+        let Held {
+            key: placeholder,
+            stamp,
+            asked,
+        } = s.unused.remove(at)?;
         answer.reservation = Some(placeholder.clone());
         self.handed.insert(
             key.to_string(),
@@ -213,6 +270,7 @@ impl Pool {
                 key: key.to_string(),
                 answer: answer.clone(),
                 stamp,
+                asked,
                 scale,
                 at: Instant::now(),
             },
@@ -236,8 +294,22 @@ impl Pool {
         if self.to_settle.is_empty() {
             self.settle_since = None;
         }
-        if let Some(s) = self.slots.get_mut(&h.slot) {
-            s.unused.push_front((h.placeholder, h.stamp));
+        let held = Held {
+            key: h.placeholder.clone(),
+            stamp: h.stamp,
+            asked: h.asked,
+        };
+        match self.slots.get_mut(&h.slot) {
+            Some(s) => s.unused.push_front(held),
+            // The slot went idle meanwhile: give the placeholder back.
+            None => {
+                self.returning.push((h.slot.clone(), h.placeholder.clone()));
+                self.retry.push(Return {
+                    slot: h.slot,
+                    keys: vec![h.placeholder],
+                    scale: h.scale,
+                });
+            }
         }
         true
     }
@@ -251,6 +323,7 @@ impl Pool {
             recent: VecDeque::new(),
             last_claim: now,
             refilling: false,
+            refill_asked: now,
             scale,
         });
         s.last_claim = now;
@@ -271,6 +344,7 @@ impl Pool {
             return None;
         }
         s.refilling = true;
+        s.refill_asked = now;
         Some(want)
     }
 
@@ -286,7 +360,11 @@ impl Pool {
     pub fn reserved(&mut self, slot: &SlotKey, keys: Vec<(String, Timestamp)>) {
         if let Some(s) = self.slots.get_mut(slot) {
             s.refilling = false;
-            s.unused.extend(keys);
+            let asked = s.refill_asked;
+            s.unused.extend(
+                keys.into_iter()
+                    .map(|(key, stamp)| Held { key, stamp, asked }),
+            );
         }
     }
 
@@ -324,7 +402,7 @@ impl Pool {
             || self
                 .slots
                 .values()
-                .any(|s| s.unused.iter().any(|(k, _)| k == placeholder))
+                .any(|s| s.unused.iter().any(|h| h.key == placeholder))
     }
 
     /// A settle write failed: the placeholders go back to be settled by the next one
@@ -358,25 +436,28 @@ impl Pool {
     }
 
     /// Unused placeholders to give back: those of subsets idle for the policy's idle
-    /// time, and those too old to hand out by their stamp (`clock`: this host's clock,
-    /// which stamped them). They are no longer held.
+    /// time, and those too old to hand out — by their stamp (`clock`: this host's wall
+    /// clock, which stamped them) or by when they were asked for (monotonic); and the
+    /// returns that failed before. They are no longer held.
     pub fn expired(&mut self, now: Instant, clock: Timestamp) -> Vec<Return> {
         let handout = k8s_openapi::jiff::SignedDuration::from_secs(HANDOUT_SECONDS);
         let idle = self.policy.idle;
-        let mut out = vec![];
+        let mut out = std::mem::take(&mut self.retry);
         for (key, s) in &mut self.slots {
             let slot_idle = now.saturating_duration_since(s.last_claim) >= idle;
-            let (gone, kept): (Vec<_>, Vec<_>) = s
-                .unused
-                .drain(..)
-                .partition(|(_, at)| slot_idle || clock.duration_since(*at) >= handout);
+            let old = |h: &Held| {
+                clock.duration_since(h.stamp) >= handout
+                    || now.saturating_duration_since(h.asked) >= HANDOUT
+            };
+            let (gone, kept): (Vec<Held>, Vec<Held>) =
+                s.unused.drain(..).partition(|h| slot_idle || old(h));
             s.unused = kept.into();
             self.returning
-                .extend(gone.iter().map(|(k, _)| (key.clone(), k.clone())));
+                .extend(gone.iter().map(|h| (key.clone(), h.key.clone())));
             if !gone.is_empty() {
                 out.push(Return {
                     slot: key.clone(),
-                    keys: gone.into_iter().map(|(k, _)| k).collect(),
+                    keys: gone.into_iter().map(|h| h.key).collect(),
                     scale: s.scale,
                 });
             }
@@ -397,7 +478,7 @@ impl Pool {
             .filter(|(_, s)| !s.unused.is_empty())
             .map(|(key, s)| Return {
                 slot: key.clone(),
-                keys: s.unused.drain(..).map(|(k, _)| k).collect(),
+                keys: s.unused.drain(..).map(|h| h.key).collect(),
                 scale: s.scale,
             })
             .collect();

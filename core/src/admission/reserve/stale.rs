@@ -2,18 +2,20 @@
 //! that a writer has seen for longer than [`PLACEHOLDER_TTL_SECONDS`] belongs to a holder
 //! that died or lost the API server. Whoever writes the status next *resolves* it: a
 //! placeholder some pod names (the holder handed it out and never settled it) is settled
-//! to that pod's key — the pod exists, so its slot stays taken — and every other one is
-//! dropped, its slot freed.
+//! to that pod's key — the pod exists, so its slot stays taken. One no pod names is
+//! dropped, its slot freed, only once seen for [`PLACEHOLDER_DROP_SECONDS`]: a pod
+//! admitted into it may still be on its way through the admission chain.
 //!
-//! Age is measured by the reader's own clock from when it first saw the placeholder
-//! ([`Sightings`]), never by comparing the holder's stamp with another machine's clock:
-//! a reader sees a placeholder no earlier than its write landed, so whatever the skew
-//! between machines, a placeholder is stale for a reader at least
-//! [`PLACEHOLDER_TTL_SECONDS`] after its write, and its holder hands it out only within
-//! [`super::HANDOUT_SECONDS`] of its own stamp (taken before the write).
+//! Age is measured by the reader's own monotonic clock from when it first saw the
+//! placeholder ([`Sightings`]; callers pass a process-local monotonic time), never by
+//! comparing the holder's stamp with another machine's clock, nor across a step of the
+//! reader's wall clock: a reader sees a placeholder no earlier than its write landed, so a
+//! placeholder is stale for a reader at least [`PLACEHOLDER_TTL_SECONDS`] after its
+//! write, and its holder hands it out only within [`super::HANDOUT_SECONDS`] of writing
+//! it.
 
-use super::RESERVATION_HOLDER_LABEL;
-use super::{holder_of, is_placeholder, settle, Settled, PLACEHOLDER_TTL_SECONDS};
+use super::{is_placeholder, reservation_label_value, settle, Settled};
+use super::{PLACEHOLDER_DROP_SECONDS, PLACEHOLDER_TTL_SECONDS, RESERVATION_LABEL};
 use crate::admission::{unclaim, PodKey, Scale};
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
 use crate::pods::{matched, name, reservation};
@@ -101,6 +103,8 @@ pub struct Stale {
     pub version: String,
     pub subset: String,
     pub key: String,
+    /// Seen for [`PLACEHOLDER_DROP_SECONDS`] too: dropped when no pod names it.
+    pub droppable: bool,
 }
 
 /// The stale placeholders of `status` by `sightings` (observed on it first), except
@@ -124,28 +128,38 @@ pub fn stale_after(
     ttl: SignedDuration,
     keep: impl Fn(&str) -> bool,
 ) -> Vec<Stale> {
+    let drop = SignedDuration::from_secs(PLACEHOLDER_DROP_SECONDS).max(ttl);
     placeholders(status)
         .filter(|(_, _, key)| sightings.age(key, now) > ttl && !keep(key))
         .map(|(version, subset, key)| Stale {
             version: version.to_string(),
             subset: subset.to_string(),
             key: key.to_string(),
+            droppable: sightings.age(key, now) > drop,
         })
         .collect()
 }
 
-/// The label selector listing the pods that may name one of `stale`: the pods admitted
-/// into a placeholder of one of their holders (`None` when there is nothing to list).
-pub fn holder_selector(stale: &[Stale]) -> Option<String> {
-    let holders: BTreeSet<&str> = stale.iter().filter_map(|s| holder_of(&s.key)).collect();
-    if holders.is_empty() {
+/// The label selector listing exactly the pods that may name one of `stale` (`None`
+/// when there is nothing to list).
+pub fn reservation_selector(stale: &[Stale]) -> Option<String> {
+    let values: BTreeSet<&str> = stale
+        .iter()
+        .filter_map(|s| reservation_label_value(&s.key))
+        .collect();
+    if values.is_empty() {
         return None;
     }
-    let list: Vec<&str> = holders.into_iter().collect();
-    Some(format!(
-        "{RESERVATION_HOLDER_LABEL} in ({})",
-        list.join(",")
-    ))
+    let list: Vec<&str> = values.into_iter().collect();
+    Some(format!("{RESERVATION_LABEL} in ({})", list.join(",")))
+}
+
+/// The placeholder `pod` names, when its annotation and its label agree (a pod template
+/// carrying a copied annotation names nothing).
+pub fn named_by(pod: &Pod) -> Option<&str> {
+    let placeholder = reservation(pod).filter(|r| is_placeholder(r))?;
+    let label = pod.metadata.labels.as_ref()?.get(RESERVATION_LABEL)?;
+    (reservation_label_value(placeholder) == Some(label.as_str())).then_some(placeholder)
 }
 
 /// A pod admitted into a placeholder: which one, in which subset, and the pod's
@@ -163,7 +177,7 @@ pub struct Naming {
 pub fn namings(pods: &[Pod], ws_name: &str) -> Vec<Naming> {
     pods.iter()
         .filter_map(|pod| {
-            let placeholder = reservation(pod).filter(|r| is_placeholder(r))?;
+            let placeholder = named_by(pod)?;
             let m = matched(pod).filter(|m| m.name == ws_name)?;
             let key = m.uid.unwrap_or_else(|| name(pod).to_string());
             (!key.is_empty()).then(|| Naming {
@@ -175,11 +189,11 @@ pub fn namings(pods: &[Pod], ws_name: &str) -> Vec<Naming> {
         .collect()
 }
 
-/// The placeholders `pods` name in their reservation annotation (whatever
-/// WorkloadSpread they belong to: a placeholder key is unique).
+/// The placeholders `pods` name ([`named_by`]; whatever WorkloadSpread they belong to: a
+/// placeholder key is unique).
 pub fn named_placeholders<'p>(pods: impl IntoIterator<Item = &'p Pod>) -> BTreeSet<String> {
     pods.into_iter()
-        .filter_map(|p| reservation(p).filter(|r| is_placeholder(r)))
+        .filter_map(named_by)
         .map(str::to_string)
         .collect()
 }
@@ -194,9 +208,9 @@ pub struct Resolved {
 }
 
 /// Resolves `stale` placeholders of `status`: one that a pod names in the same subset is
-/// settled to the pod's key; the others are dropped. `named` is `None` when the pods
-/// could not be listed: then nothing is dropped (a placeholder whose pod may exist is
-/// never freed; the caller tries again on its next write).
+/// settled to the pod's key; the others are dropped once [`Stale::droppable`]. `named` is
+/// `None` when the pods could not be listed: then nothing is dropped (a placeholder whose
+/// pod may exist is never freed; the caller tries again on its next write).
 pub fn resolve(
     status: &mut WorkloadSpreadStatus,
     ws: &WorkloadSpread,
@@ -217,11 +231,11 @@ pub fn resolve(
             Some(n) => {
                 let at = (s.version.as_str(), s.subset.as_str());
                 let r = settle(status, ws, at, &s.key, &n.key, scale, now);
-                if r != Settled::Gone {
+                if !matches!(r, Settled::Gone | Settled::Kept) {
                     done.settled += 1;
                 }
             }
-            None => {
+            None if s.droppable => {
                 let pod = PodKey {
                     name: "",
                     version: &s.version,
@@ -230,6 +244,7 @@ pub fn resolve(
                     done.dropped += 1;
                 }
             }
+            None => {}
         }
     }
     done

@@ -6,8 +6,9 @@
 use super::apply::{apply_decoded, decode, updated_object, Resolution};
 use super::queue::still_awaited;
 use super::{
-    internal, lock, Answer, Applied1, Committer, Op, Pending, Queue, QueueKey, Shared, Work,
-    ANSWER_BUDGET, CALL_TIMEOUT, COMMIT_DEADLINE, DONE, MAX_ATTEMPTS, SETTLE_GIVE_UP,
+    internal, lock, Answer, Applied1, Committer, Listed, Op, Pending, Queue, QueueKey, Shared,
+    Work, ANSWER_BUDGET, CALL_TIMEOUT, COMMIT_DEADLINE, DONE, LIST_EVERY, MAX_ATTEMPTS,
+    SETTLE_GIVE_UP,
 };
 use crate::serve::metrics::ReservationEvent;
 use k8s_openapi::api::core::v1::Pod;
@@ -60,6 +61,17 @@ impl Committer {
         for attempt in 0..MAX_ATTEMPTS {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
+                // Only the operations whose own time is up fail; the rest is carried to
+                // the next batch with the time they have left.
+                let (expired, rest) = past_their_time(batch);
+                if !rest.is_empty() {
+                    let message =
+                        format!("{} (gave up after {ANSWER_BUDGET:?})", failure.message());
+                    self.failed(queue, expired, &Failure::Other(message));
+                    carried.extend(rest);
+                    return carried;
+                }
+                batch = expired;
                 failure = Failure::Other(format!(
                     "{} (gave up after {COMMIT_DEADLINE:?})",
                     failure.message()
@@ -188,8 +200,9 @@ impl Committer {
         carried
     }
 
-    /// The stale placeholders of `ws` for this replica (seen for longer than the TTL,
-    /// not its own) and the pods that name them, listed live by their holders' label.
+    /// The stale placeholders of `ws` for this replica (seen for longer than the TTL on
+    /// its monotonic clock, not its own) and the pods that name them, listed live by the
+    /// placeholders' own label values — at most once a second for the same placeholders.
     /// A listing that fails resolves nothing (a placeholder whose pod may exist is never
     /// freed); the next attempt or write tries again.
     async fn resolution(
@@ -198,17 +211,33 @@ impl Committer {
         ws: &workloadspread_core::api::v1beta1::WorkloadSpread,
         budget: Duration,
     ) -> Resolution {
-        let now = (self.clock)();
-        let (stale, scale): (Vec<Stale>, _) = {
+        let now = crate::commands::monotonic_now();
+        let (stale, scale, listed): (Vec<Stale>, _, _) = {
             let mut shared = lock(&queue.shared);
             let status = ws.status.clone().unwrap_or_default();
-            (stale_for(&mut shared, &status, now), shared.scale)
+            let stale = stale_for(&mut shared, &status, now);
+            let listed = shared
+                .listed
+                .as_ref()
+                .filter(|l| l.at.elapsed() < LIST_EVERY)
+                .filter(|l| stale.iter().all(|s| l.keys.contains(&s.key)))
+                .map(|l| l.named.clone());
+            (stale, shared.scale, listed)
         };
-        let named = match stale::holder_selector(&stale) {
-            None => Some(vec![]),
-            Some(selector) => {
+        let named = match (stale::reservation_selector(&stale), listed) {
+            (None, _) => Some(vec![]),
+            (Some(_), Some(named)) => Some(named),
+            (Some(selector), None) => {
                 let namespace = ws.metadata.namespace.as_deref().unwrap_or_default();
-                self.namings(namespace, &selector, ws, budget).await
+                let named = self.namings(namespace, &selector, ws, budget).await;
+                if let Some(named) = &named {
+                    lock(&queue.shared).listed = Some(Listed {
+                        at: Instant::now(),
+                        keys: stale.iter().map(|s| s.key.clone()).collect(),
+                        named: named.clone(),
+                    });
+                }
+                named
             }
         };
         Resolution {
@@ -363,18 +392,20 @@ impl Committer {
     fn failed(&self, queue: &Queue, batch: Vec<Pending>, failure: &Failure) {
         let mut shared = lock(&queue.shared);
         for p in batch {
+            let gone = matches!(failure, Failure::Gone(_));
             match &p.work {
                 Work::Op(op) => self.record(op, None),
-                Work::Reserve { slot, .. } => shared.pool.reserved(slot, vec![]),
-                Work::Settle(done) => match failure {
-                    Failure::Gone(_) => shared.pool.settled(done),
-                    Failure::Other(_) => {
-                        shared
-                            .pool
-                            .settle_failed(done, Instant::now(), SETTLE_GIVE_UP)
-                    }
-                },
-                Work::Return(r) => shared.pool.returned(r),
+                Work::Reserve { slot, .. } if gone => shared.pool.reserved(slot, vec![]),
+                // The write may have landed: its keys are given back.
+                Work::Reserve { slot, keys, .. } => shared.pool.reserve_failed(slot, keys.clone()),
+                Work::Settle(done) if gone => shared.pool.settled(done),
+                Work::Settle(done) => {
+                    shared
+                        .pool
+                        .settle_failed(done, Instant::now(), SETTLE_GIVE_UP)
+                }
+                Work::Return(r) if gone => shared.pool.returned(r),
+                Work::Return(r) => shared.pool.return_failed(r.clone()),
             }
             if let Some(reply) = p.reply {
                 let _ = reply.send(Err(failure.message().to_string()));
@@ -393,6 +424,15 @@ pub(super) fn stale_for(
     shared.sightings.observe(status, now);
     let pool = &shared.pool;
     stale::stale(status, &shared.sightings, now, |k| pool.knows(k))
+}
+
+/// Splits `batch` into the operations whose time to be answered is up and the rest (the
+/// queue's own work always goes with the expired part: it is retried by the pool).
+fn past_their_time(batch: Vec<Pending>) -> (Vec<Pending>, Vec<Pending>) {
+    let now = Instant::now();
+    batch
+        .into_iter()
+        .partition(|p| p.reply.is_none() || now.saturating_duration_since(p.since) >= ANSWER_BUDGET)
 }
 
 /// When the batch must be answered: [`COMMIT_DEADLINE`] from now, or earlier when an

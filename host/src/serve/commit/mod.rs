@@ -58,6 +58,8 @@ const SETTLE_DELAY: Duration = Duration::from_secs(1);
 /// How long failed settles are retried; past that, whoever finds the placeholder stale
 /// settles it to the pod that names it.
 const SETTLE_GIVE_UP: Duration = Duration::from_secs(60);
+/// The pods naming the same stale placeholders are listed at most this often.
+const LIST_EVERY: Duration = Duration::from_secs(1);
 /// How often a queue holding placeholders or waiting claims looks at them again.
 const TICK: Duration = Duration::from_millis(50);
 /// An operation is answered within this long of its arrival, whatever it waited for:
@@ -155,6 +157,15 @@ struct Shared {
     /// The scale of the last claim: stale placeholders dropped without one are judged
     /// with it.
     scale: Option<Scale>,
+    /// The last listing of the pods naming stale placeholders.
+    listed: Option<Listed>,
+}
+
+/// Which stale placeholders were listed when, and the pods found naming them.
+struct Listed {
+    at: Instant,
+    keys: std::collections::BTreeSet<String>,
+    named: Vec<workloadspread_core::admission::reserve::stale::Naming>,
 }
 
 #[derive(Clone)]
@@ -186,13 +197,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A placeholder prefix unique to this process: a restarted host never takes over
-/// (or collides with) a dead one's placeholders; those are resolved when stale.
+/// A placeholder prefix unique to this process (64 bits: long-lived pods keep naming old
+/// placeholders, and a new process must not draw a dead one's id): a restarted host
+/// never takes over (or collides with) a dead one's placeholders; those are resolved
+/// when stale.
 fn holder_id() -> String {
     use std::hash::BuildHasher;
     let seed = (std::process::id(), std::time::SystemTime::now());
     let hash = std::collections::hash_map::RandomState::new().hash_one(seed);
-    format!("{:08x}", hash as u32)
+    format!("{hash:016x}")
 }
 
 impl Committer {
@@ -297,6 +310,7 @@ impl Shared {
             pool,
             sightings: Sightings::default(),
             scale: None,
+            listed: None,
         }
     }
 

@@ -399,10 +399,11 @@ fn a_claim_waits_for_another_replicas_placeholders_then_they_are_resolved() {
             &["p0", "~h2.1"],
         ),
     ];
+    let drop = workloadspread_core::admission::reserve::PLACEHOLDER_DROP_SECONDS as u64;
     for (what, named, want, after) in cases {
         let mut shared = Shared::new(pool());
         resolution_at(&mut shared, &full, t0, Some(vec![]));
-        let now = later(t0, ttl + 1);
+        let now = later(t0, drop + 1);
         let mut r = resolution_at(&mut shared, &full, now, named);
         assert_eq!(r.stale.len(), 1, "{what}");
         let (o, out) = apply_batch(
@@ -420,6 +421,22 @@ fn a_claim_waits_for_another_replicas_placeholders_then_they_are_resolved() {
         let o = o.unwrap_or_else(|| full.clone());
         assert_eq!(creating(&o), after, "{what}");
     }
+    // Stale but not yet past the drop time, no pod naming it: a pod admitted into it may
+    // still be on its way — kept, and the claim keeps waiting.
+    let mut shared = Shared::new(pool());
+    resolution_at(&mut shared, &full, t0, Some(vec![]));
+    let mut r = resolution_at(&mut shared, &full, later(t0, ttl + 1), Some(vec![]));
+    assert_eq!(r.stale.len(), 1);
+    let claims = batch(vec![claim("p1", None)]);
+    let (o, out) = apply_batch(
+        &full,
+        &claims,
+        later(t0, ttl + 1),
+        Some(&mut shared.pool),
+        &mut r,
+    )
+    .unwrap();
+    assert!(o.is_none() && matches!(out[0], Applied1::Wait), "{out:?}");
 }
 
 /// A reserve write that landed but was not answered in time is found by the next read:
@@ -528,6 +545,7 @@ fn nothing_to_release_writes_nothing() {
         subset: "nope".into(),
         workload_replicas: 4,
         rules: Default::default(),
+        reservation: None,
     });
     let (updated, answers) = apply_batch(
         &object("u"),

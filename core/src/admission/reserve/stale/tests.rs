@@ -1,5 +1,5 @@
 use super::*;
-use crate::admission::reserve::placeholder_key;
+use crate::admission::reserve::{placeholder_key, Settled, PLACEHOLDER_DROP_SECONDS};
 use crate::api::VERSION_IGNORED;
 use crate::rules::Rules;
 use serde_json::json;
@@ -82,11 +82,12 @@ fn naming(placeholder: &str, subset: &str, key: &str) -> Naming {
     }
 }
 
-/// (what, creating keys, pods naming placeholders, listing worked, creating after,
-/// settled, dropped)
+/// (what, creating keys, seen for (s), pods naming placeholders, listing worked,
+/// creating after, settled, dropped)
 type Case<'a> = (
     &'a str,
     &'a [&'a str],
+    i64,
     &'a [(&'a str, &'a str, &'a str)],
     bool,
     &'a [&'a str],
@@ -94,23 +95,31 @@ type Case<'a> = (
     usize,
 );
 
+const DROP: i64 = PLACEHOLDER_DROP_SECONDS + 1;
+const STALE: i64 = PLACEHOLDER_TTL_SECONDS + 1;
+
 #[rustfmt::skip]
-const CASES: [Case; 6] = [
-    ("no pod names them: dropped", &["~h2.1", "~h2.2"], &[], true, &[], 0, 2),
-    ("a pod names one: settled to its key, the other dropped", &["~h2.1", "~h2.2"], &[("~h2.1", "a", "web-1")], true, &["web-1"], 1, 1),
-    ("the pods could not be listed: nothing dropped", &["~h2.1", "~h2.2"], &[], false, &["~h2.1", "~h2.2"], 0, 0),
-    ("a pod naming it in another subset does not count", &["~h2.1"], &[("~h2.1", "b", "web-1")], true, &[], 0, 1),
-    ("the pod's key is there already: freed, counted once", &["~h2.1", "web-1"], &[("~h2.1", "a", "web-1")], true, &["web-1"], 1, 0),
-    ("a pod's own entry is not a placeholder", &["pod-x"], &[], true, &["pod-x"], 0, 0),
+const CASES: [Case; 9] = [
+    ("stale, no pod names them: kept until the drop time", &["~h2.1", "~h2.2"], STALE, &[], true, &["~h2.1", "~h2.2"], 0, 0),
+    ("past the drop time, no pod names them: dropped", &["~h2.1", "~h2.2"], DROP, &[], true, &[], 0, 2),
+    ("stale, a pod names one: settled to its key", &["~h2.1", "~h2.2"], STALE, &[("~h2.1", "a", "web-1")], true, &["web-1", "~h2.2"], 1, 0),
+    ("past the drop time, a pod names one: settled, the other dropped", &["~h2.1", "~h2.2"], DROP, &[("~h2.1", "a", "web-1")], true, &["web-1"], 1, 1),
+    ("the pods could not be listed: nothing dropped", &["~h2.1", "~h2.2"], DROP, &[], false, &["~h2.1", "~h2.2"], 0, 0),
+    ("a pod naming it in another subset does not count", &["~h2.1"], DROP, &[("~h2.1", "b", "web-1")], true, &[], 0, 1),
+    ("the pod's key is there already: freed, counted once", &["~h2.1", "web-1"], STALE, &[("~h2.1", "a", "web-1")], true, &["web-1"], 1, 0),
+    ("a pod's own entry is not a placeholder", &["pod-x"], DROP, &[], true, &["pod-x"], 0, 0),
+    ("not stale yet: untouched", &["~h2.1"], 1, &[("~h2.1", "a", "web-1")], true, &["~h2.1"], 0, 0),
 ];
 
 #[test]
-fn stale_placeholders_are_settled_to_the_pod_naming_them_or_dropped() {
+fn stale_placeholders_are_settled_to_the_pod_naming_them_or_dropped_late() {
     let scale = Scale::new(8, Rules::Planned);
-    for (what, keys, pods, listed, after, settled, dropped) in CASES {
+    for (what, keys, seen, pods, listed, after, settled, dropped) in CASES {
         let mut w = ws(keys, 60);
         let status = w.status.clone().unwrap();
-        let stale = stale(&status, &Sightings::from_stamps(&status), now(), |_| false);
+        let mut sightings = Sightings::default();
+        sightings.observe(&status, now() - secs(seen));
+        let stale = stale(&status, &sightings, now(), |_| false);
         let named: Vec<Naming> = pods.iter().map(|(p, s, k)| naming(p, s, k)).collect();
         let spec = w.clone();
         let status = w.status.as_mut().unwrap();
@@ -127,9 +136,58 @@ fn stale_placeholders_are_settled_to_the_pod_naming_them_or_dropped() {
     }
 }
 
+/// A settle finding the pod already counted: in the same subset (another replica wrote
+/// its key), released (deleted before the settle: its deleting entry and the
+/// placeholder cancel out), or in another subset (kept: an over-count until the
+/// controller counts the pod).
 #[test]
-fn pods_name_placeholders_through_their_annotations() {
-    let pod = |name: &str, reservation: Option<&str>, ws_name: &str, uid: Option<&str>| {
+fn a_settle_counts_the_pod_once_whatever_happened_first() {
+    use crate::admission::reserve::settle;
+    let scale = Scale::new(8, Rules::Planned);
+    let mut w = ws(&["~h1.1", "~h1.2", "~h1.3", "web-1"], 0);
+    {
+        let statuses = w
+            .status
+            .as_mut()
+            .unwrap()
+            .versioned_subset_statuses
+            .get_mut(VERSION_IGNORED)
+            .unwrap();
+        let at = statuses[0].creating_pods["web-1"].clone();
+        statuses[0].deleting_pods.insert("web-2".into(), at.clone());
+        statuses[1].creating_pods.insert("web-3".into(), at);
+    }
+    let spec = w.clone();
+    let status = w.status.as_mut().unwrap();
+    let at = (VERSION_IGNORED, "a");
+    assert_eq!(
+        settle(status, &spec, at, "~h1.1", "web-1", scale, now()),
+        Settled::Freed
+    );
+    assert_eq!(
+        settle(status, &spec, at, "~h1.2", "web-2", scale, now()),
+        Settled::Released
+    );
+    assert_eq!(
+        settle(status, &spec, at, "~h1.3", "web-3", scale, now()),
+        Settled::Kept
+    );
+    let a = &status.versioned_subset_statuses[VERSION_IGNORED][0];
+    let keys: Vec<&String> = a.creating_pods.keys().collect();
+    assert_eq!(keys, ["web-1", "~h1.3"]);
+    assert!(
+        a.deleting_pods.is_empty(),
+        "the released pod's entry went with its placeholder"
+    );
+}
+
+#[test]
+fn pods_name_placeholders_through_their_annotation_and_label() {
+    let pod = |name: &str,
+               reservation: Option<&str>,
+               label: Option<&str>,
+               ws_name: &str,
+               uid: Option<&str>| {
         let mut annotations = serde_json::Map::new();
         let mut matched = json!({"name": ws_name, "subset": "a"});
         if let Some(uid) = uid {
@@ -145,17 +203,21 @@ fn pods_name_placeholders_through_their_annotations() {
                 json!(r),
             );
         }
+        let labels = label.map(|l| json!({crate::admission::reserve::RESERVATION_LABEL: l}));
         serde_json::from_value::<Pod>(
-            json!({"metadata": {"name": name, "annotations": annotations}}),
+            json!({"metadata": {"name": name, "annotations": annotations, "labels": labels}}),
         )
         .unwrap()
     };
     let pods = [
-        pod("web-1", Some("~h1.3"), "ws", None),
-        pod("web-2", Some("~h1.4"), "other", None),
-        pod("web-3", Some("web-1"), "ws", None),
-        pod("web-4", None, "ws", None),
-        pod("", Some("~h1.5"), "ws", Some("req-9")),
+        pod("web-1", Some("~h1.3"), Some("h1.3"), "ws", None),
+        pod("web-2", Some("~h1.4"), Some("h1.4"), "other", None),
+        pod("web-3", Some("web-1"), Some("web-1"), "ws", None),
+        pod("web-4", None, None, "ws", None),
+        pod("", Some("~h1.5"), Some("h1.5"), "ws", Some("req-9")),
+        // A copied annotation without its label (or with another) names nothing.
+        pod("web-6", Some("~h1.6"), None, "ws", None),
+        pod("web-7", Some("~h1.7"), Some("h1.8"), "ws", None),
     ];
     assert_eq!(
         namings(&pods, "ws"),
@@ -170,15 +232,16 @@ fn pods_name_placeholders_through_their_annotations() {
         version: VERSION_IGNORED.into(),
         subset: "a".into(),
         key,
+        droppable: false,
     };
     let stale = [
-        stale_of(placeholder_key("0a1b2c3d", 1)),
-        stale_of(placeholder_key("ffff0000", 2)),
-        stale_of(placeholder_key("0a1b2c3d", 3)),
+        stale_of(placeholder_key("0a1b2c3d4e5f6071", 1)),
+        stale_of(placeholder_key("ffff0000ffff0000", 2)),
+        stale_of(placeholder_key("0a1b2c3d4e5f6071", 1)),
     ];
     assert_eq!(
-        holder_selector(&stale).as_deref(),
-        Some("workloadspread.io/reservation-holder in (0a1b2c3d,ffff0000)")
+        reservation_selector(&stale).as_deref(),
+        Some("workloadspread.io/reservation in (0a1b2c3d4e5f6071.1,ffff0000ffff0000.2)")
     );
-    assert_eq!(holder_selector(&[]), None);
+    assert_eq!(reservation_selector(&[]), None);
 }
