@@ -10,6 +10,11 @@ use std::time::Duration;
 use workloadspread_core::api::v1beta1::WorkloadSpreadStatus;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SubsetLabels {
     pub namespace: String,
     pub workloadspread: String,
@@ -36,6 +41,8 @@ pub struct Metrics {
     pub conflicts: Counter,
     /// Namespaces whose pods are cached (those with a WorkloadSpread, plus a grace).
     pub pod_cache_namespaces: Gauge,
+    /// Rebalancing evictions by result ([`Metrics::EVICTED`], [`Metrics::REFUSED`]).
+    rebalance: Family<ResultLabels, Counter>,
 }
 
 impl Metrics {
@@ -49,6 +56,13 @@ impl Metrics {
         let status_writes = Counter::default();
         let conflicts = Counter::default();
         let pod_cache_namespaces = Gauge::default();
+        let rebalance = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "rebalance_evictions",
+            "Pods evicted to rebalance a spread (result=evicted), or whose eviction a \
+             PodDisruptionBudget refused (result=refused)",
+            rebalance.clone(),
+        );
         registry.register(
             "reconcile_duration_seconds",
             "Reconcile time",
@@ -101,6 +115,7 @@ impl Metrics {
         );
         Metrics {
             registry,
+            rebalance,
             pod_cache_namespaces,
             reconcile_duration,
             reconcile_errors,
@@ -110,6 +125,16 @@ impl Metrics {
             status_writes,
             conflicts,
         }
+    }
+
+    pub const EVICTED: &'static str = "evicted";
+    pub const REFUSED: &'static str = "refused";
+
+    /// The rebalancing evictions counter of one result.
+    pub fn rebalance_evictions(&self, result: &'static str) -> Counter {
+        self.rebalance
+            .get_or_create(&ResultLabels { result })
+            .clone()
     }
 
     pub fn observe_reconcile(&self, took: Duration, failed: bool) {

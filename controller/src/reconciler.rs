@@ -22,7 +22,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use workloadspread_core::api::v1beta1::WorkloadSpread;
-use workloadspread_core::controller::pending::{pending_of, pod_patches};
+use workloadspread_core::controller::pending::{pod_patches, PendingPatch};
 use workloadspread_core::controller::{
     reconcile, Event, ReconcileInput, ReconcileOptions, ReconcileOutput,
 };
@@ -53,6 +53,8 @@ pub struct Context {
     pub clock: fn() -> Timestamp,
     /// Fences every write: false once the Lease was not renewed within its deadline.
     pub leadership: Arc<Leadership>,
+    /// Rebalancing's default and rate limit (`crate::rebalance`).
+    pub limiter: crate::rebalance::Limiter,
     resources: Mutex<HashMap<(String, String), ApiResource>>,
 }
 
@@ -83,8 +85,15 @@ impl Context {
             recorder,
             metrics,
             clock,
+            limiter: crate::rebalance::Limiter::new(Default::default()),
             resources: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// With rebalancing's default and rate limit.
+    pub fn with_rebalancing(mut self, settings: crate::rebalance::Settings) -> Self {
+        self.limiter = crate::rebalance::Limiter::new(settings);
+        self
     }
 }
 
@@ -113,6 +122,11 @@ pub enum Error {
     Conflicts(String),
     #[error("not the leader (the Lease was not renewed in time): nothing written")]
     NotLeader,
+    #[error("evicting pod {pod} to rebalance: {source}")]
+    Evict {
+        pod: String,
+        source: Box<kube::Error>,
+    },
 }
 
 /// `apps.kruise.io/v1beta1` `workloadspreads`.
@@ -137,7 +151,7 @@ pub async fn run(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action
 
 /// A replica whose Lease renewal is overdue writes nothing (it may be paused or cut off
 /// while another replica has taken over).
-fn ensure_leading(ctx: &Context) -> Result<(), Error> {
+pub(crate) fn ensure_leading(ctx: &Context) -> Result<(), Error> {
     if ctx.leadership.holds() {
         Ok(())
     } else {
@@ -175,7 +189,7 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         if ws.spec.target_ref.is_none() {
             return Ok(Action::await_change());
         }
-        let (output, pending) = compute(&ws, &pods, ctx).await?;
+        let (output, inputs) = compute(&ws, &pods, ctx).await?;
         if attempt == 0 {
             ensure_leading(ctx)?;
             adopt(&ws, &output, ctx).await?;
@@ -184,6 +198,8 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
             what: "status".into(),
             source: e,
         })?;
+        // The version whose status counts the pods: the one written, or the one read.
+        let mut counted_in = current.metadata.resource_version.clone();
         if ws.status.as_ref() != Some(&output.status) {
             let mut updated = current.clone();
             if let Some(map) = updated.data.as_object_mut() {
@@ -191,7 +207,8 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
             }
             ensure_leading(ctx)?;
             match bounded(api.replace_status(&name, &PostParams::default(), &updated)).await? {
-                Ok(_) => {
+                Ok(written) => {
+                    counted_in = written.metadata.resource_version;
                     ctx.metrics.status_writes.inc();
                     tracing::debug!(workloadspread = %name, namespace = %ns, "status written");
                 }
@@ -210,13 +227,14 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
             }
         }
         // Only now that the status counts them may admissions stop counting pending pods.
+        let pending = crate::converge::pending(&ws, &inputs, counted_in, object, ctx);
         ensure_leading(ctx)?;
-        patch_pod_metadata(&ws, &output, &pending, ctx).await?;
+        patch_pod_metadata(&ws, &output, &pending.patches, ctx).await?;
         ctx.metrics.record_subsets(&ns, &name, &output.status);
         tracing::debug!(
             workloadspread = %name, namespace = %ns,
             adoptions = output.adoptions.len(), costs = output.deletion_costs.len(),
-            pending = pending.len(),
+            pending = pending.patches.len(),
             reschedule = ?output.pods_to_delete, requeue = ?output.requeue_after,
             "reconciled"
         );
@@ -227,7 +245,12 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         ensure_leading(ctx)?;
         delete_unschedulable(&ws, &output, ctx).await?;
         publish_events(&current, &output.events, ctx).await;
-        return Ok(match output.requeue_after {
+        let rebalance = crate::converge::rebalance(&ws, &inputs, &output, ctx).await?;
+        let requeue = [output.requeue_after, pending.requeue_after, rebalance]
+            .into_iter()
+            .flatten()
+            .min();
+        return Ok(match requeue {
             Some(d) => Action::requeue(d.max(Duration::from_millis(100))),
             None => Action::await_change(),
         });
@@ -248,13 +271,12 @@ fn decode(object: &DynamicObject) -> Result<WorkloadSpread, Error> {
     })
 }
 
-/// Gathers the inputs and runs `core`'s reconcile; also returns the namespace's pods
-/// still labelled pending for this WorkloadSpread.
+/// Gathers the inputs and runs `core`'s reconcile; also returns the inputs.
 async fn compute(
     ws: &WorkloadSpread,
     pods: &Store<Pod>,
     ctx: &Context,
-) -> Result<(ReconcileOutput, Vec<String>), Error> {
+) -> Result<(ReconcileOutput, crate::converge::Inputs), Error> {
     let ns = ws.metadata.namespace.clone().unwrap_or_default();
     let workload = get_workload(ws, ctx).await?;
     let is_deployment = ws
@@ -288,7 +310,13 @@ async fn compute(
         now: (ctx.clock)(),
         options: &ctx.options,
     };
-    Ok((reconcile(&input), pending_of(ws.name(), &pods)))
+    let output = reconcile(&input);
+    let inputs = crate::converge::Inputs {
+        namespace_pods: pods,
+        view,
+        workload,
+    };
+    Ok((output, inputs))
 }
 
 /// The target from its watch cache; a kind we do not watch is read from the API server.
@@ -399,12 +427,12 @@ async fn adopt(ws: &WorkloadSpread, output: &ReconcileOutput, ctx: &Context) -> 
     Ok(())
 }
 
-/// Deletion costs and the pending label's removal, one patch per pod (after a status
-/// write that counts the pods).
+/// Deletion costs and the pending stamps and label removals, one patch per pod (after a
+/// status write that counts the pods).
 async fn patch_pod_metadata(
     ws: &WorkloadSpread,
     output: &ReconcileOutput,
-    pending: &[String],
+    pending: &[(String, PendingPatch)],
     ctx: &Context,
 ) -> Result<(), Error> {
     let ns = ws.metadata.namespace.clone().unwrap_or_default();
@@ -415,7 +443,11 @@ async fn patch_pod_metadata(
         .iter()
         .map(|c| c.pod.as_str())
         .collect();
-    let pending_set: HashSet<&str> = pending.iter().map(String::as_str).collect();
+    let unlabelled: HashSet<&str> = pending
+        .iter()
+        .filter(|(_, p)| *p == PendingPatch::Unlabel)
+        .map(|(n, _)| n.as_str())
+        .collect();
     for (pod, patch) in pod_patches(&output.deletion_costs, pending) {
         match bounded(pods.patch(&pod, &pp, &Patch::Strategic(&patch))).await? {
             Ok(_) => {}
@@ -438,7 +470,7 @@ async fn patch_pod_metadata(
         if costs.contains(pod.as_str()) {
             ctx.metrics.patches.deletion_cost.inc();
         }
-        if pending_set.contains(pod.as_str()) {
+        if unlabelled.contains(pod.as_str()) {
             ctx.metrics.patches.pending_label.inc();
         }
     }
@@ -487,6 +519,11 @@ async fn publish_events(object: &DynamicObject, events: &[Event], ctx: &Context)
     for e in events {
         publish(reference.clone(), e, ctx).await;
     }
+}
+
+/// Records `e` on the WorkloadSpread.
+pub(crate) async fn publish_event(ws: &WorkloadSpread, e: &Event, ctx: &Context) {
+    publish(ws_reference(ws), e, ctx).await;
 }
 
 fn ws_reference(ws: &WorkloadSpread) -> ObjectReference {

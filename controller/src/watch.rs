@@ -162,25 +162,28 @@ async fn run_controller(
     ));
     let (workloads, workload_triggers) =
         Workloads::start(&client, scope, &kinds, spreads.clone(), resource.clone());
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        pods.clone(),
-        nodes.clone(),
-        workloads.clone(),
-        kinds,
-        args.rules.versioned(),
-        args.rules.options()?,
-        Recorder::new(
+    let ctx = Arc::new(
+        Context::new(
             client.clone(),
-            Reporter {
-                controller: "workloadspread-controller".into(),
-                instance: Some(args.identity.clone()),
-            },
-        ),
-        metrics,
-        crate::now,
-        leadership,
-    ));
+            pods.clone(),
+            nodes.clone(),
+            workloads.clone(),
+            kinds,
+            args.rules.versioned(),
+            args.rules.options()?,
+            Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: "workloadspread-controller".into(),
+                    instance: Some(args.identity.clone()),
+                },
+            ),
+            metrics,
+            crate::now,
+            leadership,
+        )
+        .with_rebalancing(args.rules.rebalance()?),
+    );
     let controller = controller
         .reconcile_on(futures::stream::select(workload_triggers, pod_triggers))
         .with_config(kube::runtime::controller::Config::default().concurrency(args.concurrency))

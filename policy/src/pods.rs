@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use workloadspread_core::admission::reserve::RESERVATION_ANNOTATION;
 use workloadspread_core::admission::{
-    count_pending, create_path, decide_release, needs_workload_replicas, pending_pods, CreatePath,
+    best_effort, create_path, decide_release, needs_workload_replicas, pending_pods, CreatePath,
     PodKey, Scale,
 };
 use workloadspread_core::annotation::MatchedWorkloadSpread;
@@ -316,10 +316,11 @@ fn counted_claim(
 }
 
 /// Without the counter capability: the controller's last status plus the pods admitted
-/// since (those still labelled pending, listed with one fixed selector), then the claim
-/// rule on that sum, without writing. The cost follows the pods admitted since the
-/// controller's last count, not the workload's size. Concurrent admissions can
-/// overshoot a subset; the controller's deletion costs correct it.
+/// since (those still labelled pending, listed with one fixed selector), then
+/// `core::admission::best_effort::decide` on that sum, without writing. The cost follows
+/// the pods admitted since the controller's last count, not the workload's size.
+/// Concurrent admissions can overshoot a subset (less than with first fit); the
+/// controller's rebalancing (opt-in) or deletion costs correct it.
 fn best_effort_claim(
     ctx: &Ctx<'_>,
     ws: &WorkloadSpread,
@@ -335,16 +336,7 @@ fn best_effort_claim(
         .collect();
     let pending = pending_pods(&listed, ws.name(), &ctx.settings.versioned_kinds());
     let scale = Scale::new(replicas, ctx.settings.rules);
-    let mut counted = ws.clone();
-    let status = counted.status.get_or_insert_with(Default::default);
-    count_pending(status, ws, &pending, scale, ctx.now);
-    let decision = workloadspread_core::admission::decide_create(
-        &counted,
-        pod,
-        scale,
-        ctx.now,
-        ctx.request_uid,
-    );
+    let decision = best_effort::decide(ws, &pending, pod, scale, ctx.now, ctx.request_uid);
     Ok(Decided {
         subset: decision.subset,
         uid: decision.generated_uid,

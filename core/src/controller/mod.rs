@@ -5,6 +5,7 @@
 pub mod cost;
 pub mod grouping;
 pub mod pending;
+pub mod rebalance;
 pub mod status;
 
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus, WorkloadSpreadSubsetStatus};
