@@ -159,8 +159,8 @@ pub async fn apply(
 }
 
 async fn evict(pods: &Api<Pod>, name: &str) -> Result<Outcome, Error> {
-    let call = pods.evict(name, &EvictParams::default());
-    let result = tokio::time::timeout(EVICT_TIMEOUT, call)
+    let params = EvictParams::default();
+    let result = tokio::time::timeout(EVICT_TIMEOUT, pods.evict(name, &params))
         .await
         .map_err(|_| Error::Timeout(EVICT_TIMEOUT))?;
     match result {

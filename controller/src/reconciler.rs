@@ -246,7 +246,10 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         delete_unschedulable(&ws, &output, ctx).await?;
         publish_events(&current, &output.events, ctx).await;
         let rebalance = crate::converge::rebalance(&ws, &inputs, &output, ctx).await?;
-        let requeue = [output.requeue_after, pending.requeue_after, rebalance]
+        let pending_requeue = pending
+            .requeue_after
+            .and_then(|d| Duration::try_from(d).ok());
+        let requeue = [output.requeue_after, pending_requeue, rebalance]
             .into_iter()
             .flatten()
             .min();

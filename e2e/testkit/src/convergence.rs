@@ -277,7 +277,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let mut add = |s: &mut State, name: &str, view: PodView| {
+        let add = |s: &mut State, name: &str, view: PodView| {
             s.pods.insert(name.to_string(), view);
             s.observe();
         };
