@@ -83,5 +83,11 @@ pub async fn rebalance(
         enabled: on,
         now: (ctx.clock)(),
     });
+    tracing::debug!(
+        workloadspread = %ws.name(), namespace = %ws.namespace(), budget,
+        current = ?plan.current, target = ?plan.target, hold = ?plan.hold,
+        evictions = ?plan.evictions.iter().map(|e| e.pod.as_str()).collect::<Vec<_>>(),
+        "rebalance plan"
+    );
     crate::rebalance::apply(ws, &plan, ctx).await
 }

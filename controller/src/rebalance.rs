@@ -117,7 +117,7 @@ pub async fn apply(
         }
         None => {}
     }
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ws.namespace());
+    let pods: Api<Pod> = Api::namespaced(ctx.evictions.clone(), ws.namespace());
     for eviction in &plan.evictions {
         crate::reconciler::ensure_leading(ctx)?;
         let outcome = evict(&pods, &eviction.pod).await?;

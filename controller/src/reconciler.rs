@@ -55,6 +55,8 @@ pub struct Context {
     pub leadership: Arc<Leadership>,
     /// Rebalancing's default and rate limit (`crate::rebalance`).
     pub limiter: crate::rebalance::Limiter,
+    /// The client evictions go through (no retry of 429: `crate::rebalance`).
+    pub evictions: Client,
     resources: Mutex<HashMap<(String, String), ApiResource>>,
 }
 
@@ -75,6 +77,7 @@ impl Context {
     ) -> Self {
         Context {
             leadership,
+            evictions: client.clone(),
             client,
             pods,
             nodes,
@@ -90,9 +93,14 @@ impl Context {
         }
     }
 
-    /// With rebalancing's default and rate limit.
-    pub fn with_rebalancing(mut self, settings: crate::rebalance::Settings) -> Self {
+    /// With rebalancing's default and rate limit, evicting through `evictions`.
+    pub fn with_rebalancing(
+        mut self,
+        settings: crate::rebalance::Settings,
+        evictions: Client,
+    ) -> Self {
         self.limiter = crate::rebalance::Limiter::new(settings);
+        self.evictions = evictions;
         self
     }
 }
