@@ -168,13 +168,14 @@ mod tests {
         let mins = ws(json!([{"name": "a", "maxReplicas": 4, "minReplicas": 2},
             {"name": "b", "maxReplicas": 5, "minReplicas": 2}, {"name": "c"}]));
         // (spec, replicas, held, subsets, unplaced)
-        let cases: [(
-            &WorkloadSpread,
+        type Case<'a> = (
+            &'a WorkloadSpread,
             usize,
             Vec<Option<usize>>,
             Vec<usize>,
             usize,
-        ); 6] = [
+        );
+        let cases: [Case; 6] = [
             (&pct, 10, vec![], vec![3, 5, 2], 0),
             (&pct, 10, vec![Some(0)], vec![0, 5, 5], 0),
             (&pct, 10, vec![Some(1), None, None], vec![1, 5, 4], 0),

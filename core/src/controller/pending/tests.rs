@@ -57,7 +57,8 @@ fn pending_pods_are_stamped_then_unlabelled_after_the_grace() {
     let unseen = stamp("ws-uid", "250", 6);
     let foreign = stamp("old-uid", "150", 60);
     // (case, pod, counted by the written status, expected patch, requeue seconds)
-    let cases: Vec<(&str, Pod, bool, Option<PendingPatch>, Option<i64>)> = vec![
+    type Case = (&'static str, Pod, bool, Option<PendingPatch>, Option<i64>);
+    let cases: Vec<Case> = vec![
         (
             "counted, no stamp: stamp with the written version",
             pod("p", Some(PENDING_VALUE), "web", None, "Running", false),

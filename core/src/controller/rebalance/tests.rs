@@ -283,7 +283,8 @@ fn nothing_is_evicted_while_the_workload_is_not_steady() {
         hold: None,
     };
     type Tweak = fn(&mut Vec<Pod>, &mut WorkloadSpreadStatus, &mut Value);
-    let cases: [(&str, Tweak, fn(&Hold) -> bool); 8] = [
+    type Expected = fn(&Hold) -> bool;
+    let cases: [(&str, Tweak, Expected); 8] = [
         (
             "generation not observed",
             |_, _, w| w["metadata"]["generation"] = json!(4),
