@@ -217,12 +217,15 @@ fn workload_replicas(
     ws: &WorkloadSpread,
     namespace: &str,
 ) -> Result<i32, HostError> {
-    let Some(target) = ws
-        .spec
-        .target_ref
-        .as_ref()
-        .filter(|_| needs_workload_replicas(ws))
-    else {
+    if !needs_workload_replicas(ws) {
+        return Ok(0);
+    }
+    read_replicas(ctx, ws, namespace)
+}
+
+/// The workload's replicas, whatever the subsets (NotFound counts as 0).
+fn read_replicas(ctx: &Ctx<'_>, ws: &WorkloadSpread, namespace: &str) -> Result<i32, HostError> {
+    let Some(target) = ws.spec.target_ref.as_ref() else {
         return Ok(0);
     };
     let workload = match ctx.host.get(
@@ -335,6 +338,12 @@ fn best_effort_claim(
         .filter_map(|p| serde_json::from_value::<Pod>(p).ok())
         .collect();
     let pending = pending_pods(&listed, ws.name(), &ctx.settings.versioned_kinds());
+    // The spread choice aims at the planned spread for the workload's replicas, which
+    // integer-only subsets do not read otherwise (their rooms do not depend on it).
+    let replicas = match needs_workload_replicas(ws) {
+        true => replicas,
+        false => read_replicas(ctx, ws, ns)?,
+    };
     let scale = Scale::new(replicas, ctx.settings.rules);
     let decision = best_effort::decide(ws, &pending, pod, scale, ctx.now, ctx.request_uid);
     Ok(Decided {
