@@ -75,14 +75,6 @@ impl PendingPlan {
             self.requeue_after = Some(d);
         }
     }
-
-    /// Pods whose label this plan removes.
-    pub fn unlabelled(&self) -> impl Iterator<Item = &str> {
-        self.patches
-            .iter()
-            .filter(|(_, p)| *p == PendingPatch::Unlabel)
-            .map(|(n, _)| n.as_str())
-    }
 }
 
 /// Names of the workload's pods a status computed from `workload_pods` counts: active,
