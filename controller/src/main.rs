@@ -2,12 +2,14 @@
 //! with deletion costs, adopts existing pods and reschedules unschedulable ones.
 #![forbid(unsafe_code)]
 
+mod converge;
 mod inputs;
 mod leader;
 mod metrics;
 mod offline;
 mod placeholders;
 mod pod_caches;
+mod rebalance;
 mod reconciler;
 mod status;
 mod watch;
@@ -68,6 +70,17 @@ pub struct RuleArgs {
     /// "reference" writes OpenKruise's values (docs/semantics.md).
     #[arg(long, default_value = "planned", value_parser = parse_rules)]
     rules: Rules,
+    /// Rebalance every WorkloadSpread not annotated `workloadspread.io/rebalance: "false"`
+    /// (default: only those annotated "true"): evict pods above their subset's planned
+    /// count so that their replacements land where the plan has room (docs/operations.md).
+    #[arg(long)]
+    rebalance: bool,
+    /// Most pods evicted per WorkloadSpread per interval.
+    #[arg(long, default_value_t = 1)]
+    rebalance_max_evictions: usize,
+    /// The rebalancing interval, in seconds (also how long a refused eviction waits).
+    #[arg(long, default_value_t = 30)]
+    rebalance_interval_seconds: u64,
 }
 
 fn parse_rules(s: &str) -> Result<Rules, String> {
@@ -88,6 +101,18 @@ impl RuleArgs {
 
     pub fn versioned(&self) -> VersionedKinds {
         VersionedKinds::new(&self.versioned_status_kinds)
+    }
+
+    pub fn rebalance(&self) -> Result<rebalance::Settings> {
+        anyhow::ensure!(
+            self.rebalance_interval_seconds > 0,
+            "--rebalance-interval-seconds must be positive"
+        );
+        Ok(rebalance::Settings {
+            default: self.rebalance,
+            max_evictions: self.rebalance_max_evictions,
+            interval: Duration::from_secs(self.rebalance_interval_seconds),
+        })
     }
 
     pub fn options(&self) -> Result<ReconcileOptions> {

@@ -17,6 +17,11 @@ pub struct SpreadLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SubsetLabels {
     pub namespace: String,
     pub workloadspread: String,
@@ -54,6 +59,8 @@ pub struct Metrics {
     pub placeholders_expired: Counter,
     /// Per WorkloadSpread: age of the oldest pod labelled pending at the last reconcile.
     pub pending_oldest: Family<SpreadLabels, Gauge>,
+    /// Rebalancing evictions by result ([`Metrics::EVICTED`], [`Metrics::REFUSED`]).
+    rebalance: Family<ResultLabels, Counter>,
 }
 
 impl Metrics {
@@ -67,6 +74,13 @@ impl Metrics {
         let status_writes = Counter::default();
         let conflicts = Counter::default();
         let pod_cache_namespaces = Gauge::default();
+        let rebalance = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "rebalance_evictions",
+            "Pods evicted to rebalance a spread (result=evicted), or whose eviction a \
+             PodDisruptionBudget refused (result=refused)",
+            rebalance.clone(),
+        );
         registry.register(
             "reconcile_duration_seconds",
             "Reconcile time",
@@ -161,6 +175,7 @@ impl Metrics {
             on_plan,
             placeholders_expired,
             pending_oldest,
+            rebalance,
             pod_cache_namespaces,
             reconcile_duration,
             reconcile_errors,
@@ -170,6 +185,16 @@ impl Metrics {
             status_writes,
             conflicts,
         }
+    }
+
+    pub const EVICTED: &'static str = "evicted";
+    pub const REFUSED: &'static str = "refused";
+
+    /// The rebalancing evictions counter of one result.
+    pub fn rebalance_evictions(&self, result: &'static str) -> Counter {
+        self.rebalance
+            .get_or_create(&ResultLabels { result })
+            .clone()
     }
 
     pub fn observe_reconcile(&self, took: Duration, failed: bool) {

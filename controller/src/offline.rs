@@ -10,6 +10,9 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use workloadspread_core::admission::reserve::stale::Sightings;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
+use workloadspread_core::controller::rebalance::{
+    enabled, plan_rebalance, Rebalance, RebalanceInput,
+};
 use workloadspread_core::controller::{
     reconcile as core_reconcile, PlaceholderView, ReconcileInput, ReconcileOutput,
 };
@@ -119,9 +122,19 @@ pub fn reconcile(args: ReconcileArgs) -> Result<()> {
             .with_context(|| format!("--now {s:?}"))?,
         None => crate::now(),
     };
-    let output = reconcile_objects(&ws, &objects, &args.rules, now)?;
-    println!("{}", serde_json::to_string_pretty(&output_json(&output))?);
+    let reconciled = reconcile_objects(&ws, &objects, &args.rules, now)?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&output_json(&reconciled))?
+    );
     Ok(())
+}
+
+/// One offline reconcile: what the controller writes, and the pods rebalancing would
+/// evict (the interval's whole budget; none without rebalancing).
+pub struct Reconciled {
+    pub output: ReconcileOutput,
+    pub rebalance: Rebalance,
 }
 
 /// One reconcile over in-memory objects.
@@ -130,7 +143,7 @@ pub fn reconcile_objects(
     objects: &[Value],
     rules: &RuleArgs,
     now: Timestamp,
-) -> Result<ReconcileOutput> {
+) -> Result<Reconciled> {
     let ns = ws
         .metadata
         .namespace
@@ -170,7 +183,7 @@ pub fn reconcile_objects(
         .as_ref()
         .map(Sightings::from_stamps)
         .unwrap_or_default();
-    Ok(core_reconcile(&ReconcileInput {
+    let output = core_reconcile(&ReconcileInput {
         ws,
         pods: &view.pods,
         workload_replicas: view.replicas,
@@ -183,11 +196,29 @@ pub fn reconcile_objects(
             sightings: &sightings,
             now,
         },
-    }))
+    });
+    let settings = rules.rebalance()?;
+    let rebalance = plan_rebalance(&RebalanceInput {
+        ws,
+        status: &output.status,
+        pods: &view.pods,
+        workload,
+        workload_replicas: view.replicas,
+        latest_version: &view.latest_version,
+        versioned_kinds: &versioned,
+        costs: &output.deletion_costs,
+        adoptions: output.adoptions.len(),
+        rules: options.rules,
+        max_evictions: settings.max_evictions,
+        enabled: enabled(ws, settings.default),
+        now,
+    });
+    Ok(Reconciled { output, rebalance })
 }
 
 /// The JSON printed by `reconcile --offline`.
-pub fn output_json(o: &ReconcileOutput) -> Value {
+pub fn output_json(r: &Reconciled) -> Value {
+    let o = &r.output;
     json!({
         "status": o.status,
         "adoptions": o.adoptions.iter().map(|a| json!({"pod": a.pod, "subset": a.subset, "patch": a.patch})).collect::<Vec<_>>(),
@@ -195,6 +226,10 @@ pub fn output_json(o: &ReconcileOutput) -> Value {
         "podsToDelete": o.pods_to_delete,
         "events": o.events.iter().map(|e| json!({"type": e.type_, "reason": e.reason, "message": e.message})).collect::<Vec<_>>(),
         "requeueAfterSeconds": o.requeue_after.map(|d| d.as_secs_f64()),
+        "evictions": r.rebalance.evictions.iter().map(|e| e.pod.as_str()).collect::<Vec<_>>(),
+        "rebalance": r.rebalance.hold.as_ref().map_or_else(
+            || format!("{} evictions", r.rebalance.evictions.len()),
+            |h| h.to_string()),
     })
 }
 
@@ -338,7 +373,8 @@ mod tests {
                 "subsets": [{"name": "a", "maxReplicas": 1}, {"name": "b"}]}}))
         .unwrap();
         let now = "2026-01-01T00:00:00Z".parse().unwrap();
-        let out = reconcile_objects(&ws, &objects, &rules, now).unwrap();
+        let reconciled = reconcile_objects(&ws, &objects, &rules, now).unwrap();
+        let out = &reconciled.output;
         let a = &out.status.subset_statuses[0];
         assert_eq!(
             (a.name.as_str(), a.replicas, a.missing_replicas),
@@ -347,9 +383,10 @@ mod tests {
         assert_eq!(out.status.versioned_subset_statuses["h1"][0].replicas, 1);
         // The only pod is the last one standing: level 1.
         assert_eq!(
-            output_json(&out)["deletionCosts"],
+            output_json(&reconciled)["deletionCosts"],
             json!([{"pod": "web-h1-a", "cost": 999_999}])
         );
+        assert_eq!(output_json(&reconciled)["evictions"], json!([]));
         // `--rules reference`: positive cost of the first of two subsets, 100 × (2 − 0).
         let reference = T::parse_from(["t", "--rules", "reference"]).rules;
         let out = reconcile_objects(&ws, &objects, &reference, now).unwrap();
@@ -357,5 +394,62 @@ mod tests {
             output_json(&out)["deletionCosts"],
             json!([{"pod": "web-h1-a", "cost": 200}])
         );
+    }
+
+    /// Issue #27 (2): `evictions` lists the pods rebalancing would evict, and is empty
+    /// without the annotation (or with `--rebalance` and the annotation "false").
+    #[test]
+    fn offline_reconcile_prints_the_evictions() {
+        let pod = |name: &str| {
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default",
+                "labels": {"pod-template-hash": "h1"}, "creationTimestamp": "2025-12-31T00:00:00Z",
+                "annotations": {"apps.kruise.io/matched-workloadspread": "{\"name\":\"ws\",\"subset\":\"a\"}"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-h1", "uid": "rs", "controller": true}]},
+             "spec": {"containers": [], "nodeName": "n"},
+             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+        };
+        let objects = vec![
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "default", "uid": "d", "generation": 2},
+             "spec": {"replicas": 3, "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": []}}},
+             "status": {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 3}}),
+            json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "web-h1", "namespace": "default", "uid": "rs",
+                "labels": {"pod-template-hash": "h1"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "d", "controller": true}]},
+             "spec": {"template": {"metadata": {"labels": {"app": "web", "pod-template-hash": "h1"}}, "spec": {"containers": []}}}}),
+            pod("web-h1-x"),
+            pod("web-h1-y"),
+            pod("web-h1-z"),
+        ];
+        let ws = |annotation: Option<&str>| -> WorkloadSpread {
+            let mut v = json!({"metadata": {"name": "ws", "namespace": "default", "generation": 1},
+                "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                    "subsets": [{"name": "a", "maxReplicas": 1}, {"name": "b"}]}});
+            if let Some(a) = annotation {
+                v["metadata"]["annotations"] = json!({"workloadspread.io/rebalance": a});
+            }
+            serde_json::from_value(v).unwrap()
+        };
+        let now = "2026-01-01T00:00:00Z".parse().unwrap();
+        let evictions = |ws: &WorkloadSpread, args: &[&str]| {
+            let rules = T::parse_from(std::iter::once("t").chain(args.iter().copied())).rules;
+            let out = reconcile_objects(ws, &objects, &rules, now).unwrap();
+            output_json(&out)["evictions"].clone()
+        };
+        // a holds 3 pods for a maximum of 1: its two cheapest leave for b, one per
+        // interval by default.
+        let on = ws(Some("true"));
+        let first = evictions(&on, &[]);
+        assert_eq!(first.as_array().map(Vec::len), Some(1), "{first}");
+        let both = evictions(&on, &["--rebalance-max-evictions", "5"]);
+        assert_eq!(both.as_array().map(Vec::len), Some(2), "{both}");
+        assert!(both.as_array().unwrap().contains(&first[0]));
+        assert_eq!(evictions(&ws(None), &[]), json!([]));
+        assert_eq!(
+            evictions(&ws(None), &["--rebalance"])
+                .as_array()
+                .map(Vec::len),
+            Some(1)
+        );
+        assert_eq!(evictions(&ws(Some("false")), &["--rebalance"]), json!([]));
     }
 }

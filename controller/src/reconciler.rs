@@ -23,8 +23,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use workloadspread_core::api::v1beta1::WorkloadSpread;
-use workloadspread_core::controller::pending::{pending_of, pod_patches};
-use workloadspread_core::controller::view::{status_view, StatusView};
+use workloadspread_core::controller::pending::{pod_patches, PendingPatch};
+use workloadspread_core::controller::view::status_view;
 use workloadspread_core::controller::{
     reconcile, Event, PlaceholderView, ReconcileInput, ReconcileOptions, ReconcileOutput,
 };
@@ -57,6 +57,10 @@ pub struct Context {
     pub leadership: Arc<Leadership>,
     /// When each placeholder was first seen, per WorkloadSpread.
     pub placeholders: Placeholders,
+    /// Rebalancing's default and rate limit (`crate::rebalance`).
+    pub limiter: crate::rebalance::Limiter,
+    /// The client evictions go through (no retry of 429: `crate::rebalance`).
+    pub evictions: Client,
     resources: Mutex<HashMap<(String, String), ApiResource>>,
 }
 
@@ -77,6 +81,7 @@ impl Context {
     ) -> Self {
         Context {
             leadership,
+            evictions: client.clone(),
             client,
             pods,
             nodes,
@@ -88,8 +93,20 @@ impl Context {
             metrics,
             clock,
             placeholders: Placeholders::default(),
+            limiter: crate::rebalance::Limiter::new(Default::default()),
             resources: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// With rebalancing's default and rate limit, evicting through `evictions`.
+    pub fn with_rebalancing(
+        mut self,
+        settings: crate::rebalance::Settings,
+        evictions: Client,
+    ) -> Self {
+        self.limiter = crate::rebalance::Limiter::new(settings);
+        self.evictions = evictions;
+        self
     }
 }
 
@@ -118,6 +135,11 @@ pub enum Error {
     Conflicts(String),
     #[error("not the leader (the Lease was not renewed in time): nothing written")]
     NotLeader,
+    #[error("evicting pod {pod} to rebalance: {source}")]
+    Evict {
+        pod: String,
+        source: Box<kube::Error>,
+    },
 }
 
 /// `apps.kruise.io/v1beta1` `workloadspreads`.
@@ -142,7 +164,7 @@ pub async fn run(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action
 
 /// A replica whose Lease renewal is overdue writes nothing (it may be paused or cut off
 /// while another replica has taken over).
-fn ensure_leading(ctx: &Context) -> Result<(), Error> {
+pub(crate) fn ensure_leading(ctx: &Context) -> Result<(), Error> {
     if ctx.leadership.holds() {
         Ok(())
     } else {
@@ -180,12 +202,7 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         if ws.spec.target_ref.is_none() {
             return Ok(Action::await_change());
         }
-        let Computed {
-            output,
-            pending,
-            view,
-            pending_oldest,
-        } = compute(&ws, &pods, ctx).await?;
+        let (output, inputs) = compute(&ws, &pods, ctx).await?;
         if attempt == 0 {
             ensure_leading(ctx)?;
             adopt(&ws, &output, ctx).await?;
@@ -194,6 +211,8 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
             what: "status".into(),
             source: e,
         })?;
+        // The version whose status counts the pods: the one written, or the one read.
+        let mut counted_in = current.metadata.resource_version.clone();
         if ws.status.as_ref() != Some(&output.status) {
             let mut updated = current.clone();
             if let Some(map) = updated.data.as_object_mut() {
@@ -201,7 +220,8 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
             }
             ensure_leading(ctx)?;
             match bounded(api.replace_status(&name, &PostParams::default(), &updated)).await? {
-                Ok(_) => {
+                Ok(written) => {
+                    counted_in = written.metadata.resource_version;
                     ctx.metrics.status_writes.inc();
                     ctx.metrics
                         .placeholders_expired
@@ -223,15 +243,22 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
             }
         }
         // Only now that the status counts them may admissions stop counting pending pods.
+        let pending = crate::converge::pending(&ws, &inputs, counted_in, object, ctx);
         ensure_leading(ctx)?;
-        patch_pod_metadata(&ws, &output, &pending, ctx).await?;
+        patch_pod_metadata(&ws, &output, &pending.patches, ctx).await?;
         ctx.metrics.record_subsets(&ns, &name, &output.status);
-        ctx.metrics.record_view(&view);
-        ctx.metrics.record_pending(&ns, &name, pending_oldest);
+        ctx.metrics.record_view(&status_view(
+            &ws,
+            &inputs.view.pods,
+            inputs.view.replicas,
+            0,
+        ));
+        ctx.metrics
+            .record_pending(&ns, &name, oldest_pending(&ws, &inputs.namespace_pods, ctx));
         tracing::debug!(
             workloadspread = %name, namespace = %ns,
             adoptions = output.adoptions.len(), costs = output.deletion_costs.len(),
-            pending = pending.len(),
+            pending = pending.patches.len(),
             reschedule = ?output.pods_to_delete, requeue = ?output.requeue_after,
             "reconciled"
         );
@@ -242,7 +269,15 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         ensure_leading(ctx)?;
         delete_unschedulable(&ws, &output, ctx).await?;
         publish_events(&current, &output.events, ctx).await;
-        return Ok(match output.requeue_after {
+        let rebalance = crate::converge::rebalance(&ws, &inputs, &output, ctx).await?;
+        let pending_requeue = pending
+            .requeue_after
+            .and_then(|d| Duration::try_from(d).ok());
+        let requeue = [output.requeue_after, pending_requeue, rebalance]
+            .into_iter()
+            .flatten()
+            .min();
+        return Ok(match requeue {
             Some(d) => Action::requeue(d.max(Duration::from_millis(100))),
             None => Action::await_change(),
         });
@@ -263,18 +298,33 @@ pub(crate) fn decode(object: &DynamicObject) -> Result<WorkloadSpread, Error> {
     })
 }
 
-/// What one reconcile computed: `core`'s output, the namespace's pods still labelled
-/// pending for this WorkloadSpread, and the live view the metrics show.
-struct Computed {
-    output: ReconcileOutput,
-    pending: Vec<String>,
-    view: StatusView,
-    /// Age of the oldest pod still labelled pending.
-    pending_oldest: Option<Duration>,
+/// How long the oldest pod still labelled pending for `ws` has existed.
+fn oldest_pending(ws: &WorkloadSpread, pods: &[Pod], ctx: &Context) -> Option<Duration> {
+    use workloadspread_core::api::PENDING_LABEL;
+    let now = (ctx.clock)();
+    let labelled = |p: &&Pod| {
+        p.metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(PENDING_LABEL))
+    };
+    let ours =
+        |p: &&Pod| workloadspread_core::pods::matched(p).is_some_and(|m| m.name == ws.name());
+    pods.iter()
+        .filter(labelled)
+        .filter(ours)
+        .filter_map(|p| p.metadata.creation_timestamp.as_ref())
+        .map(|t| now.duration_since(t.0))
+        .max()
+        .and_then(|d| Duration::try_from(d).ok())
 }
 
-/// Gathers the inputs and runs `core`'s reconcile.
-async fn compute(ws: &WorkloadSpread, pods: &Store<Pod>, ctx: &Context) -> Result<Computed, Error> {
+/// Gathers the inputs and runs `core`'s reconcile; also returns the inputs.
+async fn compute(
+    ws: &WorkloadSpread,
+    pods: &Store<Pod>,
+    ctx: &Context,
+) -> Result<(ReconcileOutput, crate::converge::Inputs), Error> {
     let ns = ws.metadata.namespace.clone().unwrap_or_default();
     let workload = get_workload(ws, ctx).await?;
     let is_deployment = ws
@@ -316,20 +366,13 @@ async fn compute(ws: &WorkloadSpread, pods: &Store<Pod>, ctx: &Context) -> Resul
             now: crate::placeholders::monotonic_now(),
         },
     };
-    let pending = pending_of(ws.name(), &pods);
-    let pending_oldest = pods
-        .iter()
-        .filter(|p| pending.iter().any(|n| Some(n) == p.metadata.name.as_ref()))
-        .filter_map(|p| p.metadata.creation_timestamp.as_ref())
-        .map(|t| now.duration_since(t.0))
-        .max()
-        .and_then(|d| Duration::try_from(d).ok());
-    Ok(Computed {
-        output: reconcile(&input),
-        pending,
-        view: status_view(ws, &view.pods, view.replicas, 0),
-        pending_oldest,
-    })
+    let output = reconcile(&input);
+    let inputs = crate::converge::Inputs {
+        namespace_pods: pods,
+        view,
+        workload,
+    };
+    Ok((output, inputs))
 }
 
 /// The target from its watch cache; a kind we do not watch is read from the API server.
@@ -440,12 +483,12 @@ async fn adopt(ws: &WorkloadSpread, output: &ReconcileOutput, ctx: &Context) -> 
     Ok(())
 }
 
-/// Deletion costs and the pending label's removal, one patch per pod (after a status
-/// write that counts the pods).
+/// Deletion costs and the pending stamps and label removals, one patch per pod (after a
+/// status write that counts the pods).
 async fn patch_pod_metadata(
     ws: &WorkloadSpread,
     output: &ReconcileOutput,
-    pending: &[String],
+    pending: &[(String, PendingPatch)],
     ctx: &Context,
 ) -> Result<(), Error> {
     let ns = ws.metadata.namespace.clone().unwrap_or_default();
@@ -456,7 +499,11 @@ async fn patch_pod_metadata(
         .iter()
         .map(|c| c.pod.as_str())
         .collect();
-    let pending_set: HashSet<&str> = pending.iter().map(String::as_str).collect();
+    let unlabelled: HashSet<&str> = pending
+        .iter()
+        .filter(|(_, p)| *p == PendingPatch::Unlabel)
+        .map(|(n, _)| n.as_str())
+        .collect();
     for (pod, patch) in pod_patches(&output.deletion_costs, pending) {
         match bounded(pods.patch(&pod, &pp, &Patch::Strategic(&patch))).await? {
             Ok(_) => {}
@@ -479,7 +526,7 @@ async fn patch_pod_metadata(
         if costs.contains(pod.as_str()) {
             ctx.metrics.patches.deletion_cost.inc();
         }
-        if pending_set.contains(pod.as_str()) {
+        if unlabelled.contains(pod.as_str()) {
             ctx.metrics.patches.pending_label.inc();
         }
     }
@@ -528,6 +575,11 @@ async fn publish_events(object: &DynamicObject, events: &[Event], ctx: &Context)
     for e in events {
         publish(reference.clone(), e, ctx).await;
     }
+}
+
+/// Records `e` on the WorkloadSpread.
+pub(crate) async fn publish_event(ws: &WorkloadSpread, e: &Event, ctx: &Context) {
+    publish(ws_reference(ws), e, ctx).await;
 }
 
 fn ws_reference(ws: &WorkloadSpread) -> ObjectReference {

@@ -20,7 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-async fn client(path: Option<&std::path::PathBuf>) -> Result<Client> {
+/// The client of every call, and one for evictions: kube-rs retries 429 answers by
+/// default (up to 15 times, after the server's Retry-After), but a 429 to an eviction is
+/// a PodDisruptionBudget's "not now", which rebalancing retries an interval later.
+async fn clients(path: Option<&std::path::PathBuf>) -> Result<(Client, Client)> {
     let config = match path {
         Some(p) => {
             let kc = kube::config::Kubeconfig::read_from(p)
@@ -29,12 +32,15 @@ async fn client(path: Option<&std::path::PathBuf>) -> Result<Client> {
         }
         None => kube::Config::infer().await?,
     };
-    Ok(Client::try_from(config)?)
+    let mut no_retry = config.clone();
+    no_retry.default_retry = false;
+    let evictions = Client::try_from(no_retry)?;
+    Ok((Client::try_from(config)?, evictions))
 }
 
 /// Runs until SIGTERM/Ctrl-C (or until leadership is lost).
 pub async fn run(args: RunArgs) -> Result<()> {
-    let client = client(args.kubeconfig.as_ref()).await?;
+    let (client, evictions) = clients(args.kubeconfig.as_ref()).await?;
     let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
     // A standby replica is ready (healthy, waiting for the Lease): otherwise a Deployment of
@@ -75,7 +81,8 @@ pub async fn run(args: RunArgs) -> Result<()> {
             Arc::new(Leadership::unelected())
         }
     };
-    let result = run_controller(&args, client, metrics, ready, lost_rx, leadership).await;
+    let clients = Clients { client, evictions };
+    let result = run_controller(&args, clients, metrics, ready, lost_rx, leadership).await;
     if let Some(e) = &elector {
         if let Err(err) = e.release().await {
             tracing::warn!("releasing the Lease: {err}");
@@ -130,14 +137,20 @@ async fn keep_leading(
     let _ = lost.send(());
 }
 
+struct Clients {
+    client: Client,
+    evictions: Client,
+}
+
 async fn run_controller(
     args: &RunArgs,
-    client: Client,
+    clients: Clients,
     metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
     lost: tokio::sync::oneshot::Receiver<()>,
     leadership: Arc<Leadership>,
 ) -> Result<()> {
+    let client = clients.client;
     let resource = workloadspread_resource();
     let wc = watcher::Config::default();
     let scope = args.namespace.as_deref();
@@ -166,25 +179,28 @@ async fn run_controller(
     ));
     let (workloads, workload_triggers) =
         Workloads::start(&client, scope, &kinds, spreads.clone(), resource.clone());
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        pods.clone(),
-        nodes.clone(),
-        workloads.clone(),
-        kinds,
-        args.rules.versioned(),
-        args.rules.options()?,
-        Recorder::new(
+    let ctx = Arc::new(
+        Context::new(
             client.clone(),
-            Reporter {
-                controller: "workloadspread-controller".into(),
-                instance: Some(args.identity.clone()),
-            },
-        ),
-        metrics,
-        crate::now,
-        leadership,
-    ));
+            pods.clone(),
+            nodes.clone(),
+            workloads.clone(),
+            kinds,
+            args.rules.versioned(),
+            args.rules.options()?,
+            Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: "workloadspread-controller".into(),
+                    instance: Some(args.identity.clone()),
+                },
+            ),
+            metrics,
+            crate::now,
+            leadership,
+        )
+        .with_rebalancing(args.rules.rebalance()?, clients.evictions),
+    );
     let controller = controller
         .reconcile_on(futures::stream::select(workload_triggers, pod_triggers))
         .with_config(kube::runtime::controller::Config::default().concurrency(args.concurrency))

@@ -403,6 +403,8 @@ pub struct PendingPod {
     pub name: String,
     pub version: String,
     pub subset: String,
+    /// The controller's stamp: which status counts the pod ([`best_effort::CountedIn`]).
+    pub counted_in: Option<best_effort::CountedIn>,
 }
 
 /// The active pods among `pods` labelled pending (value `"true"`) and placed into a
@@ -424,6 +426,7 @@ pub fn pending_pods(pods: &[Pod], ws_name: &str, kinds: &VersionedKinds) -> Vec<
                 name: p.metadata.name.clone().unwrap_or_default(),
                 version: pod_version(p.metadata.labels.as_ref(), owner.as_deref(), kinds),
                 subset: m.subset,
+                counted_in: best_effort::CountedIn::of(p),
             })
         })
         .collect()
@@ -431,9 +434,11 @@ pub fn pending_pods(pods: &[Pod], ws_name: &str, kinds: &VersionedKinds) -> Vec<
 
 /// Best-effort admission on the controller's last status: adds each pending pod to its
 /// subset's occupancy, as a creating pod, unless the status already tracks it (an
-/// exact host's claim) — the pods admitted since the controller's last count. A pod the
-/// status already counts as a replica (its label not yet removed) is counted twice: the
-/// subset looks fuller for that moment, never emptier. Returns how many were added.
+/// exact host's claim) or the controller's stamp says this version of the status counts
+/// it ([`best_effort::CountedIn::covers`]) — the pods admitted since the controller's
+/// last count. A pod the status counts as a replica before its stamp is seen is counted
+/// twice: the subset looks fuller for that moment, never emptier. Returns how many were
+/// added.
 pub fn count_pending(
     status: &mut WorkloadSpreadStatus,
     ws: &WorkloadSpread,
@@ -442,7 +447,11 @@ pub fn count_pending(
     now: Timestamp,
 ) -> usize {
     let mut added = 0;
-    for pod in pending.iter().filter(|p| !p.name.is_empty()) {
+    let uncounted = pending
+        .iter()
+        .filter(|p| !p.name.is_empty())
+        .filter(|p| !p.counted_in.as_ref().is_some_and(|c| c.covers(ws)));
+    for pod in uncounted {
         let statuses = versioned_statuses(status, ws, &pod.version, scale.replicas);
         if tracked_subset(statuses, &pod.name).is_some() {
             continue;
@@ -461,6 +470,7 @@ pub fn count_pending(
     added
 }
 
+pub mod best_effort;
 pub mod reserve;
 #[cfg(test)]
 mod tests;

@@ -60,6 +60,19 @@ pub struct Spread {
 /// (percentages rounded up); an unlimited subset takes whatever reaches it, and what
 /// no subset takes is unplaced. Invalid values count as 0.
 pub fn planned_spread(ws: &WorkloadSpread, replicas: usize) -> Spread {
+    planned_spread_holding(ws, replicas, &[])
+}
+
+/// [`planned_spread`] when some subsets take no new pods (marked unschedulable):
+/// `held[i] = Some(n)` keeps subset `i` at `n` pods (at most its maximum) and fills the
+/// others around it; `None` (or a missing entry) is a subset admission may fill. The
+/// target both the best-effort choice (`admission::best_effort`) and rebalancing
+/// (`controller::rebalance`) aim at.
+pub fn planned_spread_holding(
+    ws: &WorkloadSpread,
+    replicas: usize,
+    held: &[Option<usize>],
+) -> Spread {
     let total = i32::try_from(replicas).unwrap_or(i32::MAX);
     let scale = |v: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString| {
         scaled_value(v, total).map_or(0, |n| usize::try_from(n).unwrap_or(0))
@@ -70,15 +83,29 @@ pub fn planned_spread(ws: &WorkloadSpread, replicas: usize) -> Spread {
         .iter()
         .map(|s| s.max_replicas.as_ref().map(scale))
         .collect();
+    let held_at = |i: usize| held.get(i).copied().flatten();
     let mut counts = vec![0usize; ws.spec.subsets.len()];
     let mut left = replicas;
+    for (i, count) in counts.iter_mut().enumerate() {
+        if let Some(n) = held_at(i) {
+            let take = n.min(max[i].unwrap_or(usize::MAX)).min(left);
+            *count = take;
+            left -= take;
+        }
+    }
     for (i, s) in ws.spec.subsets.iter().enumerate() {
+        if held_at(i).is_some() {
+            continue;
+        }
         let min = s.min_replicas.as_ref().map_or(0, scale);
         let take = min.min(max[i].unwrap_or(usize::MAX)).min(left);
         counts[i] = take;
         left -= take;
     }
     for (i, count) in counts.iter_mut().enumerate() {
+        if held_at(i).is_some() {
+            continue;
+        }
         let room = max[i].map_or(usize::MAX, |m| m.saturating_sub(*count));
         let take = room.min(left);
         *count += take;
@@ -130,6 +157,38 @@ mod tests {
                     .iter()
                     .map(|s| &s.max_replicas)
                     .collect::<Vec<_>>()
+            );
+        }
+    }
+
+    #[test]
+    fn held_subsets_keep_their_pods_and_the_others_fill_around_them() {
+        let pct = ws(json!([{"name": "a", "maxReplicas": "30%"},
+            {"name": "b", "maxReplicas": "50%"}, {"name": "c"}]));
+        let mins = ws(json!([{"name": "a", "maxReplicas": 4, "minReplicas": 2},
+            {"name": "b", "maxReplicas": 5, "minReplicas": 2}, {"name": "c"}]));
+        // (spec, replicas, held, subsets, unplaced)
+        type Case<'a> = (
+            &'a WorkloadSpread,
+            usize,
+            Vec<Option<usize>>,
+            Vec<usize>,
+            usize,
+        );
+        let cases: [Case; 6] = [
+            (&pct, 10, vec![], vec![3, 5, 2], 0),
+            (&pct, 10, vec![Some(0)], vec![0, 5, 5], 0),
+            (&pct, 10, vec![Some(1), None, None], vec![1, 5, 4], 0),
+            // Held above its maximum: kept at the maximum.
+            (&pct, 10, vec![Some(7)], vec![3, 5, 2], 0),
+            (&pct, 10, vec![None, Some(0), Some(0)], vec![3, 0, 0], 7),
+            (&mins, 6, vec![Some(0)], vec![0, 5, 1], 0),
+        ];
+        for (ws, replicas, held, subsets, unplaced) in cases {
+            assert_eq!(
+                planned_spread_holding(ws, replicas, &held),
+                Spread { subsets, unplaced },
+                "{replicas} replicas, held {held:?}"
             );
         }
     }

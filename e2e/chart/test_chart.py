@@ -31,6 +31,8 @@ VARIANTS = {
     "reference-rules": {"mode": "bundled", "settings": {"rules": "reference"}},
     "host-tuning": {"mode": "bundled", "host": {"evaluateUnrelated": True,
                                                 "namespaceCacheGraceSeconds": 5}},
+    "rebalance": {"mode": "bundled", "controller": {"rebalance": {
+        "enabled": True, "maxEvictions": 3, "intervalSeconds": 10}}},
 }
 
 
@@ -155,6 +157,15 @@ def lint():
         kinds = sorted({d["kind"] for d in docs})
         print(f"render {name}: {len(docs)} objects ({', '.join(kinds)})")
     check_versions()
+    def controller_args(values):
+        d = [d for d in by_kind(render(values), "Deployment") if d["metadata"]["name"] == "ws-controller"][0]
+        return d["spec"]["template"]["spec"]["containers"][0]["args"]
+    default_args, rebalance_args = controller_args(VARIANTS["bundled"]), controller_args(VARIANTS["rebalance"])
+    if "--rebalance" in default_args or "--rebalance-max-evictions=1" not in default_args:
+        fail(f"rebalancing must be opt-in by default: {default_args}")
+    want = ["--rebalance", "--rebalance-max-evictions=3", "--rebalance-interval-seconds=10"]
+    if any(a not in rebalance_args for a in want):
+        fail(f"controller.rebalance not passed: {rebalance_args}")
     custom = render(VARIANTS["custom-workloads"])
     role = [d for d in by_kind(custom, "ClusterRole") if d["metadata"]["name"] == "ws-controller"][0]
     if not any("example.io" in r["apiGroups"] for r in role["rules"]):
@@ -231,6 +242,8 @@ def apply():
             (ctl, "update", "workloadspreads.apps.kruise.io/status", "default", None, True),
             (ctl, "patch", "pods", "default", None, True),
             (ctl, "delete", "pods", "default", None, True),
+            (ctl, "create", "pods/eviction", "default", None, True),
+            (host, "create", "pods/eviction", "default", None, False),
             (ctl, "create", "events.events.k8s.io", "default", None, True),
             (ctl, "update", "leases.coordination.k8s.io", ns, ctl, True),
             (ctl, "update", "leases.coordination.k8s.io", ns, "someone-else", False),

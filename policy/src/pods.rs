@@ -11,7 +11,7 @@ use workloadspread_core::admission::reserve::{
     reservation_label_value, RESERVATION_ANNOTATION, RESERVATION_LABEL,
 };
 use workloadspread_core::admission::{
-    count_pending, create_path, decide_release, needs_workload_replicas, pending_pods, CreatePath,
+    best_effort, create_path, decide_release, needs_workload_replicas, pending_pods, CreatePath,
     PodKey, Scale,
 };
 use workloadspread_core::annotation::MatchedWorkloadSpread;
@@ -225,12 +225,15 @@ fn workload_replicas(
     ws: &WorkloadSpread,
     namespace: &str,
 ) -> Result<i32, HostError> {
-    let Some(target) = ws
-        .spec
-        .target_ref
-        .as_ref()
-        .filter(|_| needs_workload_replicas(ws))
-    else {
+    if !needs_workload_replicas(ws) {
+        return Ok(0);
+    }
+    read_replicas(ctx, ws, namespace)
+}
+
+/// The workload's replicas, whatever the subsets (NotFound counts as 0).
+fn read_replicas(ctx: &Ctx<'_>, ws: &WorkloadSpread, namespace: &str) -> Result<i32, HostError> {
+    let Some(target) = ws.spec.target_ref.as_ref() else {
         return Ok(0);
     };
     let workload = match ctx.host.get(
@@ -324,10 +327,11 @@ fn counted_claim(
 }
 
 /// Without the counter capability: the controller's last status plus the pods admitted
-/// since (those still labelled pending, listed with one fixed selector), then the claim
-/// rule on that sum, without writing. The cost follows the pods admitted since the
-/// controller's last count, not the workload's size. Concurrent admissions can
-/// overshoot a subset; the controller's deletion costs correct it.
+/// since (those still labelled pending, listed with one fixed selector), then
+/// `core::admission::best_effort::decide` on that sum, without writing. The cost follows
+/// the pods admitted since the controller's last count, not the workload's size.
+/// Concurrent admissions can overshoot a subset (less than with first fit); the
+/// controller's rebalancing (opt-in) or deletion costs correct it.
 fn best_effort_claim(
     ctx: &Ctx<'_>,
     ws: &WorkloadSpread,
@@ -342,17 +346,14 @@ fn best_effort_claim(
         .filter_map(|p| serde_json::from_value::<Pod>(p).ok())
         .collect();
     let pending = pending_pods(&listed, ws.name(), &ctx.settings.versioned_kinds());
+    // The spread choice aims at the planned spread for the workload's replicas, which
+    // integer-only subsets do not read otherwise (their rooms do not depend on it).
+    let replicas = match needs_workload_replicas(ws) {
+        true => replicas,
+        false => read_replicas(ctx, ws, ns)?,
+    };
     let scale = Scale::new(replicas, ctx.settings.rules);
-    let mut counted = ws.clone();
-    let status = counted.status.get_or_insert_with(Default::default);
-    count_pending(status, ws, &pending, scale, ctx.now);
-    let decision = workloadspread_core::admission::decide_create(
-        &counted,
-        pod,
-        scale,
-        ctx.now,
-        ctx.request_uid,
-    );
+    let decision = best_effort::decide(ws, &pending, pod, scale, ctx.now, ctx.request_uid);
     Ok(Decided {
         subset: decision.subset,
         uid: decision.generated_uid,

@@ -568,6 +568,7 @@ fn pending_pods_count_on_top_of_the_controllers_status() {
                 name: name.to_string(),
                 version: VERSION_IGNORED.to_string(),
                 subset: subset.to_string(),
+                counted_in: None,
             })
             .collect();
         let scale = Scale::new(10, case.rules);

@@ -24,6 +24,17 @@ pub const PENDING_LABEL: &str = "workloadspread.io/pending";
 pub const PENDING_SELECTOR: &str = "workloadspread.io/pending=true";
 /// The value of [`PENDING_LABEL`].
 pub const PENDING_VALUE: &str = "true";
+/// Pod annotation the controller writes on a pod labelled [`PENDING_LABEL`] once a
+/// status write that counts the pod has succeeded: which WorkloadSpread (uid) and from
+/// which `resourceVersion` on its status counts the pod
+/// (`admission::best_effort::CountedIn`). A best-effort admission that reads that
+/// version or a newer one does not add the pod again; one reading an older version
+/// does. The label and this annotation are removed together, a grace period later
+/// (`docs/counter-protocol.md`, *Best-effort by size*).
+pub const COUNTED_ANNOTATION: &str = "workloadspread.io/counted";
+/// WorkloadSpread annotation turning rebalancing on (`"true"`) or off (`"false"`) for
+/// this WorkloadSpread, whatever the controller's default (`controller::rebalance`).
+pub const REBALANCE_ANNOTATION: &str = "workloadspread.io/rebalance";
 /// Version key used for pods whose workload kind has no versioned status.
 pub const VERSION_IGNORED: &str = "versionIgnored";
 /// Subset name the controller uses for pods that belong to no spec subset.

@@ -5,6 +5,7 @@
 pub mod cost;
 pub mod grouping;
 pub mod pending;
+pub mod rebalance;
 pub mod status;
 pub mod view;
 

@@ -1,48 +1,198 @@
-//! The pending label's end (`docs/counter-protocol.md`, best-effort by size): once a
-//! status write that counts a WorkloadSpread's pods has succeeded, the controller removes
-//! [`PENDING_LABEL`] from them, in the same pod patch as a deletion cost when there is
-//! one, so that best-effort admissions stop adding them on top of the status.
+//! The pending label's end (`docs/counter-protocol.md`, best-effort by size), in two
+//! steps so that a best-effort admission counts each pod once whichever of its two
+//! caches (WorkloadSpreads, pending pods) sees an update first:
+//!
+//! 1. **Stamp.** Once a status write that counts the pod has succeeded (or found the
+//!    status already equal), the controller writes [`COUNTED_ANNOTATION`] on it: this
+//!    WorkloadSpread's status counts the pod from that `resourceVersion` on. An
+//!    admission reading an older status still adds the pod; one reading that status or
+//!    a newer one does not (`admission::best_effort::CountedIn::covers`).
+//! 2. **Unlabel.** [`PENDING_GRACE`] after the stamp, and once the controller's own
+//!    watch has delivered the stamped version, the label and the stamp are removed: the
+//!    pod leaves the admissions' list. Only a WorkloadSpread cache lagging its pod cache
+//!    by more than the grace could then miss the pod.
+//!
+//! Only pods the written status counted (the workload's active pods, as the reconcile
+//! grouped them) are stamped; a pod whose owner the controller cannot resolve yet keeps
+//! its label, and admissions keep counting it. Pods that finished (Succeeded/Failed)
+//! lose the label at once: admissions ignore them anyway.
 
 use super::cost::CostPatch;
-use crate::api::{PENDING_LABEL, POD_DELETION_COST_ANNOTATION};
-use crate::pods::{matched, name};
+use crate::admission::best_effort::{version, CountedIn};
+use crate::api::v1beta1::WorkloadSpread;
+use crate::api::{COUNTED_ANNOTATION, PENDING_LABEL, POD_DELETION_COST_ANNOTATION};
+use crate::pods::{is_active, matched, name};
+use crate::workload::is_pod_selected;
+use crate::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::SignedDuration;
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// The pods of the namespace that carry the pending label and name `ws_name` in their
-/// matched annotation: the status just written counts them (or, not being the
-/// workload's or not active, never will), so admissions must stop counting them.
-pub fn pending_of(ws_name: &str, namespace_pods: &[Pod]) -> Vec<String> {
-    namespace_pods
+/// How long a stamped pod keeps its label: longer than any WorkloadSpread cache should
+/// lag the pod cache of the same host.
+pub const PENDING_GRACE: SignedDuration = SignedDuration::from_secs(5);
+
+/// What to do with one pending pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PendingPatch {
+    /// Write the stamp (the label stays).
+    Stamp(CountedIn),
+    /// Remove the label and the stamp.
+    Unlabel,
+}
+
+/// Everything the decision needs.
+#[derive(Clone, Copy, Debug)]
+pub struct PendingInput<'a> {
+    pub ws: &'a WorkloadSpread,
+    /// The namespace's pods.
+    pub namespace_pods: &'a [Pod],
+    /// Names of the pods the written status counts (see [`counted_pods`]).
+    pub counted: &'a BTreeSet<String>,
+    /// The `resourceVersion` whose status counts them: the one the write returned, or
+    /// the one read when the status was already equal.
+    pub written_version: &'a str,
+    /// The `resourceVersion` of the object the controller's own watch delivered for
+    /// this reconcile.
+    pub observed_version: &'a str,
+    pub now: Timestamp,
+    pub grace: SignedDuration,
+}
+
+/// The patches, and when to look again (a stamp waiting for its grace).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PendingPlan {
+    pub patches: Vec<(String, PendingPatch)>,
+    pub requeue_after: Option<SignedDuration>,
+}
+
+impl PendingPlan {
+    fn wait(&mut self, d: SignedDuration) {
+        let d = d.max(SignedDuration::from_millis(100));
+        if self.requeue_after.is_none_or(|r| d < r) {
+            self.requeue_after = Some(d);
+        }
+    }
+}
+
+/// Names of the workload's pods a status computed from `workload_pods` counts: active,
+/// selected by the `targetFilter`, and placed by their matched annotation into this
+/// WorkloadSpread.
+pub fn counted_pods(ws: &WorkloadSpread, workload_pods: &[Pod]) -> BTreeSet<String> {
+    let no_labels = BTreeMap::new();
+    let filter = ws.spec.target_filter.as_ref();
+    workload_pods
         .iter()
+        .filter(|p| is_active(p))
         .filter(|p| {
-            p.metadata
-                .labels
-                .as_ref()
-                .is_some_and(|l| l.contains_key(PENDING_LABEL))
+            is_pod_selected(filter, p.metadata.labels.as_ref().unwrap_or(&no_labels))
+                .unwrap_or(false)
         })
-        .filter(|p| matched(p).is_some_and(|m| m.name == ws_name))
+        .filter(|p| matched(p).is_some_and(|m| m.name == ws.name()))
         .map(|p| name(p).to_string())
         .filter(|n| !n.is_empty())
         .collect()
 }
 
-/// One strategic-merge patch per pod: its new deletion cost and/or the pending label's
-/// removal. Sorted by pod name.
-pub fn pod_patches(costs: &[CostPatch], unlabel: &[String]) -> Vec<(String, Value)> {
-    let mut patches: BTreeMap<&str, Map<String, Value>> = BTreeMap::new();
-    for c in costs {
-        patches.entry(&c.pod).or_default().insert(
-            "annotations".into(),
-            json!({ POD_DELETION_COST_ANNOTATION: c.cost.to_string() }),
-        );
+/// The stamps and label removals of this reconcile (module doc).
+pub fn plan_pending(input: &PendingInput<'_>) -> PendingPlan {
+    let mut plan = PendingPlan::default();
+    let Some(uid) = input.ws.metadata.uid.as_deref() else {
+        return plan;
+    };
+    let mine = input.namespace_pods.iter().filter(|p| {
+        p.metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(PENDING_LABEL))
+            && matched(p).is_some_and(|m| m.name == input.ws.name())
+    });
+    for pod in mine {
+        let pod_name = name(pod);
+        if pod_name.is_empty() || pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        if !is_active(pod) {
+            plan.patches
+                .push((pod_name.to_string(), PendingPatch::Unlabel));
+            continue;
+        }
+        if !input.counted.contains(pod_name) {
+            continue;
+        }
+        match CountedIn::of(pod).filter(|c| c.uid == uid) {
+            Some(stamp) => {
+                let left = input.grace - input.now.duration_since(stamp.at.0);
+                let observed = match (
+                    version(input.observed_version),
+                    version(&stamp.resource_version),
+                ) {
+                    (Some(o), Some(s)) => o >= s,
+                    // Not numbers: the grace alone.
+                    _ => true,
+                };
+                if !left.is_positive() && observed {
+                    plan.patches
+                        .push((pod_name.to_string(), PendingPatch::Unlabel));
+                } else {
+                    plan.wait(left.max(SignedDuration::from_secs(1)));
+                }
+            }
+            None => {
+                let stamp = CountedIn {
+                    uid: uid.to_string(),
+                    resource_version: input.written_version.to_string(),
+                    at: Time(input.now),
+                };
+                plan.patches
+                    .push((pod_name.to_string(), PendingPatch::Stamp(stamp)));
+                plan.wait(input.grace);
+            }
+        }
     }
-    for pod in unlabel {
-        patches
-            .entry(pod)
-            .or_default()
-            .insert("labels".into(), json!({ PENDING_LABEL: null }));
+    plan
+}
+
+/// One strategic-merge patch per pod: its new deletion cost and/or its pending stamp or
+/// label removal. Sorted by pod name.
+pub fn pod_patches(
+    costs: &[CostPatch],
+    pending: &[(String, PendingPatch)],
+) -> Vec<(String, Value)> {
+    let mut patches: BTreeMap<&str, Map<String, Value>> = BTreeMap::new();
+    let annotations = |m: &mut Map<String, Value>| -> Map<String, Value> {
+        match m.remove("annotations") {
+            Some(Value::Object(a)) => a,
+            _ => Map::new(),
+        }
+    };
+    for c in costs {
+        let entry = patches.entry(&c.pod).or_default();
+        let mut a = annotations(entry);
+        a.insert(
+            POD_DELETION_COST_ANNOTATION.into(),
+            Value::String(c.cost.to_string()),
+        );
+        entry.insert("annotations".into(), Value::Object(a));
+    }
+    for (pod, patch) in pending {
+        let entry = patches.entry(pod).or_default();
+        let mut a = annotations(entry);
+        match patch {
+            PendingPatch::Stamp(stamp) => {
+                a.insert(
+                    COUNTED_ANNOTATION.into(),
+                    Value::String(stamp.to_annotation()),
+                );
+            }
+            PendingPatch::Unlabel => {
+                a.insert(COUNTED_ANNOTATION.into(), Value::Null);
+                entry.insert("labels".into(), json!({ PENDING_LABEL: null }));
+            }
+        }
+        entry.insert("annotations".into(), Value::Object(a));
     }
     patches
         .into_iter()
@@ -51,64 +201,4 @@ pub fn pod_patches(costs: &[CostPatch], unlabel: &[String]) -> Vec<(String, Valu
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pod(name: &str, labels: Value, annotations: Value) -> Pod {
-        serde_json::from_value(json!({"metadata": {
-            "name": name, "labels": labels, "annotations": annotations}}))
-        .unwrap()
-    }
-
-    fn matched_to(ws: &str) -> Value {
-        json!({"apps.kruise.io/matched-workloadspread":
-            format!(r#"{{"name":"{ws}","subset":"a"}}"#)})
-    }
-
-    #[test]
-    fn only_labelled_pods_of_this_workloadspread_are_unlabelled() {
-        let pods = [
-            pod("mine", json!({PENDING_LABEL: "true"}), matched_to("web")),
-            pod("counted", json!({"app": "web"}), matched_to("web")),
-            pod("other-ws", json!({PENDING_LABEL: "true"}), matched_to("db")),
-            pod("no-annotation", json!({PENDING_LABEL: "true"}), json!({})),
-            // Whatever the value: a user's edit must not pin a pod as pending.
-            pod("odd-value", json!({PENDING_LABEL: "x"}), matched_to("web")),
-        ];
-        assert_eq!(pending_of("web", &pods), ["mine", "odd-value"]);
-    }
-
-    #[test]
-    fn a_cost_and_an_unlabel_of_one_pod_make_one_patch() {
-        let costs = [
-            CostPatch {
-                pod: "b".into(),
-                cost: -100,
-            },
-            CostPatch {
-                pod: "a".into(),
-                cost: 200,
-            },
-        ];
-        let patches = pod_patches(&costs, &["b".to_string(), "c".to_string()]);
-        assert_eq!(
-            patches,
-            [
-                (
-                    "a".to_string(),
-                    json!({"metadata": {"annotations": {POD_DELETION_COST_ANNOTATION: "200"}}})
-                ),
-                (
-                    "b".to_string(),
-                    json!({"metadata": {
-                        "annotations": {POD_DELETION_COST_ANNOTATION: "-100"},
-                        "labels": {PENDING_LABEL: null}}})
-                ),
-                (
-                    "c".to_string(),
-                    json!({"metadata": {"labels": {PENDING_LABEL: null}}})
-                ),
-            ]
-        );
-    }
-}
+mod tests;

@@ -310,6 +310,7 @@ mod tests {
         );
     }
 }
+pub mod convergence;
 pub mod faults;
 pub mod measure;
 pub mod monitor;
