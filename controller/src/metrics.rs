@@ -36,6 +36,8 @@ pub struct Metrics {
     pub conflicts: Counter,
     /// Namespaces whose pods are cached (those with a WorkloadSpread, plus a grace).
     pub pod_cache_namespaces: Gauge,
+    /// creatingPods entries dropped early: no pod carries them (`--creating-drop-seconds`).
+    pub creating_dropped: Counter,
 }
 
 impl Metrics {
@@ -49,6 +51,12 @@ impl Metrics {
         let status_writes = Counter::default();
         let conflicts = Counter::default();
         let pod_cache_namespaces = Gauge::default();
+        let creating_dropped = Counter::default();
+        registry.register(
+            "creating_dropped_early",
+            "creatingPods entries dropped before the creating window: no pod carries them (a live read confirmed)",
+            creating_dropped.clone(),
+        );
         registry.register(
             "reconcile_duration_seconds",
             "Reconcile time",
@@ -101,6 +109,7 @@ impl Metrics {
         );
         Metrics {
             registry,
+            creating_dropped,
             pod_cache_namespaces,
             reconcile_duration,
             reconcile_errors,

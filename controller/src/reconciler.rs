@@ -22,6 +22,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use workloadspread_core::api::v1beta1::WorkloadSpread;
+use k8s_openapi::jiff::SignedDuration;
+use workloadspread_core::controller::creating::{absent, drop_creating, early_check};
 use workloadspread_core::controller::pending::{pending_of, pod_patches};
 use workloadspread_core::controller::{
     reconcile, Event, ReconcileInput, ReconcileOptions, ReconcileOutput,
@@ -54,6 +56,10 @@ pub struct Context {
     /// Fences every write: false once the Lease was not renewed within its deadline.
     pub leadership: Arc<Leadership>,
     resources: Mutex<HashMap<(String, String), ApiResource>>,
+    /// Adaptive rescheduling may delete pods (`--no-reschedule` turns it off).
+    pub reschedule: bool,
+    /// Drop creatingPods entries whose pod is confirmed absent after this long.
+    pub early_drop: Option<SignedDuration>,
 }
 
 impl Context {
@@ -84,7 +90,15 @@ impl Context {
             metrics,
             clock,
             resources: Mutex::new(HashMap::new()),
+            reschedule: true,
+            early_drop: None,
         }
+    }
+
+    pub fn with_safety(mut self, reschedule: bool, early_drop: Option<SignedDuration>) -> Self {
+        self.reschedule = reschedule;
+        self.early_drop = early_drop;
+        self
     }
 }
 
@@ -171,11 +185,17 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         if current.metadata.deletion_timestamp.is_some() {
             return Ok(Action::await_change());
         }
-        let ws = decode(&current)?;
+        let mut ws = decode(&current)?;
         if ws.spec.target_ref.is_none() {
             return Ok(Action::await_change());
         }
-        let (output, pending) = compute(&ws, &pods, ctx).await?;
+        let written = ws.status.clone();
+        let (dropped, recheck) = drop_unseen_creating(&mut ws, &pods, ctx).await?;
+        let (mut output, pending) = compute(&ws, &pods, ctx).await?;
+        if let Some(recheck) = recheck {
+            let recheck = std::time::Duration::try_from(recheck).unwrap_or_default();
+            output.requeue_after = Some(output.requeue_after.map_or(recheck, |r| r.min(recheck)));
+        }
         if attempt == 0 {
             ensure_leading(ctx)?;
             adopt(&ws, &output, ctx).await?;
@@ -184,7 +204,7 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
             what: "status".into(),
             source: e,
         })?;
-        if ws.status.as_ref() != Some(&output.status) {
+        if written.as_ref() != Some(&output.status) {
             let mut updated = current.clone();
             if let Some(map) = updated.data.as_object_mut() {
                 map.insert("status".into(), new_status);
@@ -194,6 +214,20 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
                 Ok(_) => {
                     ctx.metrics.status_writes.inc();
                     tracing::debug!(workloadspread = %name, namespace = %ns, "status written");
+                    if !dropped.is_empty() {
+                        ctx.metrics.creating_dropped.inc_by(dropped.len() as u64);
+                        let event = Event::warning(
+                            "CreatingPodDropped",
+                            format!(
+                                "{} admitted pod(s) never appeared (no pod carries {:?}); their slots \
+                                 were freed {}s after the claim instead of the creating window",
+                                dropped.len(),
+                                dropped.iter().take(5).collect::<Vec<_>>(),
+                                ctx.early_drop.map_or(0, |d| d.as_secs())
+                            ),
+                        );
+                        publish(ws_reference(&ws), &event, ctx).await;
+                    }
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     ctx.metrics.conflicts.inc();
@@ -246,6 +280,41 @@ fn decode(object: &DynamicObject) -> Result<WorkloadSpread, Error> {
         what: format!("WorkloadSpread {}", object.name_any()),
         source: e,
     })
+}
+
+/// Drops creatingPods entries past `ctx.early_drop` whose pod neither the cache nor a
+/// live (consistent) read of the namespace shows (`core::controller::creating`). Returns
+/// the dropped keys and when the next entry reaches the early window.
+async fn drop_unseen_creating(
+    ws: &mut WorkloadSpread,
+    pods: &Store<Pod>,
+    ctx: &Context,
+) -> Result<(std::collections::BTreeSet<String>, Option<SignedDuration>), Error> {
+    let Some(early) = ctx.early_drop else {
+        return Ok(Default::default());
+    };
+    let cached: Vec<Pod> = pods.state().iter().map(|p| Pod::clone(p)).collect();
+    let check = early_check(ws, &cached, (ctx.clock)(), early);
+    if check.unseen.is_empty() {
+        return Ok((Default::default(), check.next));
+    }
+    let ns = ws.metadata.namespace.clone().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    // Metadata only, read from etcd (no resourceVersion): pods created a moment ago count.
+    let live: Vec<Pod> = bounded(api.list_metadata(&kube::api::ListParams::default()))
+        .await??
+        .items
+        .into_iter()
+        .map(|m| Pod {
+            metadata: m.metadata,
+            ..Default::default()
+        })
+        .collect();
+    let gone = absent(&check.unseen, &live);
+    if let Some(status) = ws.status.as_mut() {
+        drop_creating(status, &gone);
+    }
+    Ok((gone, check.next))
 }
 
 /// Gathers the inputs and runs `core`'s reconcile; also returns the namespace's pods
@@ -451,6 +520,21 @@ async fn delete_unschedulable(
     ctx: &Context,
 ) -> Result<(), Error> {
     let ns = ws.metadata.namespace.clone().unwrap_or_default();
+    if !ctx.reschedule {
+        if !output.pods_to_delete.is_empty() {
+            let event = Event::warning(
+                "ReschedulingDisabled",
+                format!(
+                    "Pods {:?} stayed unschedulable past rescheduleCriticalSeconds; the controller \
+                     runs with --no-reschedule (chart controller.podWrite.rescheduling: false) and \
+                     deletes no pods: delete them by hand or enable rescheduling",
+                    output.pods_to_delete
+                ),
+            );
+            publish(ws_reference(ws), &event, ctx).await;
+        }
+        return Ok(());
+    }
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     for pod in &output.pods_to_delete {
         match bounded(pods.delete(pod, &DeleteParams::default())).await? {

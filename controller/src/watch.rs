@@ -180,6 +180,12 @@ async fn run_controller(
         metrics,
         crate::now,
         leadership,
+    )
+    .with_safety(
+        !args.no_reschedule,
+        (args.creating_drop_seconds > 0).then(|| {
+            k8s_openapi::jiff::SignedDuration::from_secs(args.creating_drop_seconds)
+        }),
     ));
     let controller = controller
         .reconcile_on(futures::stream::select(workload_triggers, pod_triggers))

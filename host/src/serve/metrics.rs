@@ -110,6 +110,8 @@ pub struct Metrics {
     /// Objects cached per kind and namespace (namespaces holding a WorkloadSpread).
     pub cached_objects: Family<CacheLabels, Gauge>,
     pub reservations: Family<ReservationLabels, Counter>,
+    /// Requests refused by the host's limits (`serve::limits`).
+    pub limits: super::limits::LimitMetrics,
 }
 
 impl Metrics {
@@ -128,6 +130,8 @@ impl Metrics {
         let unrelated = Counter::default();
         let cached_objects = Family::<CacheLabels, Gauge>::default();
         let reservations = Family::<ReservationLabels, Counter>::default();
+        let limits = super::limits::LimitMetrics::default();
+        limits.register(&mut registry);
         registry.register(
             "reservations",
             "Reserved slots: placeholders reserved, taken by claims without a write, settled, returned; claims that waited for another replica's",
@@ -185,6 +189,7 @@ impl Metrics {
         );
         Metrics {
             registry,
+            limits,
             reservations,
             unrelated,
             cached_objects,
