@@ -11,6 +11,7 @@ use crate::metrics::Metrics;
 use crate::pod_caches::PodCaches;
 use crate::workloads::{Lookup, Workloads};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::jiff::SignedDuration;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::pinned_kind;
 use kube::runtime::controller::Action;
@@ -22,7 +23,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use workloadspread_core::api::v1beta1::WorkloadSpread;
-use k8s_openapi::jiff::SignedDuration;
 use workloadspread_core::controller::creating::{absent, drop_creating, early_check};
 use workloadspread_core::controller::pending::{pending_of, pod_patches};
 use workloadspread_core::controller::{

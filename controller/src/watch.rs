@@ -162,31 +162,32 @@ async fn run_controller(
     ));
     let (workloads, workload_triggers) =
         Workloads::start(&client, scope, &kinds, spreads.clone(), resource.clone());
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        pods.clone(),
-        nodes.clone(),
-        workloads.clone(),
-        kinds,
-        args.rules.versioned(),
-        args.rules.options()?,
-        Recorder::new(
+    let ctx = Arc::new(
+        Context::new(
             client.clone(),
-            Reporter {
-                controller: "workloadspread-controller".into(),
-                instance: Some(args.identity.clone()),
-            },
+            pods.clone(),
+            nodes.clone(),
+            workloads.clone(),
+            kinds,
+            args.rules.versioned(),
+            args.rules.options()?,
+            Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: "workloadspread-controller".into(),
+                    instance: Some(args.identity.clone()),
+                },
+            ),
+            metrics,
+            crate::now,
+            leadership,
+        )
+        .with_safety(
+            !args.no_reschedule,
+            (args.creating_drop_seconds > 0)
+                .then(|| k8s_openapi::jiff::SignedDuration::from_secs(args.creating_drop_seconds)),
         ),
-        metrics,
-        crate::now,
-        leadership,
-    )
-    .with_safety(
-        !args.no_reschedule,
-        (args.creating_drop_seconds > 0).then(|| {
-            k8s_openapi::jiff::SignedDuration::from_secs(args.creating_drop_seconds)
-        }),
-    ));
+    );
     let controller = controller
         .reconcile_on(futures::stream::select(workload_triggers, pod_triggers))
         .with_config(kube::runtime::controller::Config::default().concurrency(args.concurrency))

@@ -56,7 +56,10 @@ pub const SYSTEM_LABELS: &[&str] = &[crate::api::PENDING_LABEL];
 /// removed.
 pub fn strip_system_metadata(pod: &mut serde_json::Value) -> Vec<&'static str> {
     let mut removed = Vec::new();
-    for (field, keys) in [("annotations", SYSTEM_ANNOTATIONS), ("labels", SYSTEM_LABELS)] {
+    for (field, keys) in [
+        ("annotations", SYSTEM_ANNOTATIONS),
+        ("labels", SYSTEM_LABELS),
+    ] {
         let Some(map) = pod
             .get_mut("metadata")
             .and_then(|m| m.get_mut(field))

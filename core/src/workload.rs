@@ -235,7 +235,12 @@ pub fn owned_by_target(
     if !kinds.is_owner_kind(controller) {
         return Ok(false);
     }
-    refers_to(&ObjectRef::from(target), controller, kinds, &mut controller_of)
+    refers_to(
+        &ObjectRef::from(target),
+        controller,
+        kinds,
+        &mut controller_of,
+    )
 }
 
 fn refers_to(

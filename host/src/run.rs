@@ -6,7 +6,7 @@ use crate::engine::PolicyEngine;
 use anyhow::{bail, Context, Result};
 use base64::Engine as _;
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

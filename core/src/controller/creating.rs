@@ -30,7 +30,9 @@ pub struct EarlyCheck {
     pub next: Option<SignedDuration>,
 }
 
-fn subset_statuses(status: &WorkloadSpreadStatus) -> impl Iterator<Item = &WorkloadSpreadSubsetStatus> {
+fn subset_statuses(
+    status: &WorkloadSpreadStatus,
+) -> impl Iterator<Item = &WorkloadSpreadSubsetStatus> {
     status
         .subset_statuses
         .iter()
@@ -157,12 +159,18 @@ mod tests {
     fn a_pod_the_live_read_finds_keeps_its_slot() {
         let unseen = BTreeSet::from(["late".to_string(), "forged".to_string()]);
         let live = [pod("late", None)];
-        assert_eq!(absent(&unseen, &live), BTreeSet::from(["forged".to_string()]));
+        assert_eq!(
+            absent(&unseen, &live),
+            BTreeSet::from(["forged".to_string()])
+        );
     }
 
     #[test]
     fn dropping_frees_the_slot_in_every_status() {
-        let mut w = ws(&[("forged", "2026-01-01T00:00:00Z"), ("keep", "2026-01-01T00:00:00Z")]);
+        let mut w = ws(&[
+            ("forged", "2026-01-01T00:00:00Z"),
+            ("keep", "2026-01-01T00:00:00Z"),
+        ]);
         let status = w.status.as_mut().unwrap();
         let n = drop_creating(status, &BTreeSet::from(["forged".to_string()]));
         assert_eq!(n, 1);

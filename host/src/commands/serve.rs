@@ -27,9 +27,10 @@ pub struct ServeArgs {
     /// scrapes then need neither the webhook port nor a client certificate).
     #[arg(long)]
     pub health_listen: Option<std::net::SocketAddr>,
-    /// Require callers of the webhook port to present a client certificate signed by
-    /// this CA (PEM): the API server's, configured through its admission configuration's
-    /// kubeConfigFile. Probes go to --health-listen.
+    /// Answer /mutate and /validate only for callers presenting a client certificate
+    /// signed by this CA (PEM): the API server's, configured through its admission
+    /// configuration's kubeConfigFile. /convert (the API server sends no certificate for
+    /// CRD conversion) and the probes need none.
     #[arg(long)]
     pub client_ca_file: Option<PathBuf>,
     /// The container's memory limit in MiB: the host refuses to start when
@@ -198,9 +199,9 @@ async fn tls(args: &ServeArgs, client: &kube::Client) -> Result<Tls> {
     use crate::serve::rotation::{self, Published};
     use crate::serve::tls::{CertBundle, CertResolver, FileReloader};
     let client_ca = match &args.client_ca_file {
-        Some(p) => Some(
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
-        ),
+        Some(p) => {
+            Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
+        }
         None => None,
     };
     let client_ca = client_ca.as_deref();
@@ -363,9 +364,12 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         (Some(published), _) => {
             // Generated certificates: this host keeps the bundle current everywhere.
             let current = published.borrow().clone();
-            let n = crate::serve::rotation::ensure_bundles(&client, &targets(&args), &current)
-                .await?;
-            tracing::info!("CA bundle (generation {}) written to {n} object(s)", current.generation);
+            let n =
+                crate::serve::rotation::ensure_bundles(&client, &targets(&args), &current).await?;
+            tracing::info!(
+                "CA bundle (generation {}) written to {n} object(s)",
+                current.generation
+            );
             tokio::spawn(crate::serve::rotation::keep_bundles(
                 client.clone(),
                 targets(&args),
@@ -389,6 +393,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         skip_unrelated: !args.evaluate_unrelated,
         claims: crate::serve::limits::ClaimLimiter::new(args.claim_rate, args.claim_burst),
         read_timeout: Duration::from_secs(args.request_read_timeout_seconds.max(1)),
+        client_auth: args.client_ca_file.is_some(),
     });
     let options = crate::serve::ServeOptions {
         header_timeout: Duration::from_secs(args.request_read_timeout_seconds.max(1)),

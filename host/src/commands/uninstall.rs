@@ -37,11 +37,6 @@ pub fn uninstall(args: UninstallArgs) -> Result<()> {
         let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
         let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
         let dp = DeleteParams::default();
-        let gone = |r: Result<_, kube::Error>| match r {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-            Err(e) => Err(e),
-        };
         let m = gone(bounded(mutating.delete(name, &dp)).await?)
             .with_context(|| format!("deleting MutatingWebhookConfiguration {name}"))?;
         let v = gone(bounded(validating.delete(name, &dp)).await?)
@@ -58,6 +53,15 @@ pub fn uninstall(args: UninstallArgs) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// Deleted (true) or already gone (false).
+fn gone<T>(r: Result<T, kube::Error>) -> Result<bool, kube::Error> {
+    match r {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 async fn bounded<T>(call: impl std::future::Future<Output = T>) -> Result<T> {

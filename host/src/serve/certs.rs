@@ -211,8 +211,8 @@ fn new_serving(sans: &[String], ca: &Issued, now: i64, seconds: i64) -> Result<I
     let ca_key = KeyPair::from_pem(&ca.key_pem).context("the CA key in the Secret")?;
     // The issuer as rcgen needs it: same name and key as the stored CA certificate, so
     // what it signs chains to that certificate.
-    let issuer: Certificate = ca_params(&ca.name, ca.issued_at, ca.not_after - ca.issued_at)?
-        .self_signed(&ca_key)?;
+    let issuer: Certificate =
+        ca_params(&ca.name, ca.issued_at, ca.not_after - ca.issued_at)?.self_signed(&ca_key)?;
     let mut params = CertificateParams::new(sans.to_vec())?;
     params
         .distinguished_name
@@ -248,7 +248,11 @@ pub fn parse_duration(s: &str) -> Result<i64, String> {
         'm' => 60,
         'h' => 3600,
         'd' => 86_400,
-        other => return Err(format!("unknown unit {other:?} in {s:?} (use s, m, h or d)")),
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {s:?} (use s, m, h or d)"
+            ))
+        }
     };
     let n: i64 = number
         .parse()
@@ -342,15 +346,24 @@ mod tests {
             }
             assert!(trusted(&state, &signer), "{now}: signing CA not trusted");
             if now < state.retired.iter().map(|r| r.until).max().unwrap_or(0) {
-                assert!(trusted(&state, &previous_signer), "{now}: old CA dropped early");
+                assert!(
+                    trusted(&state, &previous_signer),
+                    "{now}: old CA dropped early"
+                );
             }
-            assert!(state.serving.not_after > now, "{now}: serving certificate expired");
+            assert!(
+                state.serving.not_after > now,
+                "{now}: serving certificate expired"
+            );
             assert!(
                 state.ca.as_ref().unwrap().not_after > now,
                 "{now}: CA expired"
             );
         }
-        assert!(switches >= 3, "{switches} CA switches in 4000 s of 1200 s CAs");
+        assert!(
+            switches >= 3,
+            "{switches} CA switches in 4000 s of 1200 s CAs"
+        );
     }
 
     #[test]
@@ -365,10 +378,16 @@ mod tests {
         assert!(published.next_ca.is_some() && published.ca.is_none());
         // Not before the grace, nor before the configurations carry it.
         assert!(published.plan(&sans(), 20, &l, |_| true).unwrap().is_none());
-        assert!(published.plan(&sans(), 50, &l, |_| false).unwrap().is_none());
+        assert!(published
+            .plan(&sans(), 50, &l, |_| false)
+            .unwrap()
+            .is_none());
         let switched = published.plan(&sans(), 50, &l, |_| true).unwrap().unwrap();
         assert!(switched.ca.is_some() && switched.legacy_bundle.is_none());
-        assert!(switched.bundle().contains(old_bundle.trim_end()), "still trusted");
+        assert!(
+            switched.bundle().contains(old_bundle.trim_end()),
+            "still trusted"
+        );
         let dropped = switched.plan(&sans(), 90, &l, |_| true).unwrap().unwrap();
         assert!(!dropped.bundle().contains(old_bundle.trim_end()));
     }

@@ -134,7 +134,12 @@ pub fn ensure_ours(crd: &CustomResourceDefinition) -> Result<()> {
 
 /// What `uninstall` does to the CRD: its conversion back to `None` when it points at
 /// `service` (NAMESPACE/NAME) — the CRD stays, the host does not.
-pub async fn disable_on_crd(client: &Client, crd: &str, namespace: &str, name: &str) -> Result<bool> {
+pub async fn disable_on_crd(
+    client: &Client,
+    crd: &str,
+    namespace: &str,
+    name: &str,
+) -> Result<bool> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let Some(current) = api
         .get_opt(crd)
@@ -171,10 +176,17 @@ mod tests {
         ensure_ours(&ours).unwrap();
         let mut kruise = ours.clone();
         kruise.metadata.annotations = Some(
-            [("controller-gen.kubebuilder.io/version".to_string(), "v0.14.0".to_string())].into(),
+            [(
+                "controller-gen.kubebuilder.io/version".to_string(),
+                "v0.14.0".to_string(),
+            )]
+            .into(),
         );
         let err = ensure_ours(&kruise).unwrap_err().to_string();
-        assert!(err.contains("OpenKruise") && err.contains("--conversion-crd"), "{err}");
+        assert!(
+            err.contains("OpenKruise") && err.contains("--conversion-crd"),
+            "{err}"
+        );
     }
 
     fn alpha() -> Value {

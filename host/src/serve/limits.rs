@@ -182,7 +182,10 @@ mod tests {
         assert_eq!(taken, 5, "the burst");
         assert!(limiter.try_take("b", t0), "namespaces are separate");
         assert!(!limiter.try_take("a", t0 + Duration::from_millis(50)));
-        assert!(limiter.try_take("a", t0 + Duration::from_millis(100)), "10/s");
+        assert!(
+            limiter.try_take("a", t0 + Duration::from_millis(100)),
+            "10/s"
+        );
         let later = t0 + Duration::from_secs(60);
         assert_eq!((0..8).filter(|_| limiter.try_take("a", later)).count(), 5);
         assert!(limiter.refusal("a").contains("--claim-rate"));
@@ -203,7 +206,10 @@ mod tests {
     fn memory_fit_is_checked_with_what_to_change() {
         // The old defaults: 256 evaluations of up to 256 MiB under a 1 GiB limit.
         let err = check_memory_fit(1024, 256, 256, 8 << 20).unwrap_err();
-        assert!(err.contains("at most 2 fit") && err.contains("--max-concurrency"), "{err}");
+        assert!(
+            err.contains("at most 2 fit") && err.contains("--max-concurrency"),
+            "{err}"
+        );
         // The chart's defaults fit.
         check_memory_fit(1024, 16, 32, 4 << 20).unwrap();
         assert_eq!(worst_case_mib(16, 32, 4 << 20), 16 * 48 + 192);

@@ -52,7 +52,14 @@ pub struct App {
     pub claims: ClaimLimiter,
     /// How long a request's body may take to arrive (its headers: [`ServeOptions`]).
     pub read_timeout: Duration,
+    /// `/mutate` and `/validate` answer only callers that presented a client certificate
+    /// of the configured CA (`--client-ca-file`): the API server.
+    pub client_auth: bool,
 }
+
+/// Whether the connection's peer presented a verified client certificate.
+#[derive(Clone, Copy, Debug)]
+pub struct PeerCertificate(pub bool);
 
 /// How long a request waits for an evaluation slot before it is refused (503): below the
 /// API server's webhook timeout, so the refusal says why instead of timing out.
@@ -60,7 +67,6 @@ const SLOT_WAIT: Duration = Duration::from_secs(5);
 
 /// The webhook's routes.
 pub fn router(app: Arc<App>) -> Router {
-    let limit = app.max_request_bytes;
     Router::new()
         .route("/mutate", post(mutate))
         .route("/validate", post(validate))
@@ -181,8 +187,8 @@ async fn validate(State(app): State<Arc<App>>, request: Request) -> Response {
 
 /// The answer to a body that could not be read (over the limit, or the connection broke).
 fn body_error(app: &App, e: &axum::Error) -> Response {
-    let too_big = std::error::Error::source(e)
-        .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+    let too_big =
+        std::error::Error::source(e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
     if too_big {
         return too_large(app);
     }
@@ -213,6 +219,19 @@ async fn metrics_text(State(app): State<Arc<App>>) -> Response {
 
 async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response {
     let started = Instant::now();
+    let authenticated = request
+        .extensions()
+        .get::<PeerCertificate>()
+        .is_some_and(|p| p.0);
+    if app.client_auth && !authenticated {
+        return (
+            StatusCode::FORBIDDEN,
+            "this webhook answers only the API server: present a client certificate of the CA \
+             given to --client-ca-file (the API server's admission configuration names it in a \
+             kubeConfigFile; docs/operations.md, Security)",
+        )
+            .into_response();
+    }
     let (_permit, body) = match slot_and_body(&app, request).await {
         Ok(b) => b,
         Err(response) => return response,
@@ -328,8 +347,12 @@ fn unrelated_pod_answer(app: &App, request: &Value) -> Option<AdmissionResponse>
 /// a controller (unowned pods are never spread). Such creations are rate-limited.
 fn may_claim(request: &Value) -> Option<&str> {
     let resource = &request["resource"];
-    let is_pod_create = resource["group"] == "" && resource["resource"] == "pods"
-        && request["subResource"].as_str().unwrap_or_default().is_empty()
+    let is_pod_create = resource["group"] == ""
+        && resource["resource"] == "pods"
+        && request["subResource"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty()
         && request["operation"] == "CREATE"
         && request["dryRun"] != true;
     let owned = request["object"]["metadata"]["ownerReferences"]
@@ -408,7 +431,7 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let acceptor = acceptor.clone();
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let router = router.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             let _slot = slot;
@@ -416,7 +439,18 @@ pub async fn serve(
             let mut http = hyper::server::conn::http1::Builder::new();
             http.timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(options.header_timeout);
+            let with_peer = |presented: bool| {
+                let tagged = tower::ServiceExt::map_request(
+                    router,
+                    move |mut r: hyper::Request<hyper::body::Incoming>| {
+                        r.extensions_mut().insert(PeerCertificate(presented));
+                        r
+                    },
+                );
+                hyper_util::service::TowerToHyperService::new(tagged)
+            };
             let Some(acceptor) = acceptor else {
+                let service = with_peer(false);
                 let conn = http.serve_connection(hyper_util::rt::TokioIo::new(tcp), service);
                 if let Err(e) = watcher.watch(conn).await {
                     tracing::debug!(%peer, "connection: {e}");
@@ -429,6 +463,8 @@ pub async fn serve(
                 Ok(Err(e)) => return tracing::debug!(%peer, "TLS handshake: {e}"),
                 Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
             };
+            // rustls verified the certificate against the client CA when one was sent.
+            let service = with_peer(stream.get_ref().1.peer_certificates().is_some());
             let conn = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
             if let Err(e) = watcher.watch(conn).await {
                 tracing::debug!(%peer, "connection: {e}");

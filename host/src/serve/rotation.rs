@@ -70,10 +70,8 @@ pub fn to_secret(name: &str, state: &TlsState) -> Result<Secret> {
     if let Some(legacy) = &state.legacy_bundle {
         put("legacy-ca.crt", legacy);
     }
-    let annotations = BTreeMap::from([(
-        STATE_ANNOTATION.to_string(),
-        serde_json::to_string(state)?,
-    )]);
+    let annotations =
+        BTreeMap::from([(STATE_ANNOTATION.to_string(), serde_json::to_string(state)?)]);
     Ok(Secret {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
@@ -264,12 +262,22 @@ async fn carry(client: &Client, targets: &Targets, ca: &Issued) -> Result<bool> 
         let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
         let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
         if let Some(c) = bounded(m.get_opt(n)).await?? {
-            if !c.webhooks.iter().flatten().all(|w| holds(&w.client_config.ca_bundle)) {
+            if !c
+                .webhooks
+                .iter()
+                .flatten()
+                .all(|w| holds(&w.client_config.ca_bundle))
+            {
                 return Ok(false);
             }
         }
         if let Some(c) = bounded(v.get_opt(n)).await?? {
-            if !c.webhooks.iter().flatten().all(|w| holds(&w.client_config.ca_bundle)) {
+            if !c
+                .webhooks
+                .iter()
+                .flatten()
+                .all(|w| holds(&w.client_config.ca_bundle))
+            {
                 return Ok(false);
             }
         }
@@ -278,7 +286,11 @@ async fn carry(client: &Client, targets: &Targets, ca: &Issued) -> Result<bool> 
         let api: Api<CustomResourceDefinition> = Api::all(client.clone());
         if let Some(crd) = bounded(api.get_opt(n)).await?? {
             let webhook = crd.spec.conversion.and_then(|c| c.webhook);
-            if !holds(&webhook.and_then(|w| w.client_config).and_then(|c| c.ca_bundle)) {
+            if !holds(
+                &webhook
+                    .and_then(|w| w.client_config)
+                    .and_then(|c| c.ca_bundle),
+            ) {
                 return Ok(false);
             }
         }
@@ -288,7 +300,11 @@ async fn carry(client: &Client, targets: &Targets, ca: &Issued) -> Result<bool> 
 
 /// Keeps the targets' CA bundle equal to the published one: re-checked whenever the
 /// bundle changes, a watch sees a target change, or a minute passes.
-pub async fn keep_bundles(client: Client, targets: Targets, mut published: watch::Receiver<Published>) {
+pub async fn keep_bundles(
+    client: Client,
+    targets: Targets,
+    mut published: watch::Receiver<Published>,
+) {
     let mut changes = futures::stream::select_all(vec![
         watch_named::<MutatingWebhookConfiguration>(&client, targets.webhook_config.as_deref()),
         watch_named::<ValidatingWebhookConfiguration>(&client, targets.webhook_config.as_deref()),
@@ -309,10 +325,7 @@ pub async fn keep_bundles(client: Client, targets: Targets, mut published: watch
 }
 
 /// A stream yielding `()` whenever the cluster-scoped object `name` of kind `K` changes.
-fn watch_named<K>(
-    client: &Client,
-    name: Option<&str>,
-) -> futures::stream::BoxStream<'static, ()>
+fn watch_named<K>(client: &Client, name: Option<&str>) -> futures::stream::BoxStream<'static, ()>
 where
     K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
         + Clone
@@ -344,7 +357,11 @@ where
 /// Whether an object holding `carried` (its generation annotation and bundle) must be
 /// patched to `want`: an older generation, a missing one, or the same generation with
 /// another bundle (someone overwrote it). A newer generation is left alone.
-pub fn needs_patch(carried_generation: Option<u64>, carried_bundle: &[u8], want: &Published) -> bool {
+pub fn needs_patch(
+    carried_generation: Option<u64>,
+    carried_bundle: &[u8],
+    want: &Published,
+) -> bool {
     match carried_generation {
         None => true,
         Some(g) if g < want.generation => true,
@@ -380,7 +397,10 @@ pub async fn ensure_bundles(client: &Client, targets: &Targets, want: &Published
                 needs_patch(generation_of(&c.metadata), have, want)
             });
             if stale {
-                c.webhooks.iter_mut().flatten().for_each(|w| w.client_config.ca_bundle = Some(ca.clone()));
+                c.webhooks
+                    .iter_mut()
+                    .flatten()
+                    .for_each(|w| w.client_config.ca_bundle = Some(ca.clone()));
                 mark(&mut c.metadata, want.generation);
                 bounded(api.replace(name, &PostParams::default(), &c)).await??;
                 patched += 1;
@@ -393,7 +413,10 @@ pub async fn ensure_bundles(client: &Client, targets: &Targets, want: &Published
                 needs_patch(generation_of(&c.metadata), have, want)
             });
             if stale {
-                c.webhooks.iter_mut().flatten().for_each(|w| w.client_config.ca_bundle = Some(ca.clone()));
+                c.webhooks
+                    .iter_mut()
+                    .flatten()
+                    .for_each(|w| w.client_config.ca_bundle = Some(ca.clone()));
                 mark(&mut c.metadata, want.generation);
                 bounded(api.replace(name, &PostParams::default(), &c)).await??;
                 patched += 1;
@@ -422,7 +445,10 @@ pub async fn ensure_bundles(client: &Client, targets: &Targets, want: &Published
         }
     }
     if patched > 0 {
-        tracing::info!(generation = want.generation, "CA bundle written to {patched} object(s)");
+        tracing::info!(
+            generation = want.generation,
+            "CA bundle written to {patched} object(s)"
+        );
     }
     Ok(patched)
 }
@@ -464,6 +490,9 @@ mod tests {
         assert!(needs_patch(Some(2), b"B2", &want));
         assert!(needs_patch(Some(3), b"tampered", &want));
         assert!(!needs_patch(Some(3), b"B3", &want));
-        assert!(!needs_patch(Some(4), b"B4", &want), "another replica is ahead");
+        assert!(
+            !needs_patch(Some(4), b"B4", &want),
+            "another replica is ahead"
+        );
     }
 }

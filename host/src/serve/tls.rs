@@ -3,11 +3,11 @@
 //! `certs.rs`, `rotation.rs`) whose CA bundle is written out and kept in the webhook
 //! configurations; optionally client certificates required of callers (the API server).
 
+use super::certs::TlsState;
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use super::certs::{Lifetimes, TlsState};
 use k8s_openapi::ByteString;
 use kube::api::PostParams;
 use kube::{Api, Client};
@@ -44,8 +44,9 @@ impl CertBundle {
     }
 
     /// A fresh CA and a serving certificate for `sans` (default lifetimes).
+    #[cfg(test)]
     pub fn generate(sans: &[String]) -> Result<Self> {
-        let state = TlsState::generate(sans, unix_now(), &Lifetimes::default())?;
+        let state = TlsState::generate(sans, unix_now(), &super::certs::Lifetimes::default())?;
         Ok(Self::from_state(&state))
     }
 
@@ -76,6 +77,7 @@ impl CertBundle {
     }
 
     /// rustls server configuration with a fixed certificate.
+    #[cfg(test)]
     pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>> {
         server_config(Arc::new(CertResolver::new(self.certified_key()?)), None)
     }
@@ -90,9 +92,9 @@ pub fn unix_now() -> i64 {
 
 /// rustls server configuration over `resolver` (HTTP/1.1: the API server then opens one
 /// connection per concurrent call, which a Service spreads over replicas). With
-/// `client_ca` (PEM), a caller must present a certificate that CA signed — the API
-/// server does, for webhooks named in its admission configuration's kubeConfigFile;
-/// anyone else is refused in the handshake.
+/// `client_ca` (PEM), a certificate a caller presents must be one that CA signed (else the
+/// handshake fails) — the API server presents one for the webhooks its admission
+/// configuration's kubeConfigFile names.
 pub fn server_config(
     resolver: Arc<CertResolver>,
     client_ca: Option<&str>,
@@ -112,8 +114,12 @@ pub fn server_config(
             if roots.is_empty() {
                 bail!("no certificate in the client CA PEM");
             }
+            // A certificate is verified when presented; the webhook routes refuse callers
+            // without one (`serve::App::client_auth`), conversion and probes do not need one
+            // (the API server presents none for CRD conversion).
             let verifier =
                 rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .allow_unauthenticated()
                     .build()
                     .context("building the client certificate verifier")?;
             builder.with_client_cert_verifier(verifier)
