@@ -389,6 +389,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         capabilities: caps.clone(),
         metrics,
         slots: tokio::sync::Semaphore::new(args.max_concurrency.max(1)),
+        large_slots: tokio::sync::Semaphore::new(crate::serve::LARGE_SLOTS),
         max_request_bytes: args.max_request_bytes,
         skip_unrelated: !args.evaluate_unrelated,
         claims: crate::serve::limits::ClaimLimiter::new(args.claim_rate, args.claim_burst),

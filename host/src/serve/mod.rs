@@ -44,6 +44,10 @@ pub struct App {
     /// Bounds concurrent admissions, body included: a permit is taken before the body is
     /// read (each evaluation holds a blocking thread and up to the guest's memory cap).
     pub slots: Semaphore,
+    /// Requests with bodies over [`LARGE_BODY`] (or of unknown length) also take one of
+    /// these first: a few of them at a time, so large bodies cannot hold every slot while
+    /// ordinary admissions (a few KiB) wait.
+    pub large_slots: Semaphore,
     /// Largest AdmissionReview body accepted.
     pub max_request_bytes: usize,
     /// Answer pod requests of namespaces without a WorkloadSpread without the guest.
@@ -64,6 +68,10 @@ pub struct PeerCertificate(pub bool);
 /// How long a request waits for an evaluation slot before it is refused (503): below the
 /// API server's webhook timeout, so the refusal says why instead of timing out.
 const SLOT_WAIT: Duration = Duration::from_secs(5);
+/// Bodies above this take a large-body slot too (pod reviews are a few KiB).
+pub const LARGE_BODY: usize = 1 << 20;
+/// Large-body slots.
+pub const LARGE_SLOTS: usize = 2;
 
 /// The webhook's routes.
 pub fn router(app: Arc<App>) -> Router {
@@ -116,6 +124,24 @@ async fn slot_and_body(
     app: &App,
     request: Request,
 ) -> Result<(SemaphorePermit<'_>, Bytes), Response> {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let _large = match declared {
+        Some(n) if n <= LARGE_BODY => None,
+        _ => match tokio::time::timeout(SLOT_WAIT, app.large_slots.acquire()).await {
+            Ok(Ok(p)) => Some(p),
+            Ok(Err(_)) => return Err(unavailable("the server is shutting down; retry".into())),
+            Err(_) => {
+                app.metrics.limits.refuse(Refusal::Busy);
+                return Err(unavailable(format!(
+                    "{LARGE_SLOTS} requests over {LARGE_BODY} bytes are already being read; retry"
+                )));
+            }
+        },
+    };
     let permit = match tokio::time::timeout(SLOT_WAIT, app.slots.acquire()).await {
         Ok(Ok(p)) => p,
         Ok(Err(_)) => return Err(unavailable("the server is shutting down; retry".into())),
