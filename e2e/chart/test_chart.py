@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import helm_python
 import yaml
@@ -270,7 +271,9 @@ def check_security(name, docs, values):
             env.get("MEMORY_LIMIT_MIB", {}).get("valueFrom", {}).get("resourceFieldRef", {}).get("resource") != "limits.memory":
         fail(f"{name}: the host is not told its memory limit: {args} {env}")
     # The host refuses to start unless its evaluations fit the limit (serve/limits.rs).
-    need = int(args["--max-concurrency"]) * (int(args["--max-memory-mib"]) + 4 * int(args["--max-request-bytes"]) / (1 << 20)) + 192
+    concurrency, guest = int(args["--max-concurrency"]), int(args["--max-memory-mib"])
+    request = int(args["--max-request-bytes"]) / (1 << 20)
+    need = concurrency * (guest + 4 * min(request, 1)) + min(concurrency, 2) * 4 * max(request - 1, 0) + 192
     limit = parse_mib(c["resources"]["limits"]["memory"])
     if need > limit:
         fail(f"{name}: concurrency x memory needs {need} MiB > the {limit} MiB limit")
@@ -388,6 +391,117 @@ def check_flags_accepted():
     print(f"flags: {checked} rendered flags accepted by the binaries")
 
 
+def wait_until(what, check, timeout=60):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        ok, last = check()
+        if ok:
+            return last
+        time.sleep(0.5)
+    fail(f"timed out after {timeout}s waiting for {what}; last: {last}")
+
+
+def check_scoped_pod_writes():
+    """controller.podWrite: pod patch only in the named namespaces, no delete without
+    rescheduling (the ClusterRole keeps read access)."""
+    ns = f"ws-scoped-{os.getpid()}"
+    team = f"{ns}-team"
+    cluster_scoped = []
+    kubectl("create", "namespace", ns)
+    kubectl("create", "namespace", team)
+    try:
+        docs = render({"mode": "bundled", "controller": {"podWrite": {"namespaces": [team], "rescheduling": False}}},
+                      namespace=ns)
+        rbac = [d for d in docs if d["kind"] in {"ServiceAccount", "Role", "RoleBinding", "ClusterRole",
+                                                  "ClusterRoleBinding"} and "controller" in d["metadata"]["name"]]
+        for d in rbac:
+            if d["kind"].startswith("Cluster"):
+                d["metadata"]["name"] += f"-{ns}"
+                cluster_scoped.append((d["kind"], d["metadata"]["name"]))
+            if d["kind"] == "ClusterRoleBinding":
+                d["roleRef"]["name"] += f"-{ns}"
+        kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(rbac))
+        ctl = "ws-controller"
+        checks = [("patch", team, True), ("patch", "default", False), ("delete", team, False),
+                  ("delete", "default", False), ("list", "default", True)]
+        for verb, target, want in checks:
+            got = can_i(ns, ctl, verb, "pods", target)
+            if got != want:
+                fail(f"scoped controller can {verb} pods in {target}: {got}, want {want}")
+        print(f"apply: scoped pod writes: {len(checks)} permission checks ok")
+    finally:
+        for n in (ns, team):
+            kubectl("delete", "namespace", n, "--wait=false", check=False)
+        for kind, name in cluster_scoped:
+            kubectl("delete", kind.lower(), name, "--ignore-not-found", check=False)
+
+
+def check_match_conditions():
+    """Issue #30 (2): the chart's pod webhook with no host answering it (a closed port: the
+    host scaled to 0). Pods that cannot belong to a WorkloadSpread still come and go: a
+    DaemonSet's pod is created, an unowned pod is created, a pod without the matched
+    annotation is deleted and evicted. A pod a WorkloadSpread may spread is refused
+    (failurePolicy Fail), and so is deleting a pod carrying the matched annotation."""
+    ns = f"ws-match-{os.getpid()}"
+    name = f"ws-match-{os.getpid()}"
+    label = {"workloadspread.test/match-conditions": ns}
+    values = {"mode": "bundled", "webhook": {"namespaceSelector": {"matchLabels": label}}}
+    [config] = by_kind(render(values, namespace=f"{ns}-release"), "MutatingWebhookConfiguration")
+    config["metadata"] = {"name": name}
+    for w in config["webhooks"]:
+        w["clientConfig"] = {"url": "https://127.0.0.1:1/mutate"}
+    kubectl("create", "namespace", ns)
+    kubectl("label", "namespace", ns, f"workloadspread.test/match-conditions={ns}")
+
+    def pod(pod_name, owner=None, annotations=None):
+        meta = {"name": pod_name, "namespace": ns, "annotations": annotations or {}}
+        if owner:
+            meta["ownerReferences"] = [owner]
+        return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                           "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+
+    rs_owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
+                "uid": "6d0a5d62-0000-4000-8000-000000000001", "controller": True}
+    matched = {MATCHED: '{"name":"web","subset":"a"}'}
+    try:
+        for p, annotations in [("plain-delete", None), ("plain-evict", None), ("annotated", matched)]:
+            kubectl("create", "-f", "-", stdin=pod(p, annotations=annotations))
+        kubectl("apply", "-f", "-", stdin=json.dumps(config))
+        # Enforced once a pod that can be spread is refused (the API server's webhook cache lags).
+        wait_until("the webhook configuration to be enforced", lambda: (
+            lambda p: ("failed calling webhook" in p.stderr, p.stderr.strip() or "created"))(
+            kubectl("create", "--dry-run=server", "-f", "-", check=False, stdin=pod("probe", rs_owner))))
+        ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent", "namespace": ns},
+              "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                       "template": {"metadata": {"labels": {"app": "agent"}},
+                                    "spec": {"nodeSelector": {"kubernetes.io/hostname": "node-a-1"},
+                                             "tolerations": [{"operator": "Exists"}],
+                                             "containers": [{"name": "c", "image": "busybox"}]}}}}
+        kubectl("apply", "-f", "-", stdin=json.dumps(ds))
+        wait_until("the DaemonSet's pod", lambda: (
+            lambda out: (bool(out.strip()), out.strip()))(
+            kubectl("get", "pods", "-n", ns, "-l", "app=agent", "-o", "name").stdout))
+        kubectl("create", "-f", "-", stdin=pod("unowned"))
+        kubectl("delete", "pod", "-n", ns, "plain-delete", "--wait=false")
+        eviction = json.dumps({"apiVersion": "policy/v1", "kind": "Eviction",
+                               "metadata": {"name": "plain-evict", "namespace": ns}})
+        kubectl("create", "--raw", f"/api/v1/namespaces/{ns}/pods/plain-evict/eviction", "-f", "-",
+                stdin=eviction)
+        refused_create = kubectl("create", "-f", "-", check=False, stdin=pod("spread", rs_owner))
+        refused_delete = kubectl("delete", "pod", "-n", ns, "annotated", "--wait=false", check=False)
+        for what, p in [("creating a pod a WorkloadSpread may spread", refused_create),
+                        ("deleting a pod with the matched annotation", refused_delete)]:
+            if p.returncode == 0 or "pods.workloadspread.io" not in p.stderr:
+                fail(f"{what} with no host running was not refused by the webhook: {p.stdout} {p.stderr}")
+        print("match conditions: with no host answering, a DaemonSet pod and an unowned pod were "
+              "created, a plain pod deleted and another evicted; a spreadable pod and a matched "
+              "pod's deletion were refused")
+    finally:
+        kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found", check=False)
+        kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
 def apply():
     check_flags_accepted()
     if not os.environ.get("KUBECONFIG"):
@@ -439,6 +553,24 @@ def apply():
             if got != want:
                 fail(f"{sa} can {verb} {resource}{'/' + name if name else ''} in {target}: {got}, want {want}")
         print(f"apply: CRD and RBAC accepted; {len(checks)} permission checks ok")
+        uninstall = f"{release}-uninstall"
+        checks = [
+            (uninstall, "delete", "mutatingwebhookconfigurations.admissionregistration.k8s.io", None, release, True),
+            (uninstall, "delete", "validatingwebhookconfigurations.admissionregistration.k8s.io", None, release, True),
+            (uninstall, "delete", "mutatingwebhookconfigurations.admissionregistration.k8s.io", None, "other", False),
+            (uninstall, "patch", "customresourcedefinitions.apiextensions.k8s.io", None,
+             "workloadspreads.apps.kruise.io", True),
+            (uninstall, "delete", "pods", "default", None, False),
+            (host, "watch", "mutatingwebhookconfigurations.admissionregistration.k8s.io", None, release, True),
+            (host, "update", "secrets", ns, f"{host}-tls", True),
+        ]
+        for sa, verb, resource, target, name, want in checks:
+            got = can_i(ns, sa, verb, resource, target or ns, name)
+            if got != want:
+                fail(f"{sa} can {verb} {resource}{'/' + name if name else ''} in {target}: {got}, want {want}")
+        print(f"apply: CRD and RBAC accepted; {len(checks)} more permission checks ok (uninstall hook)")
+        check_scoped_pod_writes()
+        check_match_conditions()
     finally:
         kubectl("delete", "namespace", ns, "--wait=false", check=False)
         for kind, name in cluster_scoped:

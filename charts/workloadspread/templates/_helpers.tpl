@@ -87,19 +87,20 @@ capabilities: {drop: [ALL]}
      created with a controller that is not a DaemonSet (WorkloadSpreads target workloads;
      DaemonSet pods — CNI, cert-manager — must start while the host is down), and the
      deletion of a pod carrying the matched annotation. Other requests (evictions,
-     WorkloadSpreads) pass both conditions. */ -}}
+     WorkloadSpreads) pass both conditions. An empty field is absent in CEL (has()), and an
+     expression that errors fails the request under failurePolicy Fail. */ -}}
 {{- define "ws.matchConditions" -}}
 matchConditions:
 - name: pod-create-with-a-workload-controller
   expression: >-
     !(request.resource.group == '' && request.resource.resource == 'pods' &&
-    request.subResource == '' && request.operation == 'CREATE') ||
+    (!has(request.subResource) || request.subResource == '') && request.operation == 'CREATE') ||
     (has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r,
     has(r.controller) && r.controller == true && r.kind != 'DaemonSet'))
 - name: pod-delete-of-a-matched-pod
   expression: >-
     !(request.resource.group == '' && request.resource.resource == 'pods' &&
-    request.subResource == '' && request.operation == 'DELETE') ||
+    (!has(request.subResource) || request.subResource == '') && request.operation == 'DELETE') ||
     (has(oldObject.metadata.annotations) &&
     'apps.kruise.io/matched-workloadspread' in oldObject.metadata.annotations)
 {{- end -}}

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 /// Memory the host needs besides its evaluations (caches, buffers, the compiled module).
 pub const RESERVE_MIB: u64 = 192;
 /// Host-side copies of one request body while it is decoded (the body, its JSON tree,
-/// the guest's payload), as a multiple of its size (measured in `host/tests/security.rs`).
+/// the guest's payload), as a multiple of its size (`host/tests/security.rs` measures the
+/// peak under 8 MiB bodies).
 pub const BODY_COPIES: u64 = 4;
 /// Most namespaces whose claim buckets are kept; idle full buckets are dropped first.
 const MAX_BUCKETS: usize = 4096;
@@ -140,10 +141,16 @@ impl ClaimLimiter {
     }
 }
 
-/// Worst-case memory of `concurrency` evaluations plus the reserve, in MiB.
+/// Worst-case memory of `concurrency` evaluations plus the reserve, in MiB: every slot
+/// with a guest at its cap and a body of up to `super::LARGE_BODY`, and the few
+/// large-body slots (`super::LARGE_SLOTS`) with bodies of up to `max_request_bytes`.
 pub fn worst_case_mib(concurrency: usize, max_memory_mib: usize, max_request_bytes: usize) -> u64 {
-    let request_mib = (max_request_bytes as u64).div_ceil(1 << 20);
-    (concurrency as u64).saturating_mul(max_memory_mib as u64 + BODY_COPIES * request_mib)
+    let mib = |bytes: usize| (bytes as u64).div_ceil(1 << 20);
+    let small = mib(max_request_bytes.min(super::LARGE_BODY));
+    let large = mib(max_request_bytes.saturating_sub(super::LARGE_BODY));
+    let large_slots = concurrency.min(super::LARGE_SLOTS) as u64;
+    (concurrency as u64).saturating_mul(max_memory_mib as u64 + BODY_COPIES * small)
+        + large_slots * BODY_COPIES * large
         + RESERVE_MIB
 }
 
@@ -159,13 +166,15 @@ pub fn check_memory_fit(
     if need <= limit_mib {
         return Ok(());
     }
-    let request_mib = (max_request_bytes as u64).div_ceil(1 << 20);
-    let fits = limit_mib.saturating_sub(RESERVE_MIB)
-        / (max_memory_mib as u64 + BODY_COPIES * request_mib).max(1);
+    let fits = (1..=concurrency)
+        .rev()
+        .find(|&c| worst_case_mib(c, max_memory_mib, max_request_bytes) <= limit_mib)
+        .unwrap_or(0);
     Err(format!(
-        "--max-concurrency {concurrency} x (--max-memory-mib {max_memory_mib} + {BODY_COPIES} x \
-         --max-request-bytes {request_mib} MiB) + {RESERVE_MIB} MiB = {need} MiB exceeds the \
-         memory limit of {limit_mib} MiB: lower --max-concurrency (at most {fits} fit), \
+        "--max-concurrency {concurrency} evaluations with --max-memory-mib {max_memory_mib} and \
+         --max-request-bytes {max_request_bytes} need {need} MiB at their worst (guests at \
+         their cap, bodies decoded {BODY_COPIES} times, {RESERVE_MIB} MiB for the rest), over \
+         the memory limit of {limit_mib} MiB: lower --max-concurrency (at most {fits} fit), \
          --max-memory-mib or --max-request-bytes, or raise the container's memory limit"
     ))
 }
