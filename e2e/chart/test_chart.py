@@ -342,6 +342,12 @@ def lint():
         kinds = sorted({d["kind"] for d in docs})
         print(f"render {name}: {len(docs)} objects ({', '.join(kinds)})")
     check_versions()
+    # deploy/kubewarden/ (applied by hand) carries the chart's match conditions verbatim.
+    [chart_policy] = by_kind(render(VARIANTS["kubewarden"]), "ClusterAdmissionPolicy")
+    with open(os.path.join(ROOT, "deploy", "kubewarden", "cluster-admission-policy.yaml")) as f:
+        manual = yaml.safe_load(f)
+    if manual["spec"].get("matchConditions") != chart_policy["spec"]["matchConditions"]:
+        fail("deploy/kubewarden/cluster-admission-policy.yaml matchConditions differ from the chart's")
     custom = render(VARIANTS["custom-workloads-subresources"])
     settings = json.loads(next(a for a in deployment(custom, "ws-host")["containers"][0]["args"]
                                if a.startswith("--settings-json=")).split("=", 1)[1])
