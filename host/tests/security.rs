@@ -58,10 +58,17 @@ fn ws_api(ns: &TestNamespace) -> Api<DynamicObject> {
 /// A ReplicaSet `web` (0 replicas: pods are created by the test, owned by it) and a
 /// WorkloadSpread over it with one large subset; returns the ReplicaSet's uid.
 async fn spread_over_replicaset(ns: &TestNamespace, max: i64) -> Result<String> {
+    spread_over_replicas(ns, max, 0).await
+}
+
+/// As [`spread_over_replicaset`] with `replicas` pods of the ReplicaSet's own (the
+/// controller recounts a workload of 0 replicas to an empty status).
+async fn spread_over_replicas(ns: &TestNamespace, max: i64, replicas: i32) -> Result<String> {
     let rs: ReplicaSet = serde_json::from_value(json!({
         "metadata": {"name": "web"},
-        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}},
+        "spec": {"replicas": replicas,
+            "selector": {"matchLabels": {"app": "web", "pod-template-hash": "5f7b9c"}},
+            "template": {"metadata": {"labels": {"app": "web", "pod-template-hash": "5f7b9c"}},
                 "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}
     }))?;
     let rs = ns
@@ -80,7 +87,8 @@ async fn spread_over_replicaset(ns: &TestNamespace, max: i64) -> Result<String> 
 
 fn owned_pod(name: &str, rs_uid: &str) -> Result<Pod> {
     Ok(serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"app": "web", "probe": "yes"},
+        "metadata": {"name": name,
+            "labels": {"app": "web", "pod-template-hash": "5f7b9c", "probe": "yes"},
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
                 "uid": rs_uid, "controller": true}]},
         "spec": {"containers": [{"name": "web", "image": "nginx"}]}
@@ -209,7 +217,7 @@ fn big_review(namespace: &str, bytes: usize) -> Vec<u8> {
 }
 
 /// Issue #30 (3): 200 slowloris connections and 20 concurrent senders of 8 MiB bodies
-/// against a host sized as the chart sizes it (12 slots × 32 MiB guests under 1 GiB):
+/// against a host sized as the chart sizes it (16 slots × 32 MiB guests under 1 GiB):
 /// pods keep being admitted within the webhook timeout, the slow connections are cut at
 /// the header timeout, and the host's peak memory stays under its limit.
 #[tokio::test]
@@ -238,7 +246,7 @@ async fn slow_and_large_requests_leave_admissions_answered() -> Result<()> {
             name.clone(),
             "--ca-bundle-out".into(),
             ca_file.display().to_string(),
-            "--max-concurrency=12".into(),
+            "--max-concurrency=16".into(),
             "--max-memory-mib=32".into(),
             "--memory-limit-mib=1024".into(),
             format!(
@@ -487,7 +495,7 @@ async fn claims_whose_pods_never_appear_are_dropped_early() -> Result<()> {
         return Ok(());
     };
     let ns = &stack.ns;
-    let rs_uid = spread_over_replicaset(ns, 100).await?;
+    let rs_uid = spread_over_replicas(ns, 100, 2).await?;
     stack
         .host
         .wait_sees_workloadspread(ns.name(), "web", &target())
@@ -696,13 +704,15 @@ async fn uninstall_removes_what_points_at_the_host_and_foreign_crds_are_left_alo
     let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": crd_name},
         "spec": {"group": "apps.kruise.io", "scope": "Namespaced",
-            "names": {"plural": plural, "singular": format!("{plural}x"), "kind": "Fake"},
+            "names": {"plural": plural, "singular": format!("{plural}x"),
+                "kind": format!("F{}", &plural[1..])},
             "versions": [{"name": "v1", "served": true, "storage": true,
                 "schema": {"openAPIV3Schema": {"type": "object",
                     "x-kubernetes-preserve-unknown-fields": true}}}]}});
     workloadspread_testkit::webhook::apply_crd(&client, &crd).await?;
-    // Not ours: the host refuses to start rather than patch it.
-    let out = std::process::Command::new(host_bin())
+    // Not ours: the host refuses to start rather than patch it (and exits).
+    let log = std::env::temp_dir().join(format!("{}.log", unique_name("foreign-crd")));
+    let mut serve = std::process::Command::new(host_bin())
         .args(["serve", "--kubeconfig"])
         .arg(cluster.kubeconfig())
         .args([
@@ -711,17 +721,27 @@ async fn uninstall_removes_what_points_at_the_host_and_foreign_crds_are_left_alo
             "--policy",
         ])
         .arg(&policy)
-        .args([
-            "--conversion-crd",
-            &crd_name,
-            "--conversion-url",
-            "https://127.0.0.1:1/convert",
-        ])
-        .output()?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
+        .args(["--conversion-crd", &crd_name])
+        .args(["--conversion-url", "https://127.0.0.1:1/convert"])
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let exited = loop {
+        if let Some(status) = serve.try_wait()? {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
     ensure!(
-        !out.status.success() && stderr.contains("workloadspread.io/provider"),
-        "serve patched a foreign CRD or failed otherwise: {stderr}"
+        exited.is_some_and(|status| !status.success())
+            && stderr.contains("workloadspread.io/provider"),
+        "serve did not refuse the foreign CRD: {stderr}"
     );
     // Ours (the annotation), pointing at the host's Service: reset by `uninstall`.
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
