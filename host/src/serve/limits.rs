@@ -219,8 +219,8 @@ mod tests {
             err.contains("at most 2 fit") && err.contains("--max-concurrency"),
             "{err}"
         );
-        // The chart's defaults fit.
-        check_memory_fit(1024, 16, 32, 4 << 20).unwrap();
-        assert_eq!(worst_case_mib(16, 32, 4 << 20), 16 * 48 + 192);
+        // The chart's defaults fit: 16 × (32 + 4 × 1) + 2 × 4 × 7 + 192.
+        assert_eq!(worst_case_mib(16, 32, 8 << 20), 16 * 36 + 2 * 4 * 7 + 192);
+        check_memory_fit(1024, 16, 32, 8 << 20).unwrap();
     }
 }
