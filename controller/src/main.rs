@@ -2,6 +2,7 @@
 //! with deletion costs, adopts existing pods and reschedules unschedulable ones.
 #![forbid(unsafe_code)]
 
+mod creating;
 mod inputs;
 mod leader;
 mod metrics;

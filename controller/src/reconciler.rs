@@ -23,7 +23,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use workloadspread_core::api::v1beta1::WorkloadSpread;
-use workloadspread_core::controller::creating::{absent, drop_creating, early_check};
 use workloadspread_core::controller::pending::{pending_of, pod_patches};
 use workloadspread_core::controller::{
     reconcile, Event, ReconcileInput, ReconcileOptions, ReconcileOutput,
@@ -190,7 +189,7 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
             return Ok(Action::await_change());
         }
         let written = ws.status.clone();
-        let (dropped, recheck) = drop_unseen_creating(&mut ws, &pods, ctx).await?;
+        let (dropped, recheck) = crate::creating::drop_unseen(&mut ws, &pods, ctx).await?;
         let (mut output, pending) = compute(&ws, &pods, ctx).await?;
         if let Some(recheck) = recheck {
             let recheck = std::time::Duration::try_from(recheck).unwrap_or_default();
@@ -280,41 +279,6 @@ fn decode(object: &DynamicObject) -> Result<WorkloadSpread, Error> {
         what: format!("WorkloadSpread {}", object.name_any()),
         source: e,
     })
-}
-
-/// Drops creatingPods entries past `ctx.early_drop` whose pod neither the cache nor a
-/// live (consistent) read of the namespace shows (`core::controller::creating`). Returns
-/// the dropped keys and when the next entry reaches the early window.
-async fn drop_unseen_creating(
-    ws: &mut WorkloadSpread,
-    pods: &Store<Pod>,
-    ctx: &Context,
-) -> Result<(std::collections::BTreeSet<String>, Option<SignedDuration>), Error> {
-    let Some(early) = ctx.early_drop else {
-        return Ok(Default::default());
-    };
-    let cached: Vec<Pod> = pods.state().iter().map(|p| Pod::clone(p)).collect();
-    let check = early_check(ws, &cached, (ctx.clock)(), early);
-    if check.unseen.is_empty() {
-        return Ok((Default::default(), check.next));
-    }
-    let ns = ws.metadata.namespace.clone().unwrap_or_default();
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    // Metadata only, read from etcd (no resourceVersion): pods created a moment ago count.
-    let live: Vec<Pod> = bounded(api.list_metadata(&kube::api::ListParams::default()))
-        .await??
-        .items
-        .into_iter()
-        .map(|m| Pod {
-            metadata: m.metadata,
-            ..Default::default()
-        })
-        .collect();
-    let gone = absent(&check.unseen, &live);
-    if let Some(status) = ws.status.as_mut() {
-        drop_creating(status, &gone);
-    }
-    Ok((gone, check.next))
 }
 
 /// Gathers the inputs and runs `core`'s reconcile; also returns the namespace's pods
@@ -420,7 +384,7 @@ async fn get_unwatched(ws: &WorkloadSpread, ctx: &Context) -> Result<Option<Valu
 }
 
 /// Every API call of a reconcile is abandoned after API_TIMEOUT (and retried).
-async fn bounded<T>(call: impl std::future::Future<Output = T>) -> Result<T, Error> {
+pub(crate) async fn bounded<T>(call: impl std::future::Future<Output = T>) -> Result<T, Error> {
     tokio::time::timeout(API_TIMEOUT, call)
         .await
         .map_err(|_| Error::Timeout(API_TIMEOUT))

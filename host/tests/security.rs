@@ -6,215 +6,23 @@
 //! are admitted, and a re-applied webhook configuration gets its CA bundle back; the
 //! uninstall step removes what points at the host; a CRD that is not ours is left alone.
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::Api;
-use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use workloadspread_testkit::measure::Percentiles;
 use workloadspread_testkit::stack::{namespace_with_crd, Stack};
 use workloadspread_testkit::webhook::{
     free_port, policy_wasm, round_robin_proxy, HostProcess, WebhookConfigs,
 };
-use workloadspread_testkit::{cluster, unique_name, wait_for, TestNamespace};
+use workloadspread_testkit::{cluster, unique_name, wait_for};
 
-const MATCHED: &str = "apps.kruise.io/matched-workloadspread";
-
-fn host_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_workloadspread-host"))
-}
-
-fn pki(file: &str) -> Result<PathBuf> {
-    let dir = cluster()?
-        .kubeconfig()
-        .parent()
-        .context("kubeconfig without a directory")?
-        .join("pki");
-    let path = dir.join(file);
-    ensure!(
-        path.exists(),
-        "{} is missing: the cluster predates e2e/cluster/cluster.sh's webhook client \
-         certificate (run `cluster.sh down` and `up` again)",
-        path.display()
-    );
-    Ok(path)
-}
-
-fn ws_api(ns: &TestNamespace) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
-        "apps.kruise.io",
-        "v1beta1",
-        "WorkloadSpread",
-    ));
-    Api::namespaced_with(ns.client(), ns.name(), &resource)
-}
-
-/// A ReplicaSet `web` (0 replicas: pods are created by the test, owned by it) and a
-/// WorkloadSpread over it with one large subset; returns the ReplicaSet's uid.
-async fn spread_over_replicaset(ns: &TestNamespace, max: i64) -> Result<String> {
-    spread_over_replicas(ns, max, 0).await
-}
-
-/// As [`spread_over_replicaset`] with `replicas` pods of the ReplicaSet's own (the
-/// controller recounts a workload of 0 replicas to an empty status).
-async fn spread_over_replicas(ns: &TestNamespace, max: i64, replicas: i32) -> Result<String> {
-    let rs: ReplicaSet = serde_json::from_value(json!({
-        "metadata": {"name": "web"},
-        "spec": {"replicas": replicas,
-            "selector": {"matchLabels": {"app": "web", "pod-template-hash": "5f7b9c"}},
-            "template": {"metadata": {"labels": {"app": "web", "pod-template-hash": "5f7b9c"}},
-                "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}
-    }))?;
-    let rs = ns
-        .api::<ReplicaSet>()
-        .create(&PostParams::default(), &rs)
-        .await?;
-    let ws: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
-        "metadata": {"name": "web"},
-        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web"},
-            "subsets": [{"name": "a", "maxReplicas": max}]}
-    }))?;
-    ws_api(ns).create(&PostParams::default(), &ws).await?;
-    rs.metadata.uid.context("ReplicaSet without uid")
-}
-
-fn owned_pod(name: &str, rs_uid: &str) -> Result<Pod> {
-    Ok(serde_json::from_value(json!({
-        "metadata": {"name": name,
-            "labels": {"app": "web", "pod-template-hash": "5f7b9c", "probe": "yes"},
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
-                "uid": rs_uid, "controller": true}]},
-        "spec": {"containers": [{"name": "web", "image": "nginx"}]}
-    }))?)
-}
-
-fn target() -> Value {
-    json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web"})
-}
-
-/// Creates an owned pod through the API server; its admission time and whether the
-/// webhook placed it.
-async fn admit(ns: &TestNamespace, rs_uid: &str, name: &str) -> Result<(Duration, bool)> {
-    let started = Instant::now();
-    let pod = ns
-        .api::<Pod>()
-        .create(&PostParams::default(), &owned_pod(name, rs_uid)?)
-        .await
-        .with_context(|| format!("creating pod {name}"))?;
-    let placed = pod
-        .metadata
-        .annotations
-        .is_some_and(|a| a.contains_key(MATCHED));
-    Ok((started.elapsed(), placed))
-}
-
-fn tls_client(ca_pem: &str) -> Result<tokio_rustls::TlsConnector> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pemfile::certs(&mut ca_pem.as_bytes()) {
-        roots.add(cert?)?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
-}
-
-async fn connect(
-    tls: &tokio_rustls::TlsConnector,
-    port: u16,
-) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    let name = rustls::pki_types::ServerName::try_from("127.0.0.1")?.to_owned();
-    Ok(tls.connect(name, tcp).await?)
-}
-
-/// Peak resident memory of a process (`VmHWM`), in MiB.
-fn high_water_mib(pid: u32) -> Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .context("no VmHWM")?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()?;
-    Ok(kib / 1024.0)
-}
-
-/// A slowloris connection: headers started and never finished, one more header line a
-/// second. Returns how long the host kept it open (capped at `cap`).
-async fn slowloris(tls: tokio_rustls::TlsConnector, port: u16, cap: Duration) -> Result<Duration> {
-    let started = Instant::now();
-    let mut stream = connect(&tls, port).await?;
-    stream
-        .write_all(
-            b"POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n",
-        )
-        .await?;
-    let mut buf = [0u8; 512];
-    while started.elapsed() < cap {
-        tokio::select! {
-            read = stream.read(&mut buf) => match read {
-                Ok(0) | Err(_) => return Ok(started.elapsed()),
-                Ok(_) => return Ok(started.elapsed()), // an error response, then close
-            },
-            () = tokio::time::sleep(Duration::from_secs(1)) => {
-                if stream.write_all(b"X-Slow: 1\r\n").await.is_err() {
-                    return Ok(started.elapsed());
-                }
-            }
-        }
-    }
-    Ok(cap)
-}
-
-/// POSTs `body` to /mutate on a fresh connection; the HTTP status, or 0 when the host
-/// closed the connection before answering (e.g. busy: it refuses before reading a body).
-async fn post_body(tls: tokio_rustls::TlsConnector, port: u16, body: Arc<Vec<u8>>) -> Result<u16> {
-    let mut stream = connect(&tls, port).await?;
-    let head = format!(
-        "POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let sent = async {
-        stream.write_all(head.as_bytes()).await?;
-        stream.write_all(&body).await
-    }
-    .await;
-    let mut response = Vec::new();
-    let _ = stream.read_to_end(&mut response).await;
-    let text = String::from_utf8_lossy(&response[..response.len().min(64)]).into_owned();
-    let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok());
-    match (code, sent) {
-        (Some(code), _) => Ok(code),
-        (None, Err(_)) => Ok(0),
-        (None, Ok(())) => bail!("no HTTP status in {text:?}"),
-    }
-}
-
-/// An AdmissionReview of `bytes` (a pod creation carrying one huge annotation).
-fn big_review(namespace: &str, bytes: usize) -> Vec<u8> {
-    let filler = "x".repeat(bytes.saturating_sub(2048));
-    serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": unique_name("big"), "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": namespace, "operation": "CREATE", "userInfo": {"username": "attacker"},
-            "object": {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "big", "namespace": namespace, "annotations": {"big": filler}},
-                "spec": {"containers": [{"name": "c", "image": "i"}]}}}}))
-    .unwrap_or_default()
-}
+mod security_support;
+use security_support::*;
 
 /// Issue #30 (3): 200 slowloris connections and 20 concurrent senders of 8 MiB bodies
 /// against a host sized as the chart sizes it (16 slots × 32 MiB guests under 1 GiB):
@@ -571,18 +379,6 @@ async fn claims_whose_pods_never_appear_are_dropped_early() -> Result<()> {
     let (_, placed) = admit(ns, &rs_uid, "real").await?;
     ensure!(placed, "the real pod was not placed");
     stack.finish().await
-}
-
-fn secret_generation(secret: &Secret) -> Option<u64> {
-    let state: Value = serde_json::from_str(
-        secret
-            .metadata
-            .annotations
-            .as_ref()?
-            .get("workloadspread.io/tls-state")?,
-    )
-    .ok()?;
-    state["generation"].as_u64()
 }
 
 /// Issue #30 (4): two replicas share a Secret whose certificates live seconds (serving 8 s,

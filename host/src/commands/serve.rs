@@ -37,9 +37,15 @@ pub struct ServeArgs {
     /// --max-concurrency evaluations at their worst would exceed it.
     #[arg(long)]
     pub memory_limit_mib: Option<u64>,
-    /// A request's headers, and then its body, must arrive within this.
+    /// A request's headers must arrive within this of its first byte, and then its body
+    /// within this again.
     #[arg(long, default_value_t = 10)]
     pub request_read_timeout_seconds: u64,
+    /// A connection may wait this long for its next request; keep it above the API
+    /// server's idle-connection timeout (90 s) so that the client closes idle connections
+    /// (a connection we close as the client reuses it fails that admission with EOF).
+    #[arg(long, default_value_t = 120)]
+    pub idle_timeout_seconds: u64,
     /// Open connections at most (more wait in the listen backlog).
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
@@ -398,6 +404,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
     });
     let options = crate::serve::ServeOptions {
         header_timeout: Duration::from_secs(args.request_read_timeout_seconds.max(1)),
+        idle_timeout: Duration::from_secs(args.idle_timeout_seconds.max(1)),
         max_connections: args.max_connections,
         drain: Duration::from_secs(15),
     };

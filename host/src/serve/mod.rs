@@ -4,6 +4,7 @@
 pub mod certs;
 pub mod commit;
 pub mod convert;
+pub mod guard;
 pub mod kube_state;
 pub mod limits;
 pub mod metrics;
@@ -413,13 +414,30 @@ fn without_nulls(v: Value) -> Value {
 /// Connection limits of a listener.
 #[derive(Clone, Copy, Debug)]
 pub struct ServeOptions {
-    /// A connection's request headers must arrive within this (slowloris); its TLS
-    /// handshake too.
+    /// A request's headers must arrive within this of its first byte (slowloris); a
+    /// connection's TLS handshake too.
     pub header_timeout: Duration,
+    /// A connection may wait this long for its next request (longer than the API
+    /// server's 90 s, so that the client closes idle connections, not us: `guard.rs`).
+    pub idle_timeout: Duration,
     /// Open connections; past it, new ones wait in the kernel's backlog.
     pub max_connections: usize,
     /// After shutdown, in-flight requests may finish for this long.
     pub drain: Duration,
+}
+
+/// A connection's IO under its deadlines (`guard.rs`).
+fn guarded<I>(
+    io: I,
+    state: &Arc<guard::ConnState>,
+    options: &ServeOptions,
+) -> hyper_util::rt::TokioIo<guard::Guarded<I>> {
+    hyper_util::rt::TokioIo::new(guard::Guarded::new(
+        io,
+        state.clone(),
+        options.header_timeout,
+        options.idle_timeout,
+    ))
 }
 
 /// Serves `router` on `listener` (over TLS when `tls` is given) until `shutdown`
@@ -461,14 +479,14 @@ pub async fn serve(
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             let _slot = slot;
-            // hyper's HTTP/1 header timeout needs a timer; without one it is off.
-            let mut http = hyper::server::conn::http1::Builder::new();
-            http.timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(options.header_timeout);
+            let http = hyper::server::conn::http1::Builder::new();
+            let state = guard::ConnState::new();
             let with_peer = |presented: bool| {
+                let state = state.clone();
                 let tagged = tower::ServiceExt::map_request(
                     router,
                     move |mut r: hyper::Request<hyper::body::Incoming>| {
+                        state.handled();
                         r.extensions_mut().insert(PeerCertificate(presented));
                         r
                     },
@@ -477,7 +495,7 @@ pub async fn serve(
             };
             let Some(acceptor) = acceptor else {
                 let service = with_peer(false);
-                let conn = http.serve_connection(hyper_util::rt::TokioIo::new(tcp), service);
+                let conn = http.serve_connection(guarded(tcp, &state, &options), service);
                 if let Err(e) = watcher.watch(conn).await {
                     tracing::debug!(%peer, "connection: {e}");
                 }
@@ -491,7 +509,7 @@ pub async fn serve(
             };
             // rustls verified the certificate against the client CA when one was sent.
             let service = with_peer(stream.get_ref().1.peer_certificates().is_some());
-            let conn = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let conn = http.serve_connection(guarded(stream, &state, &options), service);
             if let Err(e) = watcher.watch(conn).await {
                 tracing::debug!(%peer, "connection: {e}");
             }
