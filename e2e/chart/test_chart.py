@@ -569,6 +569,10 @@ def apply():
             (uninstall, "delete", "pods", "default", None, False),
             (host, "watch", "mutatingwebhookconfigurations.admissionregistration.k8s.io", None, release, True),
             (host, "update", "secrets", ns, f"{host}-tls", True),
+            (host, "watch", "customresourcedefinitions.apiextensions.k8s.io", None,
+             "workloadspreads.apps.kruise.io", True),
+            (host, "update", "customresourcedefinitions.apiextensions.k8s.io", None,
+             "workloadspreads.apps.kruise.io", False),
         ]
         for sa, verb, resource, target, name, want in checks:
             got = can_i(ns, sa, verb, resource, target or ns, name)

@@ -425,20 +425,30 @@ pub async fn ensure_bundles(client: &Client, targets: &Targets, want: &Published
     }
     if let Some(name) = &targets.conversion_crd {
         let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-        if let Some(mut crd) = bounded(api.get_opt(name)).await?? {
+        if let Some(crd) = bounded(api.get_opt(name)).await?? {
             let generation = generation_of(&crd.metadata);
-            if let Some(config) = crd
+            let config = crd
                 .spec
                 .conversion
-                .as_mut()
-                .and_then(|c| c.webhook.as_mut())
-                .and_then(|w| w.client_config.as_mut())
-            {
+                .as_ref()
+                .and_then(|c| c.webhook.as_ref())
+                .and_then(|w| w.client_config.as_ref());
+            if let Some(config) = config {
                 let have = config.ca_bundle.as_ref().map_or(&[][..], |b| &b.0);
                 if needs_patch(generation, have, want) {
-                    config.ca_bundle = Some(ca.clone());
-                    mark(&mut crd.metadata, want.generation);
-                    bounded(api.replace(name, &PostParams::default(), &crd)).await??;
+                    // A merge patch (the host may patch the CRD, not update it), guarded by
+                    // the resourceVersion read.
+                    use base64::Engine as _;
+                    let patch = serde_json::json!({
+                        "metadata": {
+                            "resourceVersion": crd.metadata.resource_version,
+                            "annotations": {GENERATION_ANNOTATION: want.generation.to_string()},
+                        },
+                        "spec": {"conversion": {"webhook": {"clientConfig": {"caBundle":
+                            base64::engine::general_purpose::STANDARD.encode(&want.bundle)}}}},
+                    });
+                    let params = kube::api::PatchParams::default();
+                    bounded(api.patch(name, &params, &kube::api::Patch::Merge(&patch))).await??;
                     patched += 1;
                 }
             }
