@@ -14,7 +14,7 @@ CARGO ?= cargo
 CLUSTER := e2e/cluster/cluster.sh
 POLICY_WASM := policy/policy.wasm
 
-.PHONY: all build policy annotated-policy fmt fmt-check lint unit integration kwctl-suite test test-integration \
+.PHONY: all build policy annotated-policy fmt fmt-check lint supply-chain unit integration kwctl-suite test test-integration \
         cluster-up cluster-down cluster-status demo bench clean playground playground-serve \
         playground-test fuzz images push-images image-test release chart-e2e
 
@@ -41,6 +41,12 @@ fmt-check:
 lint:
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	python3 e2e/chart/test_chart.py lint
+
+## Dependencies checked with cargo-deny (deny.toml): licences, bans (duplicates reported),
+## sources; advisories when the RustSec database can be fetched (or WS_ADVISORY_DB names a
+## copy), else said so loudly. Installed by scripts/install-prereqs.sh.
+supply-chain:
+	bash scripts/supply-chain.sh
 
 unit:
 	$(CARGO) test --workspace --locked --lib --bins
@@ -132,7 +138,7 @@ FUZZ_SECONDS ?= 20
 fuzz:
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
-test: fmt-check lint unit image-test integration chart-e2e playground-test fuzz
+test: fmt-check lint supply-chain unit image-test integration chart-e2e playground-test fuzz
 	@echo "make test: all checks passed"
 
 cluster-up:

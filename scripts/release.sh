@@ -5,6 +5,7 @@
 #   workloadspread-controller-VERSION.oci.tar   oci-archive:FILE docker://... pushes it)
 #   workloadspread-VERSION.tgz             the Helm chart (appVersion and image tags = VERSION)
 #   artifacthub-pkg.yml, metadata.yml      Artifact Hub / Kubewarden metadata
+#   workloadspread-VERSION.cdx.json        SBOM of the binaries' Rust dependencies (CycloneDX)
 #   SHA256SUMS
 # With REGISTRY=host[:port][/path] it also pushes both images (REGISTRY/host:VERSION,
 # REGISTRY/controller:VERSION) and the policy (REGISTRY/policies/workloadspread:vVERSION);
@@ -42,6 +43,7 @@ if meta["appVersion"] != version or meta["version"] != version:
 print(f"release: chart {path}")
 EOF
 cp artifacthub-pkg.yml metadata.yml "$out/"
+python3 scripts/sbom.py --out "$out/workloadspread-$version.cdx.json"
 (cd "$out" && sha256sum -- * >SHA256SUMS)
 
 if [ -n "${REGISTRY:-}" ]; then

@@ -141,6 +141,19 @@ class BuildImageTest(unittest.TestCase):
         self.assertEqual(seen["Digest"], read_image(self.a)[1]["digest"])
         self.assertEqual(seen["Labels"]["org.opencontainers.image.title"], "echo")
 
+    def test_a_tampered_cached_deb_is_fetched_again(self):
+        """Cached .deb files are checked against apt's package index (issue #30): a
+        replaced file is not used."""
+        cache = os.path.join(self.tmp, "debs")
+        package = "libgcc-s1"
+        good = build_image.download_deb(package, cache)
+        digest = build_image.sha256_of(good)
+        with open(good, "ab") as f:
+            f.write(b"tampered")
+        again = build_image.download_deb(package, cache)
+        self.assertEqual(build_image.sha256_of(again), digest)
+        self.assertEqual(digest, build_image.expected_sha256(package, build_image.installed_version(package)))
+
     def test_bad_file_spec_is_refused_with_the_format(self):
         with self.assertRaises(build_image.ImageError) as e:
             build_image.parse_file_spec("policy.wasm")

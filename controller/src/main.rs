@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod converge;
+mod creating;
 mod inputs;
 mod leader;
 mod metrics;
@@ -170,6 +171,16 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
+    /// Never delete pods (adaptive rescheduling off; the chart then grants no pod delete):
+    /// pods that would be rescheduled are reported in a warning event instead.
+    #[arg(long)]
+    no_reschedule: bool,
+    /// A creatingPods entry older than this whose pod neither the cache nor a live read
+    /// shows is dropped before the creating window ends (a refused or forged admission's
+    /// claim); 0 keeps every entry for the whole window. Must exceed how long pod
+    /// admission takes after this project's webhook answered.
+    #[arg(long, default_value_t = 10)]
+    creating_drop_seconds: i64,
 }
 
 /// Run as `kubectl-workloadspread` (a kubectl plugin: `kubectl workloadspread -n NS

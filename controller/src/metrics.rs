@@ -61,6 +61,8 @@ pub struct Metrics {
     pub pending_oldest: Family<SpreadLabels, Gauge>,
     /// Rebalancing evictions by result ([`Metrics::EVICTED`], [`Metrics::REFUSED`]).
     rebalance: Family<ResultLabels, Counter>,
+    /// creatingPods entries dropped early: no pod carries them (`--creating-drop-seconds`).
+    pub creating_dropped: Counter,
 }
 
 impl Metrics {
@@ -80,6 +82,12 @@ impl Metrics {
             "Pods evicted to rebalance a spread (result=evicted), or whose eviction a \
              PodDisruptionBudget refused (result=refused)",
             rebalance.clone(),
+        );
+        let creating_dropped = Counter::default();
+        registry.register(
+            "creating_dropped_early",
+            "creatingPods entries dropped before the creating window: no pod carries them (a live read confirmed)",
+            creating_dropped.clone(),
         );
         registry.register(
             "reconcile_duration_seconds",
@@ -176,6 +184,7 @@ impl Metrics {
             placeholders_expired,
             pending_oldest,
             rebalance,
+            creating_dropped,
             pod_cache_namespaces,
             reconcile_duration,
             reconcile_errors,

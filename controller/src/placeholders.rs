@@ -1,7 +1,9 @@
-//! When the controller first saw each reserved-slot placeholder (`docs/counter-protocol.md`,
-//! *Reserved slots*), by its own monotonic clock: a placeholder no counted pod stands for
-//! expires that long after (`workloadspread_core::controller::status`), so neither a host's
-//! skewed stamps nor a step of this machine's wall clock makes one expire early.
+//! When the controller first saw each `creatingPods` entry — reserved-slot placeholders
+//! (`docs/counter-protocol.md`, *Reserved slots*) and claims — by its own monotonic clock:
+//! a placeholder no counted pod stands for expires that long after
+//! (`workloadspread_core::controller::status`), and a claim whose pod never appears is
+//! dropped early that long after (`crate::creating`), so neither a host's skewed stamps nor
+//! a step of this machine's wall clock makes one go early.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -43,7 +45,7 @@ impl Placeholders {
         let (sightings, used) = seen
             .entry(uid.clone())
             .or_insert_with(|| (Sightings::default(), Instant::now()));
-        sightings.observe(&status, now);
+        sightings.observe_creating(&status, now);
         *used = Instant::now();
         let out = sightings.clone();
         if out.is_empty() {
@@ -74,7 +76,7 @@ mod tests {
     }
 
     /// First sightings are kept across reconciles (not reset by a newer stamp), and a
-    /// WorkloadSpread without placeholders is not remembered: memory follows what is
+    /// WorkloadSpread without creating entries is not remembered: memory follows what is
     /// held, whatever the churn of WorkloadSpreads.
     #[test]
     fn sightings_are_kept_while_placeholders_exist_and_forgotten_after() {
@@ -93,7 +95,7 @@ mod tests {
             p.observe(&ws(&format!("churn-{i}"), json!({})), t0);
         }
         assert_eq!(p.len(), 1);
-        p.observe(&ws("u1", json!({"web-1": "2026-01-01T00:00:05Z"})), later);
+        p.observe(&ws("u1", json!({})), later);
         assert_eq!(p.len(), 0);
     }
 

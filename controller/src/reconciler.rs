@@ -12,6 +12,7 @@ use crate::placeholders::Placeholders;
 use crate::pod_caches::PodCaches;
 use crate::workloads::{Lookup, Workloads};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::jiff::SignedDuration;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::pinned_kind;
 use kube::runtime::controller::Action;
@@ -62,6 +63,10 @@ pub struct Context {
     /// The client evictions go through (no retry of 429: `crate::rebalance`).
     pub evictions: Client,
     resources: Mutex<HashMap<(String, String), ApiResource>>,
+    /// Adaptive rescheduling may delete pods (`--no-reschedule` turns it off).
+    pub reschedule: bool,
+    /// Drop creatingPods entries whose pod is confirmed absent after this long.
+    pub early_drop: Option<SignedDuration>,
 }
 
 impl Context {
@@ -95,6 +100,8 @@ impl Context {
             placeholders: Placeholders::default(),
             limiter: crate::rebalance::Limiter::new(Default::default()),
             resources: Mutex::new(HashMap::new()),
+            reschedule: true,
+            early_drop: None,
         }
     }
 
@@ -106,6 +113,12 @@ impl Context {
     ) -> Self {
         self.limiter = crate::rebalance::Limiter::new(settings);
         self.evictions = evictions;
+        self
+    }
+
+    pub fn with_safety(mut self, reschedule: bool, early_drop: Option<SignedDuration>) -> Self {
+        self.reschedule = reschedule;
+        self.early_drop = early_drop;
         self
     }
 }
@@ -198,11 +211,17 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         if current.metadata.deletion_timestamp.is_some() {
             return Ok(Action::await_change());
         }
-        let ws = decode(&current)?;
+        let mut ws = decode(&current)?;
         if ws.spec.target_ref.is_none() {
             return Ok(Action::await_change());
         }
-        let (output, inputs) = compute(&ws, &pods, ctx).await?;
+        let written = ws.status.clone();
+        let (dropped, recheck) = crate::creating::drop_unseen(&mut ws, &pods, ctx).await?;
+        let (mut output, inputs) = compute(&ws, &pods, ctx).await?;
+        if let Some(recheck) = recheck {
+            let recheck = std::time::Duration::try_from(recheck).unwrap_or_default();
+            output.requeue_after = Some(output.requeue_after.map_or(recheck, |r| r.min(recheck)));
+        }
         if attempt == 0 {
             ensure_leading(ctx)?;
             adopt(&ws, &output, ctx).await?;
@@ -213,7 +232,7 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         })?;
         // The version whose status counts the pods: the one written, or the one read.
         let mut counted_in = current.metadata.resource_version.clone();
-        if ws.status.as_ref() != Some(&output.status) {
+        if written.as_ref() != Some(&output.status) {
             let mut updated = current.clone();
             if let Some(map) = updated.data.as_object_mut() {
                 map.insert("status".into(), new_status);
@@ -227,6 +246,20 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
                         .placeholders_expired
                         .inc_by(output.expired_placeholders as u64);
                     tracing::debug!(workloadspread = %name, namespace = %ns, "status written");
+                    if !dropped.is_empty() {
+                        ctx.metrics.creating_dropped.inc_by(dropped.len() as u64);
+                        let event = Event::warning(
+                            "CreatingPodDropped",
+                            format!(
+                                "{} admitted pod(s) never appeared (no pod carries {:?}); their slots \
+                                 were freed {}s after the claim instead of the creating window",
+                                dropped.len(),
+                                dropped.iter().take(5).collect::<Vec<_>>(),
+                                ctx.early_drop.map_or(0, |d| d.as_secs())
+                            ),
+                        );
+                        publish(ws_reference(&ws), &event, ctx).await;
+                    }
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     ctx.metrics.conflicts.inc();
@@ -435,7 +468,7 @@ async fn get_unwatched(ws: &WorkloadSpread, ctx: &Context) -> Result<Option<Valu
 }
 
 /// Every API call of a reconcile is abandoned after API_TIMEOUT (and retried).
-async fn bounded<T>(call: impl std::future::Future<Output = T>) -> Result<T, Error> {
+pub(crate) async fn bounded<T>(call: impl std::future::Future<Output = T>) -> Result<T, Error> {
     tokio::time::timeout(API_TIMEOUT, call)
         .await
         .map_err(|_| Error::Timeout(API_TIMEOUT))
@@ -539,6 +572,21 @@ async fn delete_unschedulable(
     ctx: &Context,
 ) -> Result<(), Error> {
     let ns = ws.metadata.namespace.clone().unwrap_or_default();
+    if !ctx.reschedule {
+        if !output.pods_to_delete.is_empty() {
+            let event = Event::warning(
+                "ReschedulingDisabled",
+                format!(
+                    "Pods {:?} stayed unschedulable past rescheduleCriticalSeconds; the controller \
+                     runs with --no-reschedule (chart controller.podWrite.rescheduling: false) and \
+                     deletes no pods: delete them by hand or enable rescheduling",
+                    output.pods_to_delete
+                ),
+            );
+            publish(ws_reference(ws), &event, ctx).await;
+        }
+        return Ok(());
+    }
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     for pod in &output.pods_to_delete {
         match bounded(pods.delete(pod, &DeleteParams::default())).await? {

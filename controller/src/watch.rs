@@ -199,7 +199,12 @@ async fn run_controller(
             crate::now,
             leadership,
         )
-        .with_rebalancing(args.rules.rebalance()?, clients.evictions),
+        .with_rebalancing(args.rules.rebalance()?, clients.evictions)
+        .with_safety(
+            !args.no_reschedule,
+            (args.creating_drop_seconds > 0)
+                .then(|| k8s_openapi::jiff::SignedDuration::from_secs(args.creating_drop_seconds)),
+        ),
     );
     let controller = controller
         .reconcile_on(futures::stream::select(workload_triggers, pod_triggers))

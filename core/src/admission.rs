@@ -17,6 +17,7 @@ use crate::percent::scaled_value;
 use crate::pods::{controller_of, is_active, matched};
 use crate::rules::Rules;
 use crate::version::{pod_version, VersionedKinds};
+use crate::workload::{owned_by_target, ObjectRef, OwnerLookupError, WorkloadKinds};
 use crate::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -410,6 +411,54 @@ pub struct PendingPod {
 /// The active pods among `pods` labelled pending (value `"true"`) and placed into a
 /// subset of WorkloadSpread `ws_name`: what [`count_pending`] adds.
 pub fn pending_pods(pods: &[Pod], ws_name: &str, kinds: &VersionedKinds) -> Vec<PendingPod> {
+    labelled_pending(pods, ws_name)
+        .map(|(p, m)| PendingPod {
+            name: p.metadata.name.clone().unwrap_or_default(),
+            version: pod_version(
+                p.metadata.labels.as_ref(),
+                controller_of(p).map(|o| o.kind).as_deref(),
+                kinds,
+            ),
+            subset: m.subset,
+            counted_in: best_effort::CountedIn::of(p),
+        })
+        .collect()
+}
+
+/// [`pending_pods`] among the pods `ws`'s workload owns. The label and the annotation
+/// are plain metadata anyone allowed to create or patch pods can set: a labelled pod of
+/// another owner (or of none) must not make a subset look full. `controller_of` returns
+/// an owner object's controller reference (the caller GETs it). A pod whose owner is
+/// gone is not counted; one whose owner cannot be read for another reason is (a
+/// subset then looks fuller for a moment, never emptier).
+pub fn owned_pending_pods(
+    pods: &[Pod],
+    ws: &WorkloadSpread,
+    workload_kinds: &WorkloadKinds,
+    versioned: &VersionedKinds,
+    mut owner_controller: impl FnMut(&ObjectRef) -> Result<Option<ObjectRef>, OwnerLookupError>,
+) -> Vec<PendingPod> {
+    let owned: Vec<Pod> = labelled_pending(pods, ws.name())
+        .filter(|(p, _)| {
+            let Some(controller) = controller_of(p) else {
+                return false;
+            };
+            match owned_by_target(ws, &controller, workload_kinds, &mut owner_controller) {
+                Ok(owned) => owned,
+                Err(OwnerLookupError::NotFound(_)) => false,
+                Err(OwnerLookupError::Other(_)) => true,
+            }
+        })
+        .map(|(p, _)| p.clone())
+        .collect();
+    pending_pods(&owned, ws.name(), versioned)
+}
+
+/// The active pods labelled pending whose matched annotation names `ws_name`.
+fn labelled_pending<'p>(
+    pods: &'p [Pod],
+    ws_name: &'p str,
+) -> impl Iterator<Item = (&'p Pod, crate::annotation::MatchedWorkloadSpread)> + 'p {
     pods.iter()
         .filter(|p| {
             p.metadata
@@ -419,17 +468,7 @@ pub fn pending_pods(pods: &[Pod], ws_name: &str, kinds: &VersionedKinds) -> Vec<
                 .is_some_and(|v| v == PENDING_VALUE)
         })
         .filter(|p| is_active(p))
-        .filter_map(|p| {
-            let m = matched(p).filter(|m| m.name == ws_name)?;
-            let owner = controller_of(p).map(|o| o.kind);
-            Some(PendingPod {
-                name: p.metadata.name.clone().unwrap_or_default(),
-                version: pod_version(p.metadata.labels.as_ref(), owner.as_deref(), kinds),
-                subset: m.subset,
-                counted_in: best_effort::CountedIn::of(p),
-            })
-        })
-        .collect()
+        .filter_map(move |p| Some((p, matched(p).filter(|m| m.name == ws_name)?)))
 }
 
 /// Best-effort admission on the controller's last status: adds each pending pod to its

@@ -54,6 +54,13 @@ pub fn workloadspread_crd() -> Result<CustomResourceDefinition, String> {
         "v1beta1",
     )
     .map_err(|e| e.to_string())?;
+    crd.metadata.annotations = Some(
+        [(
+            crate::api::CRD_PROVIDER_ANNOTATION.to_string(),
+            crate::api::CRD_PROVIDER.to_string(),
+        )]
+        .into(),
+    );
     // Same order as the reference CRD (oldest first).
     crd.spec.versions.sort_by(|a, b| a.name.cmp(&b.name));
     for version in &mut crd.spec.versions {

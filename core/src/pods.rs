@@ -44,6 +44,44 @@ pub fn reservation(pod: &Pod) -> Option<&str> {
         .map(String::as_str)
 }
 
+/// Pod metadata only this system writes: the placeholder a pod was admitted into
+/// ([`crate::admission::reserve::RESERVATION_ANNOTATION`]) and the best-effort pending
+/// label ([`crate::api::PENDING_LABEL`]). A pod created with its own copy would be
+/// counted in another pod's slot, or counted by admissions as placed when it was not.
+pub const SYSTEM_ANNOTATIONS: &[&str] = &[
+    crate::admission::reserve::RESERVATION_ANNOTATION,
+    crate::api::COUNTED_ANNOTATION,
+];
+pub const SYSTEM_LABELS: &[&str] = &[
+    crate::api::PENDING_LABEL,
+    crate::admission::reserve::RESERVATION_LABEL,
+];
+
+/// Removes [`SYSTEM_ANNOTATIONS`] and [`SYSTEM_LABELS`] from an incoming pod (admission
+/// does so before it decides; it sets them itself where they belong). Returns the keys
+/// removed.
+pub fn strip_system_metadata(pod: &mut serde_json::Value) -> Vec<&'static str> {
+    let mut removed = Vec::new();
+    for (field, keys) in [
+        ("annotations", SYSTEM_ANNOTATIONS),
+        ("labels", SYSTEM_LABELS),
+    ] {
+        let Some(map) = pod
+            .get_mut("metadata")
+            .and_then(|m| m.get_mut(field))
+            .and_then(serde_json::Value::as_object_mut)
+        else {
+            continue;
+        };
+        for key in keys {
+            if map.remove(*key).is_some() {
+                removed.push(*key);
+            }
+        }
+    }
+    removed
+}
+
 /// `metadata.name` or "".
 pub fn name(pod: &Pod) -> &str {
     pod.metadata.name.as_deref().unwrap_or_default()

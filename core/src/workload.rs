@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// A reference to an object by apiVersion, kind and name (an owner reference or a targetRef).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectRef {
     pub api_version: String,
@@ -218,6 +218,29 @@ pub fn find_matching_workloadspread<'a>(
         workloadspread: None,
         warnings,
     })
+}
+
+/// Whether `controller` (a pod's controller reference) is `ws`'s target or reaches it
+/// through known owner kinds — the owner walk of [`find_matching_workloadspread`] for
+/// one WorkloadSpread, without its `targetFilter` (for pods `ws` already placed).
+pub fn owned_by_target(
+    ws: &WorkloadSpread,
+    controller: &ObjectRef,
+    kinds: &WorkloadKinds,
+    mut controller_of: impl FnMut(&ObjectRef) -> Result<Option<ObjectRef>, OwnerLookupError>,
+) -> Result<bool, OwnerLookupError> {
+    let Some(target) = ws.spec.target_ref.as_ref() else {
+        return Ok(false);
+    };
+    if !kinds.is_owner_kind(controller) {
+        return Ok(false);
+    }
+    refers_to(
+        &ObjectRef::from(target),
+        controller,
+        kinds,
+        &mut controller_of,
+    )
 }
 
 fn refers_to(

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import helm_python
 import yaml
@@ -33,7 +34,30 @@ VARIANTS = {
                                                 "namespaceCacheGraceSeconds": 5}},
     "rebalance": {"mode": "bundled", "controller": {"rebalance": {
         "enabled": True, "maxEvictions": 3, "intervalSeconds": 10}}},
+    # Issue #30: least privilege, opt-in namespaces, client certificates, digests.
+    "custom-workloads-subresources": {
+        "mode": "bundled",
+        "controller": {"customWorkloads": [
+            {"group": "example.io", "kind": "Fleet", "replicasPath": "spec.replicas",
+             "subResources": [{"group": "sets.example.io", "kind": "FleetSet"},
+                              {"group": "sets.example.io", "kind": "Policy", "resource": "policies"}]}]},
+    },
+    "scoped-pod-writes": {"mode": "bundled", "controller": {"podWrite": {
+        "namespaces": ["team-a", "team-b"], "rescheduling": False}}},
+    "opt-in-namespaces": {"mode": "bundled", "webhook": {"namespaceSelector": {
+        "matchLabels": {"workloadspread.io/enabled": "true"}}},
+        "networkPolicy": {"webhookFrom": [{"ipBlock": {"cidr": "10.0.0.10/32"}}],
+                          "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]}},
+    "client-certificates": {"mode": "bundled", "tls": {"clientCA": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}},
+    "digests": {"mode": "bundled",
+                "host": {"image": {"digest": "sha256:" + "a" * 64}},
+                "controller": {"image": {"digest": "sha256:" + "b" * 64, "tag": "0.1.0"}}},
+    "kubewarden-digest": {"mode": "kubewarden", "kubewarden": {"moduleDigest": "sha256:" + "c" * 64}},
+    "no-network-policy": {"mode": "bundled", "networkPolicy": {"enabled": False}},
 }
+
+MATCHED = "apps.kruise.io/matched-workloadspread"
+MATCH_CONDITIONS = ["pod-create-with-a-workload-controller", "pod-delete-of-a-matched-pod"]
 
 
 def fail(msg):
@@ -79,6 +103,15 @@ def check_webhooks(name, docs, values):
         policy = by_kind(docs, "ClusterAdmissionPolicy")
         if len(policy) != 1 or not policy[0]["spec"]["mutating"]:
             fail(f"{name}: expected one mutating ClusterAdmissionPolicy")
+        spec = policy[0]["spec"]
+        if [c["name"] for c in spec.get("matchConditions", [])] != MATCH_CONDITIONS:
+            fail(f"{name}: policy matchConditions {spec.get('matchConditions')}")
+        excluded = spec["namespaceSelector"]["matchExpressions"][0]["values"]
+        if "kubewarden" not in excluded or NAMESPACE not in excluded:
+            fail(f"{name}: the kubewarden and release namespaces must be excluded: {excluded}")
+        digest = values.get("kubewarden", {}).get("moduleDigest")
+        if digest and spec["module"] != f"registry://ghcr.io/workloadspread/policies/workloadspread@{digest}":
+            fail(f"{name}: module {spec['module']} not pinned to {digest}")
         ops = {(tuple(r["resources"]), tuple(r["operations"])) for r in policy[0]["spec"]["rules"]}
         want = {(("pods",), ("CREATE", "DELETE")), (("pods/eviction",), ("CREATE",)),
                 (("workloadspreads",), ("CREATE", "UPDATE"))}
@@ -93,19 +126,45 @@ def check_webhooks(name, docs, values):
         return
     if len(hooks) != 2:
         fail(f"{name}: expected a mutating and a validating configuration, got {len(hooks)}")
+    # Pods: CREATE/DELETE narrowed by matchConditions, Fail; evictions (which do not carry the
+    # pod) Ignore; both write status outside dry runs (NoneOnDryRun); WorkloadSpreads: None.
+    want = {
+        "pods.workloadspread.io": ([("pods", "CREATE"), ("pods", "DELETE")], "Fail", "NoneOnDryRun", MATCH_CONDITIONS),
+        "evictions.workloadspread.io": ([("pods/eviction", "CREATE")], "Ignore", "NoneOnDryRun", []),
+        "workloadspreads.workloadspread.io": ([("workloadspreads", "CREATE"), ("workloadspreads", "UPDATE")],
+                                              "Fail", "None", []),
+    }
+    seen = set()
+    selector = values.get("webhook", {}).get("namespaceSelector", {})
     for h in hooks:
         for w in h["webhooks"]:
-            if w["sideEffects"] != "None" or w["failurePolicy"] != "Fail" or w["timeoutSeconds"] != 10:
+            seen.add(w["name"])
+            rules, policy, side_effects, conditions = want.get(w["name"], (None,) * 4)
+            got_rules = sorted((r, op) for rule in w["rules"] for r in rule["resources"] for op in rule["operations"])
+            got_conditions = [c["name"] for c in w.get("matchConditions", [])]
+            if (got_rules, w["failurePolicy"], w["sideEffects"], got_conditions) != (sorted(rules or []), policy, side_effects, conditions) \
+                    or w["timeoutSeconds"] != 10:
                 fail(f"{name}: webhook {w['name']} settings {w}")
             excluded = w["namespaceSelector"]["matchExpressions"][0]["values"]
-            if NAMESPACE not in excluded:
-                fail(f"{name}: the release namespace must be excluded from its own webhook")
+            if NAMESPACE not in excluded or "kube-system" not in excluded:
+                fail(f"{name}: the release namespace and kube-system must be excluded from the webhook")
+            if w["namespaceSelector"].get("matchLabels") != selector.get("matchLabels"):
+                fail(f"{name}: webhook.namespaceSelector not applied: {w['namespaceSelector']}")
+    if seen != set(want):
+        fail(f"{name}: webhooks {sorted(seen)}, want {sorted(want)}")
     cert_manager = values.get("tls", {}).get("mode") == "certManager"
     annotated = all("cert-manager.io/inject-ca-from" in (h["metadata"].get("annotations") or {}) for h in hooks)
     if cert_manager != annotated:
         fail(f"{name}: cert-manager CA injection annotation mismatch")
-    if cert_manager and not by_kind(docs, "Certificate"):
-        fail(f"{name}: no Certificate")
+    if cert_manager:
+        certs = {c["metadata"]["name"]: c["spec"] for c in by_kind(docs, "Certificate")}
+        issuers = {i["metadata"]["name"]: i["spec"] for i in by_kind(docs, "Issuer")}
+        # A CA of our own issues the serving certificate: its renewal keeps the CA bundle.
+        if not certs.get("ws-host-ca", {}).get("isCA") or issuers.get("ws-host", {}).get("ca") != {"secretName": "ws-host-ca"}:
+            fail(f"{name}: expected a CA Certificate and a CA Issuer: {certs} {issuers}")
+        serving = certs.get("ws-host", {})
+        if serving.get("duration") != "8760h" or serving.get("issuerRef", {}).get("name") != "ws-host":
+            fail(f"{name}: serving Certificate {serving}")
     host = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "ws-host"][0]
     args = host["spec"]["template"]["spec"]["containers"][0]["args"]
     settings = json.loads(next(a for a in args if a.startswith("--settings-json=")).split("=", 1)[1])
@@ -119,6 +178,133 @@ def check_webhooks(name, docs, values):
         fail(f"{name}: rules {settings.get('rules')!r} / {controller_args} (want {want!r})")
     if not by_kind(docs, "PodDisruptionBudget"):
         fail(f"{name}: no PodDisruptionBudget for the host")
+
+
+def deployment(docs, name):
+    found = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == name]
+    return found[0]["spec"]["template"]["spec"] if found else None
+
+
+def rules_of(docs, kind, name):
+    found = [d for d in by_kind(docs, kind) if d["metadata"]["name"] == name]
+    return found[0]["rules"] if found else []
+
+
+def grants(rules, group, resource, verb):
+    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules)
+
+
+def parse_mib(quantity):
+    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}
+    for suffix, factor in units.items():
+        if quantity.endswith(suffix):
+            return float(quantity[:-len(suffix)]) * factor
+    return float(quantity) / (1 << 20)
+
+
+def check_security(name, docs, values):
+    """Issue #30: least privilege, network policy, probes off the webhook port, memory fit,
+    the uninstall hook, client certificates, digests."""
+    bundled = values["mode"] == "bundled"
+    for d in by_kind(docs, "ClusterRole") + by_kind(docs, "Role"):
+        for r in d["rules"]:
+            if "*" in r["resources"] or "*" in r["verbs"] or "*" in r["apiGroups"]:
+                fail(f"{name}: {d['kind']} {d['metadata']['name']} grants a wildcard: {r}")
+    controller = rules_of(docs, "ClusterRole", "ws-controller")
+    host = rules_of(docs, "ClusterRole", "ws-host")
+    for w in values.get("controller", {}).get("customWorkloads", []):
+        kinds = [w] + w.get("subResources", [])
+        for k in kinds:
+            plural = k.get("resource") or k["kind"].lower() + "s"
+            for who, rules in [("controller", controller)] + ([("host", host)] if bundled else []):
+                if not grants(rules, k["group"], plural, "watch"):
+                    fail(f"{name}: {who} cannot watch {plural}.{k['group']}")
+    pod_write = values.get("controller", {}).get("podWrite", {})
+    reschedule = pod_write.get("rescheduling", True)
+    pod_rules = [r for r in controller if "pods" in r["resources"]]
+    namespaces = pod_write.get("namespaces", [])
+    want_verbs = ["patch"] + (["delete"] if reschedule else [])
+    if namespaces:
+        if pod_rules[0]["verbs"] != ["get", "list", "watch"]:
+            fail(f"{name}: scoped pod writes still granted cluster-wide: {pod_rules}")
+        roles = {d["metadata"]["namespace"]: d["rules"] for d in by_kind(docs, "Role")
+                 if d["metadata"]["name"] == "ws-controller-pods"}
+        bindings = {d["metadata"]["namespace"] for d in by_kind(docs, "RoleBinding")
+                    if d["metadata"]["name"] == "ws-controller-pods"}
+        if set(roles) != set(namespaces) or bindings != set(namespaces) \
+                or any(r[0]["verbs"] != want_verbs for r in roles.values()):
+            fail(f"{name}: pod write Roles {roles} / bindings {bindings}, want {want_verbs} in {namespaces}")
+    elif pod_rules[0]["verbs"] != ["get", "list", "watch"] + want_verbs:
+        fail(f"{name}: controller pod verbs {pod_rules[0]['verbs']}")
+    ctl = deployment(docs, "ws-controller")["containers"][0]
+    if ("--no-reschedule" in ctl["args"]) == reschedule:
+        fail(f"{name}: --no-reschedule must follow controller.podWrite.rescheduling ({ctl['args']})")
+    for d in by_kind(docs, "Deployment"):
+        component = d["metadata"]["name"].split("-")[-1]
+        digest = values.get(component, {}).get("image", {}).get("digest")
+        image = d["spec"]["template"]["spec"]["containers"][0]["image"]
+        if digest and not image.endswith("@" + digest):
+            fail(f"{name}: {component} image {image} not pinned to {digest}")
+    policies = {p["metadata"]["name"]: p["spec"] for p in by_kind(docs, "NetworkPolicy")}
+    network = values.get("networkPolicy", {})
+    if not network.get("enabled", True):
+        if policies:
+            fail(f"{name}: networkPolicy.enabled false still renders {sorted(policies)}")
+    else:
+        want = {"ws-controller"} | ({"ws-host"} if bundled else set())
+        if set(policies) != want:
+            fail(f"{name}: NetworkPolicies {sorted(policies)}, want {sorted(want)}")
+        if bundled:
+            ingress = policies["ws-host"]["ingress"]
+            by_port = {r["ports"][0]["port"]: r.get("from") for r in ingress}
+            if set(by_port) != {"https", "health"} or by_port["https"] != network.get("webhookFrom") \
+                    or by_port["health"] != network.get("metricsFrom"):
+                fail(f"{name}: host NetworkPolicy ingress {ingress}")
+    if not bundled:
+        return
+    spec = deployment(docs, "ws-host")
+    c = spec["containers"][0]
+    args = dict(a.split("=", 1) for a in c["args"][1:] if "=" in a)
+    for probe in ("livenessProbe", "readinessProbe"):
+        if c[probe]["httpGet"]["port"] != "health" or c[probe]["httpGet"].get("scheme", "HTTP") != "HTTP":
+            fail(f"{name}: {probe} must use the plain health port: {c[probe]}")
+    env = {e["name"]: e for e in c.get("env", [])}
+    if args.get("--memory-limit-mib") != "$(MEMORY_LIMIT_MIB)" or \
+            env.get("MEMORY_LIMIT_MIB", {}).get("valueFrom", {}).get("resourceFieldRef", {}).get("resource") != "limits.memory":
+        fail(f"{name}: the host is not told its memory limit: {args} {env}")
+    # The host refuses to start unless its evaluations fit the limit (serve/limits.rs).
+    concurrency, guest = int(args["--max-concurrency"]), int(args["--max-memory-mib"])
+    request = int(args["--max-request-bytes"]) / (1 << 20)
+    need = concurrency * (guest + 4 * min(request, 1)) + min(concurrency, 2) * 4 * max(request - 1, 0) + 192
+    limit = parse_mib(c["resources"]["limits"]["memory"])
+    if need > limit:
+        fail(f"{name}: concurrency x memory needs {need} MiB > the {limit} MiB limit")
+    client_ca = values.get("tls", {}).get("clientCA")
+    mounts = {m["name"] for m in c.get("volumeMounts", [])}
+    if bool(client_ca) != ("--client-ca-file" in args and "client-ca" in mounts):
+        fail(f"{name}: tls.clientCA and --client-ca-file disagree: {args} {mounts}")
+    if client_ca:
+        cm = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] == "ws-host-client-ca"]
+        if not cm or cm[0]["data"]["ca.crt"].strip() != client_ca.strip():
+            fail(f"{name}: client CA ConfigMap {cm}")
+    # Before the host goes, a pre-delete hook removes the webhook configurations.
+    jobs = [j for j in by_kind(docs, "Job") if j["metadata"]["name"] == "ws-uninstall"]
+    if len(jobs) != 1:
+        fail(f"{name}: no uninstall hook Job")
+    job = jobs[0]
+    if job["metadata"]["annotations"].get("helm.sh/hook") != "pre-delete":
+        fail(f"{name}: uninstall Job is not a pre-delete hook: {job['metadata']}")
+    job_args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    if job_args[:2] != ["uninstall", "--webhook-config=ws"]:
+        fail(f"{name}: uninstall Job args {job_args}")
+    for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
+        objs = [d for d in by_kind(docs, kind) if d["metadata"]["name"] == "ws-uninstall"]
+        if not objs or int(objs[0]["metadata"]["annotations"]["helm.sh/hook-weight"]) >= \
+                int(job["metadata"]["annotations"]["helm.sh/hook-weight"]):
+            fail(f"{name}: {kind} ws-uninstall must be a hook created before the Job")
+    uninstall = rules_of(docs, "ClusterRole", "ws-uninstall")
+    if any(not r.get("resourceNames") for r in uninstall):
+        fail(f"{name}: the uninstall hook's rights must name their objects: {uninstall}")
 
 
 def crates_version():
@@ -154,6 +340,7 @@ def lint():
         docs = render(values)
         check_workloads(name, docs)
         check_webhooks(name, docs, values)
+        check_security(name, docs, values)
         kinds = sorted({d["kind"] for d in docs})
         print(f"render {name}: {len(docs)} objects ({', '.join(kinds)})")
     check_versions()
@@ -170,6 +357,18 @@ def lint():
     role = [d for d in by_kind(custom, "ClusterRole") if d["metadata"]["name"] == "ws-controller"][0]
     if not any("example.io" in r["apiGroups"] for r in role["rules"]):
         fail("custom workload group not readable by the controller")
+    # deploy/kubewarden/ (applied by hand) carries the chart's match conditions verbatim.
+    [chart_policy] = by_kind(render(VARIANTS["kubewarden"]), "ClusterAdmissionPolicy")
+    with open(os.path.join(ROOT, "deploy", "kubewarden", "cluster-admission-policy.yaml")) as f:
+        manual = yaml.safe_load(f)
+    if manual["spec"].get("matchConditions") != chart_policy["spec"]["matchConditions"]:
+        fail("deploy/kubewarden/cluster-admission-policy.yaml matchConditions differ from the chart's")
+    custom = render(VARIANTS["custom-workloads-subresources"])
+    settings = json.loads(next(a for a in deployment(custom, "ws-host")["containers"][0]["args"]
+                               if a.startswith("--settings-json=")).split("=", 1)[1])
+    if any("resource" in w or any("resource" in k for k in w.get("subResources", []))
+           for w in settings["customWorkloads"]):
+        fail(f"the chart-only `resource` names leak into the policy settings: {settings}")
 
 
 def kubectl(*args, check=True, stdin=None):
@@ -211,6 +410,117 @@ def check_flags_accepted():
                 fail(f"{name}: {d['metadata']['name']} passes {unknown}, unknown to `{BINARIES[d['metadata']['name']]} {subcommand}`")
             checked += len(flags)
     print(f"flags: {checked} rendered flags accepted by the binaries")
+
+
+def wait_until(what, check, timeout=60):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        ok, last = check()
+        if ok:
+            return last
+        time.sleep(0.5)
+    fail(f"timed out after {timeout}s waiting for {what}; last: {last}")
+
+
+def check_scoped_pod_writes():
+    """controller.podWrite: pod patch only in the named namespaces, no delete without
+    rescheduling (the ClusterRole keeps read access)."""
+    ns = f"ws-scoped-{os.getpid()}"
+    team = f"{ns}-team"
+    cluster_scoped = []
+    kubectl("create", "namespace", ns)
+    kubectl("create", "namespace", team)
+    try:
+        docs = render({"mode": "bundled", "controller": {"podWrite": {"namespaces": [team], "rescheduling": False}}},
+                      namespace=ns)
+        rbac = [d for d in docs if d["kind"] in {"ServiceAccount", "Role", "RoleBinding", "ClusterRole",
+                                                  "ClusterRoleBinding"} and "controller" in d["metadata"]["name"]]
+        for d in rbac:
+            if d["kind"].startswith("Cluster"):
+                d["metadata"]["name"] += f"-{ns}"
+                cluster_scoped.append((d["kind"], d["metadata"]["name"]))
+            if d["kind"] == "ClusterRoleBinding":
+                d["roleRef"]["name"] += f"-{ns}"
+        kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(rbac))
+        ctl = "ws-controller"
+        checks = [("patch", team, True), ("patch", "default", False), ("delete", team, False),
+                  ("delete", "default", False), ("list", "default", True)]
+        for verb, target, want in checks:
+            got = can_i(ns, ctl, verb, "pods", target)
+            if got != want:
+                fail(f"scoped controller can {verb} pods in {target}: {got}, want {want}")
+        print(f"apply: scoped pod writes: {len(checks)} permission checks ok")
+    finally:
+        for n in (ns, team):
+            kubectl("delete", "namespace", n, "--wait=false", check=False)
+        for kind, name in cluster_scoped:
+            kubectl("delete", kind.lower(), name, "--ignore-not-found", check=False)
+
+
+def check_match_conditions():
+    """Issue #30 (2): the chart's pod webhook with no host answering it (a closed port: the
+    host scaled to 0). Pods that cannot belong to a WorkloadSpread still come and go: a
+    DaemonSet's pod is created, an unowned pod is created, a pod without the matched
+    annotation is deleted and evicted. A pod a WorkloadSpread may spread is refused
+    (failurePolicy Fail), and so is deleting a pod carrying the matched annotation."""
+    ns = f"ws-match-{os.getpid()}"
+    name = f"ws-match-{os.getpid()}"
+    label = {"workloadspread.test/match-conditions": ns}
+    values = {"mode": "bundled", "webhook": {"namespaceSelector": {"matchLabels": label}}}
+    [config] = by_kind(render(values, namespace=f"{ns}-release"), "MutatingWebhookConfiguration")
+    config["metadata"] = {"name": name}
+    for w in config["webhooks"]:
+        w["clientConfig"] = {"url": "https://127.0.0.1:1/mutate"}
+    kubectl("create", "namespace", ns)
+    kubectl("label", "namespace", ns, f"workloadspread.test/match-conditions={ns}")
+
+    def pod(pod_name, owner=None, annotations=None):
+        meta = {"name": pod_name, "namespace": ns, "annotations": annotations or {}}
+        if owner:
+            meta["ownerReferences"] = [owner]
+        return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                           "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+
+    rs_owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
+                "uid": "6d0a5d62-0000-4000-8000-000000000001", "controller": True}
+    matched = {MATCHED: '{"name":"web","subset":"a"}'}
+    try:
+        for p, annotations in [("plain-delete", None), ("plain-evict", None), ("annotated", matched)]:
+            kubectl("create", "-f", "-", stdin=pod(p, annotations=annotations))
+        kubectl("apply", "-f", "-", stdin=json.dumps(config))
+        # Enforced once a pod that can be spread is refused (the API server's webhook cache lags).
+        wait_until("the webhook configuration to be enforced", lambda: (
+            lambda p: ("failed calling webhook" in p.stderr, p.stderr.strip() or "created"))(
+            kubectl("create", "--dry-run=server", "-f", "-", check=False, stdin=pod("probe", rs_owner))))
+        ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent", "namespace": ns},
+              "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                       "template": {"metadata": {"labels": {"app": "agent"}},
+                                    "spec": {"nodeSelector": {"kubernetes.io/hostname": "node-a-1"},
+                                             "tolerations": [{"operator": "Exists"}],
+                                             "containers": [{"name": "c", "image": "busybox"}]}}}}
+        kubectl("apply", "-f", "-", stdin=json.dumps(ds))
+        wait_until("the DaemonSet's pod", lambda: (
+            lambda out: (bool(out.strip()), out.strip()))(
+            kubectl("get", "pods", "-n", ns, "-l", "app=agent", "-o", "name").stdout))
+        kubectl("create", "-f", "-", stdin=pod("unowned"))
+        kubectl("delete", "pod", "-n", ns, "plain-delete", "--wait=false")
+        eviction = json.dumps({"apiVersion": "policy/v1", "kind": "Eviction",
+                               "metadata": {"name": "plain-evict", "namespace": ns}})
+        kubectl("create", "--raw", f"/api/v1/namespaces/{ns}/pods/plain-evict/eviction", "-f", "-",
+                stdin=eviction)
+        refused_create = kubectl("create", "-f", "-", check=False, stdin=pod("spread", rs_owner))
+        refused_delete = kubectl("delete", "pod", "-n", ns, "annotated", "--wait=false", check=False)
+        for what, p in [("creating a pod a WorkloadSpread may spread", refused_create),
+                        ("deleting a pod with the matched annotation", refused_delete)]:
+            if p.returncode == 0 or "pods.workloadspread.io" not in p.stderr:
+                fail(f"{what} with no host running was not refused by the webhook: {p.stdout} {p.stderr}")
+        print("match conditions: with no host answering, a DaemonSet pod and an unowned pod were "
+              "created, a plain pod deleted and another evicted; a spreadable pod and a matched "
+              "pod's deletion were refused")
+    finally:
+        kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found", check=False)
+        kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 def apply():
@@ -266,6 +576,28 @@ def apply():
             if got != want:
                 fail(f"{sa} can {verb} {resource}{'/' + name if name else ''} in {target}: {got}, want {want}")
         print(f"apply: CRD and RBAC accepted; {len(checks)} permission checks ok")
+        uninstall = f"{release}-uninstall"
+        checks = [
+            (uninstall, "delete", "mutatingwebhookconfigurations.admissionregistration.k8s.io", None, release, True),
+            (uninstall, "delete", "validatingwebhookconfigurations.admissionregistration.k8s.io", None, release, True),
+            (uninstall, "delete", "mutatingwebhookconfigurations.admissionregistration.k8s.io", None, "other", False),
+            (uninstall, "patch", "customresourcedefinitions.apiextensions.k8s.io", None,
+             "workloadspreads.apps.kruise.io", True),
+            (uninstall, "delete", "pods", "default", None, False),
+            (host, "watch", "mutatingwebhookconfigurations.admissionregistration.k8s.io", None, release, True),
+            (host, "update", "secrets", ns, f"{host}-tls", True),
+            (host, "watch", "customresourcedefinitions.apiextensions.k8s.io", None,
+             "workloadspreads.apps.kruise.io", True),
+            (host, "update", "customresourcedefinitions.apiextensions.k8s.io", None,
+             "workloadspreads.apps.kruise.io", False),
+        ]
+        for sa, verb, resource, target, name, want in checks:
+            got = can_i(ns, sa, verb, resource, target or ns, name)
+            if got != want:
+                fail(f"{sa} can {verb} {resource}{'/' + name if name else ''} in {target}: {got}, want {want}")
+        print(f"apply: CRD and RBAC accepted; {len(checks)} more permission checks ok (uninstall hook)")
+        check_scoped_pod_writes()
+        check_match_conditions()
     finally:
         kubectl("delete", "namespace", ns, "--wait=false", check=False)
         for kind, name in cluster_scoped:

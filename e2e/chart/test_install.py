@@ -17,9 +17,10 @@ all of it. Steps, each asserting what a user would see:
   6. /metrics of host and controller through their Services
   7. `helm upgrade` of a value (the host pods roll) while pods keep being created: no failed
      pod create
-  8. with no host running, the Fail webhook refuses pods (what an orphaned configuration would
-     do to a cluster); after `helm uninstall` no webhook configuration is left and pods are
-     created again
+  8. with no host running, the Fail webhook refuses pods a WorkloadSpread may spread (what an
+     orphaned configuration would do to a cluster) and lets unowned pods through (its
+     matchConditions); `helm uninstall` runs the pre-delete hook: no webhook configuration is
+     left and spreadable pods are created again
 """
 import json
 import os
@@ -402,8 +403,14 @@ def check_upgrade(values):
 
 # ------------------------------------------------------------------ 8. uninstall
 
-def probe_pod(name):
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+def probe_pod(name, owned=True):
+    """A pod with a ReplicaSet controller (what a WorkloadSpread may spread: the webhook's
+    matchConditions send it to the host), or without one."""
+    meta = {"name": name}
+    if owned:
+        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "probe",
+                                    "uid": "0c0ffee0-0000-4000-8000-000000000001", "controller": True}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
             "spec": {"containers": [{"name": "c", "image": "probe"}]}}
 
 
@@ -415,6 +422,8 @@ def check_uninstall():
                       check=False)
     if refused.returncode == 0 or "workloadspread.io" not in refused.stderr:
         raise Failure(f"a pod was created with no host behind the Fail webhook: {refused.stderr}")
+    # A pod nothing can spread does not depend on the host (matchConditions).
+    kubectl("create", "-n", TEST_NS, "-f", "-", stdin=json.dumps(probe_pod("unowned", owned=False)))
     helm().uninstall(RELEASE, wait="watcher", timeout=180)
     left = [c for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
             for c in get_json(kind)["items"]
@@ -426,8 +435,8 @@ def check_uninstall():
     wait_for("a pod created after uninstall", lambda: (
         kubectl("create", "-n", TEST_NS, "-f", "-", stdin=json.dumps(probe_pod("after")),
                 check=False).returncode == 0, "refused"), timeout=60)
-    log("no host: pods refused by the Fail webhook; helm uninstall: no webhook configuration "
-        "left, pods created again")
+    log("no host: spreadable pods refused by the Fail webhook, unowned ones created; helm "
+        "uninstall (pre-delete hook): no webhook configuration left, pods created again")
 
 
 def main():
@@ -448,7 +457,8 @@ def main():
         check_burst_with_host_loss()
         check_leader_failover()
         check_metrics()
-        check_upgrade(chart_values(refs, os.environ["WS_REAL_NODE_NAME"], maxConcurrency=200))
+        # A value that still fits the memory limit (the host checks at start).
+        check_upgrade(chart_values(refs, os.environ["WS_REAL_NODE_NAME"], maxConcurrency=12))
         check_uninstall()
     except (Failure, helm_python.HelmError, subprocess.SubprocessError) as e:
         detail = getattr(e, "stderr", "") or ""

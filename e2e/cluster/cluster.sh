@@ -264,6 +264,12 @@ gen_certs() {
   sign_cert "$d" admin "/O=system:masters/CN=admin" ""
   openssl genrsa -out "$d/sa.key" 2048 2>/dev/null
   openssl rsa -in "$d/sa.key" -pubout -out "$d/sa.pub" 2>/dev/null
+  # The certificate the API server presents to admission webhooks (AdmissionConfiguration ->
+  # kubeConfigFile, user "*"), from a CA of its own: a host started with
+  # --client-ca-file pki/webhook-client-ca.crt answers the API server and no one else.
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=workloadspread-webhook-client-ca" \
+    -keyout "$d/webhook-client-ca.key" -out "$d/webhook-client-ca.crt" 2>/dev/null
+  sign_cert "$d" webhook-client "/CN=kube-apiserver-webhook-client" "" webhook-client-ca
   real_node_on && gen_node_certs
   return 0
 }
@@ -284,12 +290,42 @@ gen_node_certs() {
 }
 
 sign_cert() {
-  local d="$1" name="$2" subj="$3" san="$4" ext
+  local d="$1" name="$2" subj="$3" san="$4" ca="${5:-ca}" ext
   openssl req -newkey rsa:2048 -nodes -subj "$subj" -keyout "$d/$name.key" -out "$d/$name.csr" 2>/dev/null
   ext="$d/$name.ext"
   { echo "basicConstraints=CA:FALSE"; [ -n "$san" ] && echo "$san"; } >"$ext"
-  openssl x509 -req -in "$d/$name.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial \
+  openssl x509 -req -in "$d/$name.csr" -CA "$d/$ca.crt" -CAkey "$d/$ca.key" -CAcreateserial \
     -days 2 -extfile "$ext" -out "$d/$name.crt" 2>/dev/null
+}
+
+# Admission webhooks get the API server's client certificate (as a cluster configured for
+# authenticated webhooks does; docs/operations.md, Security).
+write_admission_config() {
+  local d="$STATE/pki"
+  cat >"$STATE/webhook-kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+users:
+- name: "*"
+  user:
+    client-certificate: $d/webhook-client.crt
+    client-key: $d/webhook-client.key
+EOF
+  cat >"$STATE/admission-config.yaml" <<EOF
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: ValidatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: $STATE/webhook-kubeconfig
+- name: MutatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: $STATE/webhook-kubeconfig
+EOF
 }
 
 write_kubeconfig() { kubeconfig_for "$STATE/kubeconfig" "https://127.0.0.1:$1" admin; }
@@ -410,7 +446,9 @@ start_apiserver() {
       --kubelet-certificate-authority "$d/ca.crt" --kubelet-preferred-address-types InternalIP)
   fi
   write_audit_policy
+  write_admission_config
   start kube-apiserver "$STATE/kube-apiserver.log" "$K8S_BIN/kube-apiserver" \
+    --admission-control-config-file "$STATE/admission-config.yaml" \
     --etcd-servers "http://127.0.0.1:$eport" "${node_args[@]}" \
     --secure-port "$port" --tls-cert-file "$d/apiserver.crt" --tls-private-key-file "$d/apiserver.key" \
     --client-ca-file "$d/ca.crt" --service-account-issuer https://kubernetes.default.svc \

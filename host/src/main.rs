@@ -21,6 +21,7 @@ use commands::pull::PullArgs;
 use commands::push::PushArgs;
 use commands::run::RunArgs;
 use commands::serve::ServeArgs;
+use commands::uninstall::UninstallArgs;
 
 #[derive(Parser)]
 #[command(
@@ -47,6 +48,9 @@ enum Command {
     Push(PushArgs),
     /// Pull a policy module from an OCI registry into a file, as `kwctl pull`.
     Pull(PullArgs),
+    /// Remove the webhook configurations and the CRD's conversion webhook before the
+    /// host goes (the chart's pre-delete hook).
+    Uninstall(UninstallArgs),
 }
 
 fn main() {
@@ -63,6 +67,7 @@ fn main() {
         Command::Annotate(args) => commands::annotate::annotate(args),
         Command::Push(args) => commands::push::push(args),
         Command::Pull(args) => commands::pull::pull(args),
+        Command::Uninstall(args) => commands::uninstall::uninstall(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

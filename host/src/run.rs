@@ -6,7 +6,7 @@ use crate::engine::PolicyEngine;
 use anyhow::{bail, Context, Result};
 use base64::Engine as _;
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -89,8 +89,13 @@ pub fn evaluate_with(
     validate: impl FnOnce(&[u8]) -> Result<Vec<u8>, String>,
 ) -> AdmissionResponse {
     let uid = request["uid"].as_str().unwrap_or_default().to_string();
-    let payload = json!({"request": request, "settings": settings});
-    let answer = serde_json::to_vec(&payload)
+    // Serialised from borrows: a large request is not copied into a second JSON tree.
+    #[derive(serde::Serialize)]
+    struct Payload<'a> {
+        request: &'a Value,
+        settings: &'a Value,
+    }
+    let answer = serde_json::to_vec(&Payload { request, settings })
         .map_err(|e| e.to_string())
         .and_then(|bytes| validate(&bytes))
         .and_then(|bytes| {

@@ -11,8 +11,8 @@ use workloadspread_core::admission::reserve::{
     reservation_label_value, RESERVATION_ANNOTATION, RESERVATION_LABEL,
 };
 use workloadspread_core::admission::{
-    best_effort, create_path, decide_release, needs_workload_replicas, pending_pods, CreatePath,
-    PodKey, Scale,
+    best_effort, create_path, decide_release, needs_workload_replicas, owned_pending_pods,
+    CreatePath, PodKey, Scale,
 };
 use workloadspread_core::annotation::MatchedWorkloadSpread;
 use workloadspread_core::api::v1beta1::{WorkloadSpread, API_VERSION};
@@ -22,7 +22,7 @@ use workloadspread_core::counter::{
 };
 use workloadspread_core::inject::inject;
 use workloadspread_core::masks::PENDING_POD_FIELDS;
-use workloadspread_core::pods::{controller_of, is_active, matched};
+use workloadspread_core::pods::{controller_of, is_active, matched, strip_system_metadata};
 use workloadspread_core::version::pod_version;
 use workloadspread_core::workload::{find_matching_workloadspread, ObjectRef, OwnerLookupError};
 use workloadspread_core::Timestamp;
@@ -36,8 +36,23 @@ pub struct Ctx<'a> {
     pub request_uid: &'a str,
 }
 
-/// Pod CREATE: match, choose a subset, inject.
+/// Pod CREATE: drop the metadata only this system may write, then match, choose a
+/// subset, inject. A pod that arrived with such metadata is admitted without it.
 pub fn create(ctx: &Ctx<'_>, object: &Value, namespace: &str) -> Outcome {
+    let mut clean = object.clone();
+    if strip_system_metadata(&mut clean).is_empty() {
+        return decide_create(ctx, object, namespace);
+    }
+    match decide_create(ctx, &clean, namespace) {
+        Outcome::Accept { audit, .. } => Outcome::Mutate {
+            object: clean,
+            audit,
+        },
+        other => other,
+    }
+}
+
+fn decide_create(ctx: &Ctx<'_>, object: &Value, namespace: &str) -> Outcome {
     let Ok(pod) = serde_json::from_value::<Pod>(object.clone()) else {
         return Outcome::accept();
     };
@@ -345,7 +360,21 @@ fn best_effort_claim(
         .into_iter()
         .filter_map(|p| serde_json::from_value::<Pod>(p).ok())
         .collect();
-    let pending = pending_pods(&listed, ws.name(), &ctx.settings.versioned_kinds());
+    // Owner lookups go through the host's caches; a ReplicaSet is read once per call.
+    let mut owners: BTreeMap<ObjectRef, Result<Option<ObjectRef>, OwnerLookupError>> =
+        BTreeMap::new();
+    let pending = owned_pending_pods(
+        &listed,
+        ws,
+        &ctx.settings.workload_kinds(),
+        &ctx.settings.versioned_kinds(),
+        |r| {
+            owners
+                .entry(r.clone())
+                .or_insert_with(|| controller_ref_of(ctx.host, ns, r))
+                .clone()
+        },
+    );
     // The spread choice aims at the planned spread for the workload's replicas, which
     // integer-only subsets do not read otherwise (their rooms do not depend on it).
     let replicas = match needs_workload_replicas(ws) {

@@ -511,3 +511,102 @@ fn a_pod_refused_after_its_claim_gives_the_slot_back() {
     );
     assert_eq!(zone_b_status(&cluster), before, "the slot is free again");
 }
+
+/// Issue #30 (7), #26 (7): a pod arriving with the metadata only this system writes —
+/// a reservation naming someone's placeholder, the pending label — is admitted without
+/// it, placed or not (the controller would count it in that placeholder's slot; admissions
+/// would count it as placed).
+#[test]
+fn incoming_reservation_and_pending_label_are_stripped() {
+    let forged = |file: &str| {
+        let mut req = request(file);
+        let meta = &mut req.object["metadata"];
+        meta["annotations"]["workloadspread.io/reservation"] = json!("~host-a.3");
+        meta["annotations"]["workloadspread.io/counted"] = json!("uid/99");
+        meta["labels"][PENDING_LABEL] = json!(PENDING_VALUE);
+        meta["labels"]["workloadspread.io/reservation"] = json!("host-a.3");
+        req
+    };
+    for (file, counter, placed) in [
+        ("pod-create.json", true, true),
+        ("pod-create.json", false, true),
+        ("pod-create-no-owner.json", true, false),
+    ] {
+        let cluster = FakeCluster::load(counter);
+        let outcome = evaluate(&Settings::default(), &forged(file), &cluster, now());
+        let (pod, audit) = mutated(outcome);
+        let who = format!("{file} (counter {counter})");
+        for (field, key) in [
+            ("annotations", "workloadspread.io/reservation"),
+            ("annotations", "workloadspread.io/counted"),
+            ("labels", "workloadspread.io/reservation"),
+        ] {
+            assert!(
+                pod["metadata"][field].get(key).is_none(),
+                "{who}: {field} {key} kept: {}",
+                pod["metadata"]
+            );
+        }
+        let label = pod["metadata"]["labels"].get(PENDING_LABEL);
+        // Best effort labels the pod it places itself; nothing else keeps the label.
+        let want_label = placed && !counter;
+        assert_eq!(label.is_some(), want_label, "{who}: {}", pod["metadata"]);
+        assert_eq!(audit.contains_key(AUDIT_SUBSET), placed, "{who}: {audit:?}");
+    }
+}
+
+/// Issue #30 (7): best effort counts a pending-labelled pod only when the workload owns
+/// it: pods labelled by hand (no owner, another workload's ReplicaSet, an owner that is
+/// gone) cannot make a subset look full.
+#[test]
+fn pending_pods_of_other_owners_are_not_counted() {
+    let cluster = FakeCluster::load(false);
+    let mut ws = cluster.workloadspread("demo", "web-spread");
+    for statuses in ws.status.as_mut().into_iter().flat_map(|s| {
+        std::iter::once(&mut s.subset_statuses).chain(s.versioned_subset_statuses.values_mut())
+    }) {
+        statuses[0].replicas = 1;
+        statuses[0].missing_replicas = 1;
+    }
+    cluster.store(&ws);
+    let pending_pod = |name: &str, owner: Value| {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": name, "namespace": "demo",
+                "labels": {"app": "web", "pod-template-hash": "7d4b9c", PENDING_LABEL: PENDING_VALUE},
+                "annotations": {"apps.kruise.io/matched-workloadspread":
+                    r#"{"name":"web-spread","subset":"zone-a"}"#},
+                "ownerReferences": owner,
+            },
+            "status": {"phase": "Running"},
+        })
+    };
+    let rs = |name: &str| {
+        json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name, "uid": "x",
+                "controller": true}])
+    };
+    {
+        let mut objects = cluster.objects.borrow_mut();
+        objects.push(json!({
+            "apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": "other-5f5f", "namespace": "demo",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment",
+                    "name": "other", "uid": "o", "controller": true}]},
+        }));
+        objects.push(pending_pod("forged-unowned", json!([])));
+        objects.push(pending_pod("forged-other", rs("other-5f5f")));
+        objects.push(pending_pod("forged-gone", rs("web-gone")));
+    }
+    let next = || {
+        let (_, audit) = mutated(run("pod-create.json", &Settings::default(), &cluster));
+        audit[AUDIT_SUBSET].clone()
+    };
+    assert_eq!(next(), "web-spread/zone-a", "zone-a has one free slot");
+    // The workload's own pending pod does count: zone-a is then full.
+    cluster
+        .objects
+        .borrow_mut()
+        .push(pending_pod("web-7d4b9c-own01", rs("web-7d4b9c")));
+    assert_eq!(next(), "web-spread/zone-b");
+}

@@ -9,7 +9,16 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- end -}}
-{{- define "ws.image" -}}{{ .image.repository }}:{{ .image.tag | default .appVersion }}{{- end -}}
+{{- /* repository:tag, repository@digest, or repository:tag@digest (image.digest pins it). */ -}}
+{{- define "ws.image" -}}
+{{- $tag := .image.tag | default .appVersion -}}
+{{- if .image.digest -}}
+{{- if not (hasPrefix "sha256:" .image.digest) }}{{ fail (printf "image.digest %q must be sha256:<64 hex digits>" .image.digest) }}{{ end -}}
+{{ .image.repository }}{{ if .image.tag }}:{{ .image.tag }}{{ end }}@{{ .image.digest }}
+{{- else -}}
+{{ .image.repository }}:{{ $tag }}
+{{- end -}}
+{{- end -}}
 {{- define "ws.podSecurityContext" -}}
 runAsNonRoot: true
 runAsUser: 65532
@@ -21,12 +30,39 @@ allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
 capabilities: {drop: [ALL]}
 {{- end -}}
+{{- /* customWorkloads as the policy and the controller read them (without the chart-only
+     `resource` names, which only RBAC needs). */ -}}
+{{- define "ws.customWorkloads" -}}
+{{- $out := list -}}
+{{- range .Values.controller.customWorkloads -}}
+{{- $subs := list -}}
+{{- range .subResources }}{{ $subs = append $subs (dict "group" .group "kind" .kind) }}{{ end -}}
+{{- $w := dict "group" .group "kind" .kind "replicasPath" (.replicasPath | default "") -}}
+{{- if $subs }}{{ $_ := set $w "subResources" $subs }}{{ end -}}
+{{- $out = append $out $w -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+{{- /* Read access to each custom workload kind and to the owner kinds between it and its
+     pods: exactly the named resources (the plural is `resource`, default kind + "s"). */ -}}
+{{- define "ws.customWorkloadRules" -}}
+{{- range .Values.controller.customWorkloads }}
+- apiGroups: [{{ .group | quote }}]
+  resources: [{{ .resource | default (printf "%ss" (lower .kind)) | quote }}]
+  verbs: [get, list, watch]
+{{- range .subResources }}
+- apiGroups: [{{ .group | quote }}]
+  resources: [{{ .resource | default (printf "%ss" (lower .kind)) | quote }}]
+  verbs: [get, list, watch]
+{{- end }}
+{{- end }}
+{{- end -}}
 {{- define "ws.settingsJson" -}}
 {{- /* Kubewarden's policy-server has no counter capability: "auto" would probe it and log an
      error for every request, so the ClusterAdmissionPolicy says best-effort outright. */ -}}
 {{- $mode := .Values.settings.mode -}}
 {{- if and (eq .Values.mode "kubewarden") (eq $mode "auto") }}{{ $mode = "best-effort" }}{{ end -}}
-{{- $s := dict "mode" $mode "conversionWebhook" (eq .Values.mode "bundled") "onLookupFailure" .Values.settings.onLookupFailure "rules" .Values.settings.rules "versionedStatusKinds" .Values.controller.versionedStatusKinds "customWorkloads" .Values.controller.customWorkloads -}}
+{{- $s := dict "mode" $mode "conversionWebhook" (eq .Values.mode "bundled") "onLookupFailure" .Values.settings.onLookupFailure "rules" .Values.settings.rules "versionedStatusKinds" .Values.controller.versionedStatusKinds "customWorkloads" (include "ws.customWorkloads" . | fromJsonArray) -}}
 {{- toJson $s -}}
 {{- end -}}
 {{- define "ws.webhookRules.pods" -}}
@@ -34,6 +70,8 @@ capabilities: {drop: [ALL]}
   apiVersions: [v1]
   resources: [pods]
   operations: [CREATE, DELETE]
+{{- end -}}
+{{- define "ws.webhookRules.evictions" -}}
 - apiGroups: [""]
   apiVersions: [v1]
   resources: [pods/eviction]
@@ -45,10 +83,46 @@ capabilities: {drop: [ALL]}
   resources: [workloadspreads]
   operations: [CREATE, UPDATE]
 {{- end -}}
+{{- /* Only requests that can concern a WorkloadSpread reach the webhook (issue #30): a pod
+     created with a controller that is not a DaemonSet (WorkloadSpreads target workloads;
+     DaemonSet pods — CNI, cert-manager — must start while the host is down), and the
+     deletion of a pod carrying the matched annotation. Other requests (evictions,
+     WorkloadSpreads) pass both conditions. An empty field is absent in CEL (has()), and an
+     expression that errors fails the request under failurePolicy Fail. */ -}}
+{{- define "ws.matchConditions" -}}
+matchConditions:
+- name: pod-create-with-a-workload-controller
+  expression: >-
+    !(request.resource.group == '' && request.resource.resource == 'pods' &&
+    (!has(request.subResource) || request.subResource == '') && request.operation == 'CREATE') ||
+    (has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r,
+    has(r.controller) && r.controller == true && r.kind != 'DaemonSet'))
+- name: pod-delete-of-a-matched-pod
+  expression: >-
+    !(request.resource.group == '' && request.resource.resource == 'pods' &&
+    (!has(request.subResource) || request.subResource == '') && request.operation == 'DELETE') ||
+    (has(oldObject.metadata.annotations) &&
+    'apps.kruise.io/matched-workloadspread' in oldObject.metadata.annotations)
+{{- end -}}
+{{- /* Never the release namespace nor webhook.excludeNamespaces (nor Kubewarden's own
+     namespace in mode kubewarden); webhook.namespaceSelector narrows it further (opt-in by
+     label). */ -}}
 {{- define "ws.namespaceSelector" -}}
+{{- $excluded := concat (list .Release.Namespace) .Values.webhook.excludeNamespaces -}}
+{{- if eq .Values.mode "kubewarden" }}{{ $excluded = append $excluded .Values.kubewarden.namespace }}{{ end -}}
+{{- $sel := .Values.webhook.namespaceSelector | default dict -}}
 namespaceSelector:
+  {{- with $sel.matchLabels }}
+  matchLabels: {{- toYaml . | nindent 4 }}
+  {{- end }}
   matchExpressions:
   - key: kubernetes.io/metadata.name
     operator: NotIn
-    values: {{ concat (list .Release.Namespace) .Values.webhook.excludeNamespaces | toJson }}
+    values: {{ $excluded | uniq | toJson }}
+  {{- with $sel.matchExpressions }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end -}}
+{{- define "ws.podWriteVerbs" -}}
+patch{{ if .Values.controller.podWrite.rescheduling }}, delete{{ end }}
 {{- end -}}

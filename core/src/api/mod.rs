@@ -8,6 +8,11 @@ pub mod v1beta1;
 pub const GROUP: &str = "apps.kruise.io";
 /// Kind name.
 pub const KIND: &str = "WorkloadSpread";
+/// Annotation (value [`CRD_PROVIDER`]) on the CRD this project ships: OpenKruise's CRD has
+/// the same name and group, and the host must not point that one's conversion at itself.
+pub const CRD_PROVIDER_ANNOTATION: &str = "workloadspread.io/provider";
+/// The value of [`CRD_PROVIDER_ANNOTATION`].
+pub const CRD_PROVIDER: &str = "workloadspread";
 /// Plural resource name.
 pub const PLURAL: &str = "workloadspreads";
 

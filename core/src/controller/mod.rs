@@ -3,6 +3,7 @@
 //! requeue delay. The controller binary fetches the inputs and applies the outputs.
 
 pub mod cost;
+pub mod creating;
 pub mod grouping;
 pub mod pending;
 pub mod rebalance;

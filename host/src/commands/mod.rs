@@ -7,6 +7,7 @@ pub mod pull;
 pub mod push;
 pub mod run;
 pub mod serve;
+pub mod uninstall;
 
 use crate::engine::{EngineOptions, PolicyEngine};
 use crate::state::ClusterState;

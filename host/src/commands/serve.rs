@@ -23,6 +23,38 @@ pub struct ServeArgs {
     /// Address to listen on (HTTPS).
     #[arg(long, default_value = "0.0.0.0:8443")]
     pub listen: std::net::SocketAddr,
+    /// Also serve /healthz, /readyz and /metrics over plain HTTP here (probes and
+    /// scrapes then need neither the webhook port nor a client certificate).
+    #[arg(long)]
+    pub health_listen: Option<std::net::SocketAddr>,
+    /// Answer /mutate and /validate only for callers presenting a client certificate
+    /// signed by this CA (PEM): the API server's, configured through its admission
+    /// configuration's kubeConfigFile. /convert (the API server sends no certificate for
+    /// CRD conversion) and the probes need none.
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
+    /// The container's memory limit in MiB: the host refuses to start when
+    /// --max-concurrency evaluations at their worst would exceed it.
+    #[arg(long)]
+    pub memory_limit_mib: Option<u64>,
+    /// A request's headers must arrive within this of its first byte, and then its body
+    /// within this again.
+    #[arg(long, default_value_t = 10)]
+    pub request_read_timeout_seconds: u64,
+    /// A connection may wait this long for its next request; keep it above the API
+    /// server's idle-connection timeout (90 s) so that the client closes idle connections
+    /// (a connection we close as the client reuses it fails that admission with EOF).
+    #[arg(long, default_value_t = 120)]
+    pub idle_timeout_seconds: u64,
+    /// Open connections at most (more wait in the listen backlog).
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Pod creations that may claim a slot, per namespace and second (0: no limit).
+    #[arg(long, default_value_t = 50.0)]
+    pub claim_rate: f64,
+    /// How many such creations a namespace may make at once before the rate applies.
+    #[arg(long, default_value_t = 200)]
+    pub claim_burst: u32,
     /// kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -35,10 +67,23 @@ pub struct ServeArgs {
     /// CA bundle to publish with --tls-cert-file (default: the chain's last certificate).
     #[arg(long, requires = "tls_cert_file")]
     pub tls_ca_file: Option<PathBuf>,
-    /// How often the certificate files are re-read (rotation by cert-manager or a
-    /// mounted Secret); 0 disables reloading.
+    /// How often the certificate files (rotation by cert-manager or a mounted Secret) or
+    /// the --tls-secret (rotation by any replica) are re-read; 0 disables reloading.
     #[arg(long, default_value_t = 30)]
     pub tls_reload_seconds: u64,
+    /// Lifetime of a generated serving certificate (renewed after two thirds); s, m, h, d.
+    #[arg(long, default_value = "365d", value_parser = crate::serve::certs::parse_duration)]
+    pub tls_cert_validity: i64,
+    /// Lifetime of a generated CA (at least twice the certificate's).
+    #[arg(long, default_value = "1825d", value_parser = crate::serve::certs::parse_duration)]
+    pub tls_ca_validity: i64,
+    /// How long a new CA is published before it signs, and an old one kept after.
+    #[arg(long, default_value = "120s", value_parser = crate::serve::certs::parse_duration)]
+    pub tls_rotation_grace: i64,
+    /// cert-manager mode: NAMESPACE/CERTIFICATE whose CA cert-manager's cainjector keeps
+    /// in the conversion CRD (annotation cert-manager.io/inject-ca-from).
+    #[arg(long, requires = "conversion_crd")]
+    pub crd_ca_injection_from: Option<String>,
     /// DNS names / IPs of the generated certificate (repeatable).
     #[arg(long = "tls-san", default_values_t = ["localhost".to_string(), "127.0.0.1".to_string()])]
     pub tls_sans: Vec<String>,
@@ -68,7 +113,8 @@ pub struct ServeArgs {
     /// Do not offer the counter capability (best-effort mode, like Kubewarden).
     #[arg(long)]
     pub no_counter: bool,
-    /// Concurrent evaluations (each holds a blocking thread).
+    /// Concurrent admissions (each holds a blocking thread and its body; taken before the
+    /// body is read).
     #[arg(long, default_value_t = 256)]
     pub max_concurrency: usize,
     /// Pooling-allocator instance slots (0 = allocate on demand).
@@ -119,7 +165,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     runtime.block_on(serve_main(args))
 }
 
-async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
+pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
     let config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
@@ -131,23 +177,110 @@ async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
     Ok(kube::Client::try_from(config)?)
 }
 
-async fn tls_bundle(
-    args: &ServeArgs,
-    client: &kube::Client,
-) -> Result<crate::serve::tls::CertBundle> {
-    use crate::serve::tls::{shared_bundle, CertBundle};
-    if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_key_file) {
-        return CertBundle::from_files(cert, key, args.tls_ca_file.as_deref());
+/// How this replica serves TLS.
+struct Tls {
+    config: Arc<rustls::ServerConfig>,
+    /// The CA bundle now (written out, patched at start).
+    bundle: String,
+    /// With generated certificates: the published bundle, kept in the targets.
+    published: Option<tokio::sync::watch::Receiver<crate::serve::rotation::Published>>,
+}
+
+fn lifetimes(args: &ServeArgs) -> Result<crate::serve::certs::Lifetimes> {
+    anyhow::ensure!(
+        args.tls_ca_validity >= 2 * args.tls_cert_validity,
+        "--tls-ca-validity ({} s) must be at least twice --tls-cert-validity ({} s)",
+        args.tls_ca_validity,
+        args.tls_cert_validity
+    );
+    Ok(crate::serve::certs::Lifetimes {
+        cert_seconds: args.tls_cert_validity,
+        ca_seconds: args.tls_ca_validity,
+        grace_seconds: args.tls_rotation_grace,
+    })
+}
+
+fn targets(args: &ServeArgs) -> crate::serve::rotation::Targets {
+    crate::serve::rotation::Targets {
+        webhook_config: args.webhook_config.clone(),
+        conversion_crd: args.conversion_crd.clone(),
     }
-    match &args.tls_secret {
+}
+
+/// Certificates from files (re-read every --tls-reload-seconds), from the shared
+/// Secret (rotated by whichever replica finds it due), or generated for this process.
+async fn tls(args: &ServeArgs, client: &kube::Client) -> Result<Tls> {
+    use crate::serve::rotation::{self, Published};
+    use crate::serve::tls::{CertBundle, CertResolver, FileReloader};
+    let client_ca = match &args.client_ca_file {
+        Some(p) => {
+            Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
+        }
+        None => None,
+    };
+    let client_ca = client_ca.as_deref();
+    if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_key_file) {
+        let bundle = CertBundle::from_files(cert, key, args.tls_ca_file.as_deref())?;
+        let reloader = FileReloader::new(cert, key)?;
+        let config = crate::serve::tls::server_config(reloader.resolver.clone(), client_ca)?;
+        if args.tls_reload_seconds > 0 {
+            tokio::spawn(reloader.watch(Duration::from_secs(args.tls_reload_seconds)));
+        }
+        return Ok(Tls {
+            config,
+            bundle: bundle.ca_pem,
+            published: None,
+        });
+    }
+    let lifetimes = lifetimes(args)?;
+    let state = match &args.tls_secret {
         Some(s) => {
             let (ns, name) = s
                 .split_once('/')
                 .context("--tls-secret must be NAMESPACE/NAME")?;
-            shared_bundle(client, ns, name, &args.tls_sans).await
+            let api = kube::Api::namespaced(client.clone(), ns);
+            rotation::load_or_create(&api, name, &args.tls_sans, &lifetimes)
+                .await?
+                .0
         }
-        None => CertBundle::generate(&args.tls_sans),
+        None => crate::serve::certs::TlsState::generate(
+            &args.tls_sans,
+            crate::serve::tls::unix_now(),
+            &lifetimes,
+        )?,
+    };
+    let bundle = CertBundle::from_state(&state);
+    let resolver = Arc::new(CertResolver::new(bundle.certified_key()?));
+    let config = crate::serve::tls::server_config(resolver.clone(), client_ca)?;
+    let (tx, rx) = tokio::sync::watch::channel(Published {
+        generation: state.generation,
+        bundle: bundle.ca_pem.clone(),
+    });
+    if let (Some(s), true) = (&args.tls_secret, args.tls_reload_seconds > 0) {
+        let (ns, name) = s.split_once('/').unwrap_or_default();
+        tokio::spawn(rotation::keep_rotating(
+            client.clone(),
+            ns.to_string(),
+            name.to_string(),
+            args.tls_sans.clone(),
+            lifetimes,
+            Duration::from_secs(args.tls_reload_seconds),
+            targets(args),
+            resolver,
+            tx,
+        ));
+    } else {
+        // Nothing rotates this bundle; the sender lives as long as the process.
+        tokio::spawn(async move {
+            let _published = tx;
+            std::future::pending::<()>().await
+        });
     }
+    Ok(Tls {
+        config,
+        bundle: bundle.ca_pem,
+        published: Some(rx),
+    })
 }
 
 /// `--metadata`, else the module's embedded metadata, else the metadata.yml this
@@ -167,6 +300,23 @@ pub fn policy_metadata(path: Option<&PathBuf>, module: &std::path::Path) -> Resu
 
 async fn serve_main(args: ServeArgs) -> Result<()> {
     super::set_clock_offset(args.clock_offset_seconds);
+    let worst = crate::serve::limits::worst_case_mib(
+        args.max_concurrency,
+        args.policy_args.max_memory_mib,
+        args.max_request_bytes,
+    );
+    match args.memory_limit_mib {
+        Some(limit) => crate::serve::limits::check_memory_fit(
+            limit,
+            args.max_concurrency,
+            args.policy_args.max_memory_mib,
+            args.max_request_bytes,
+        )
+        .map_err(anyhow::Error::msg)?,
+        None => tracing::info!(
+            "no --memory-limit-mib: evaluations may use up to {worst} MiB at their worst"
+        ),
+    }
     let settings = settings(&args.policy_args)?;
     let policy = args.policy.clone().unwrap_or_else(default_policy);
     let options = engine_options(&args.policy_args, args.pool_instances)?;
@@ -210,19 +360,43 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         })
         .await??;
     }
-    let bundle = tls_bundle(&args, &client).await?;
+    let tls = tls(&args, &client).await?;
     if let Some(out) = &args.ca_bundle_out {
-        std::fs::write(out, &bundle.ca_pem)
-            .with_context(|| format!("writing {}", out.display()))?;
-    }
-    if let Some(name) = &args.webhook_config {
-        let n = crate::serve::tls::patch_ca_bundle(&client, name, &bundle.ca_pem).await?;
-        tracing::info!("CA bundle patched into {n} webhook configuration(s) named {name}");
+        std::fs::write(out, &tls.bundle).with_context(|| format!("writing {}", out.display()))?;
     }
     if let Some(crd) = &args.conversion_crd {
         let endpoint = conversion_endpoint(&args)?;
-        crate::serve::convert::enable_on_crd(&client, crd, &endpoint, &bundle.ca_pem).await?;
+        crate::serve::convert::enable_on_crd(
+            &client,
+            crd,
+            &endpoint,
+            &tls.bundle,
+            args.crd_ca_injection_from.as_deref(),
+        )
+        .await?;
         tracing::info!("conversion webhook enabled on CRD {crd}");
+    }
+    match (&tls.published, &args.webhook_config) {
+        (Some(published), _) => {
+            // Generated certificates: this host keeps the bundle current everywhere.
+            let current = published.borrow().clone();
+            let n =
+                crate::serve::rotation::ensure_bundles(&client, &targets(&args), &current).await?;
+            tracing::info!(
+                "CA bundle (generation {}) written to {n} object(s)",
+                current.generation
+            );
+            tokio::spawn(crate::serve::rotation::keep_bundles(
+                client.clone(),
+                targets(&args),
+                published.clone(),
+            ));
+        }
+        (None, Some(name)) => {
+            let n = crate::serve::tls::patch_ca_bundle(&client, name, &tls.bundle).await?;
+            tracing::info!("CA bundle patched into {n} webhook configuration(s) named {name}");
+        }
+        (None, None) => {}
     }
     let listener = crate::serve::bind(args.listen).await?;
     let app = Arc::new(crate::serve::App {
@@ -231,18 +405,44 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         capabilities: caps.clone(),
         metrics,
         slots: tokio::sync::Semaphore::new(args.max_concurrency.max(1)),
+        large_slots: tokio::sync::Semaphore::new(crate::serve::LARGE_SLOTS),
         max_request_bytes: args.max_request_bytes,
         skip_unrelated: !args.evaluate_unrelated,
+        claims: crate::serve::limits::ClaimLimiter::new(args.claim_rate, args.claim_burst),
+        read_timeout: Duration::from_secs(args.request_read_timeout_seconds.max(1)),
+        client_auth: args.client_ca_file.is_some(),
     });
+    let options = crate::serve::ServeOptions {
+        header_timeout: Duration::from_secs(args.request_read_timeout_seconds.max(1)),
+        idle_timeout: Duration::from_secs(args.idle_timeout_seconds.max(1)),
+        max_connections: args.max_connections,
+        drain: Duration::from_secs(15),
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    if let Some(addr) = args.health_listen {
+        let health = crate::serve::bind(addr).await?;
+        let mut stopped = stopped.clone();
+        tokio::spawn(crate::serve::serve(
+            health,
+            None,
+            crate::serve::health_router(app.clone()),
+            async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            },
+            options,
+        ));
+        tracing::info!(listen = %addr, "health and metrics over HTTP");
+    }
     tracing::info!(listen = %args.listen, "serving (admissions wait for the caches' first list)");
-    crate::serve::serve_tls(
+    crate::serve::serve(
         listener,
-        tls_config(&args, &bundle)?,
+        Some(tls.config),
         crate::serve::router(app),
         shutdown_signal(),
-        Duration::from_secs(15),
+        options,
     )
     .await?;
+    let _ = stop.send(true);
     if let Some(committer) = committer {
         committer.return_all(Duration::from_secs(5)).await;
     }
@@ -270,27 +470,6 @@ pub fn conversion_endpoint(args: &ServeArgs) -> Result<crate::serve::convert::En
         name: name.into(),
         port,
     })
-}
-
-/// The TLS configuration; certificates from files are re-read periodically so a
-/// rotation needs no restart (new connections get the new certificate).
-pub fn tls_config(
-    args: &ServeArgs,
-    bundle: &crate::serve::tls::CertBundle,
-) -> Result<Arc<rustls::ServerConfig>> {
-    match (
-        &args.tls_cert_file,
-        &args.tls_key_file,
-        args.tls_reload_seconds,
-    ) {
-        (Some(cert), Some(key), secs) if secs > 0 => {
-            let reloader = crate::serve::tls::FileReloader::new(cert, key)?;
-            let config = crate::serve::tls::server_config(reloader.resolver.clone())?;
-            tokio::spawn(reloader.watch(Duration::from_secs(secs)));
-            Ok(config)
-        }
-        _ => bundle.server_config(),
-    }
 }
 
 async fn shutdown_signal() {

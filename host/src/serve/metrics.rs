@@ -126,6 +126,8 @@ pub struct Metrics {
     pub ready: Gauge,
     /// This replica's placeholder prefix (1 for its id).
     pub holder: Family<HolderLabels, Gauge>,
+    /// Requests refused by the host's limits (`serve::limits`).
+    pub limits: super::limits::LimitMetrics,
 }
 
 impl Metrics {
@@ -144,6 +146,8 @@ impl Metrics {
         let unrelated = Counter::default();
         let cached_objects = Family::<CacheLabels, Gauge>::default();
         let reservations = Family::<ReservationLabels, Counter>::default();
+        let limits = super::limits::LimitMetrics::default();
+        limits.register(&mut registry);
         registry.register(
             "reservations",
             "Reserved slots: placeholders reserved, taken by claims without a write, settled, returned; claims that waited for placeholders in their way; stale placeholders (a dead holder's) settled to the pod naming them or dropped",
@@ -219,6 +223,7 @@ impl Metrics {
         );
         Metrics {
             registry,
+            limits,
             reservations,
             counter_queues,
             ready,

@@ -1,11 +1,15 @@
 //! `serve`: the HTTPS admission webhook running the policy module with cluster-backed
 //! capabilities and exact counters.
 
+pub mod certs;
 pub mod commit;
 pub mod convert;
+pub mod guard;
 pub mod kube_state;
+pub mod limits;
 pub mod metrics;
 pub mod reserve;
+pub mod rotation;
 pub mod tls;
 
 use crate::capabilities::{AllowList, Capabilities};
@@ -13,20 +17,20 @@ use crate::engine::PolicyEngine;
 use crate::run::{self, AdmissionResponse};
 use anyhow::{Context, Result};
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use kube_state::KubeCapabilities;
+use limits::{ClaimLimiter, Refusal};
 use metrics::{Endpoint, EndpointLabels, EvalLabels, Metrics, Outcome};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio_rustls::TlsAcceptor;
 
 /// How long an admission waits for the caches' initial list.
@@ -38,17 +42,40 @@ pub struct App {
     pub settings: Value,
     pub capabilities: Arc<KubeCapabilities>,
     pub metrics: Arc<Metrics>,
-    /// Bounds concurrent evaluations (each holds a blocking thread).
+    /// Bounds concurrent admissions, body included: a permit is taken before the body is
+    /// read (each evaluation holds a blocking thread and up to the guest's memory cap).
     pub slots: Semaphore,
+    /// Requests with bodies over [`LARGE_BODY`] (or of unknown length) also take one of
+    /// these first: a few of them at a time, so large bodies cannot hold every slot while
+    /// ordinary admissions (a few KiB) wait.
+    pub large_slots: Semaphore,
     /// Largest AdmissionReview body accepted.
     pub max_request_bytes: usize,
     /// Answer pod requests of namespaces without a WorkloadSpread without the guest.
     pub skip_unrelated: bool,
+    /// Pod creations that may claim a slot, per namespace.
+    pub claims: ClaimLimiter,
+    /// How long a request's body may take to arrive (its headers: [`ServeOptions`]).
+    pub read_timeout: Duration,
+    /// `/mutate` and `/validate` answer only callers that presented a client certificate
+    /// of the configured CA (`--client-ca-file`): the API server.
+    pub client_auth: bool,
 }
+
+/// Whether the connection's peer presented a verified client certificate.
+#[derive(Clone, Copy, Debug)]
+pub struct PeerCertificate(pub bool);
+
+/// How long a request waits for an evaluation slot before it is refused (503): below the
+/// API server's webhook timeout, so the refusal says why instead of timing out.
+const SLOT_WAIT: Duration = Duration::from_secs(5);
+/// Bodies above this take a large-body slot too (pod reviews are a few KiB).
+pub const LARGE_BODY: usize = 1 << 20;
+/// Large-body slots.
+pub const LARGE_SLOTS: usize = 2;
 
 /// The webhook's routes.
 pub fn router(app: Arc<App>) -> Router {
-    let limit = app.max_request_bytes;
     Router::new()
         .route("/mutate", post(mutate))
         .route("/validate", post(validate))
@@ -56,11 +83,20 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
-        .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             refuse_oversized,
         ))
+        .with_state(app)
+}
+
+/// Probes and metrics only, for a plain-HTTP port of their own (`--health-listen`): the
+/// webhook port may require client certificates and admit only the API server.
+pub fn health_router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
         .with_state(app)
 }
 
@@ -82,6 +118,70 @@ async fn refuse_oversized(
     }
 }
 
+/// An evaluation slot, then the body within the read timeout and the size limit. The
+/// slot comes first: bodies are only read (and held in memory) for admissions that will
+/// be evaluated, so concurrency × body size stays bounded (`limits::check_memory_fit`).
+async fn slot_and_body(
+    app: &App,
+    request: Request,
+) -> Result<(SemaphorePermit<'_>, Bytes), Response> {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let _large = match declared {
+        Some(n) if n <= LARGE_BODY => None,
+        _ => match tokio::time::timeout(SLOT_WAIT, app.large_slots.acquire()).await {
+            Ok(Ok(p)) => Some(p),
+            Ok(Err(_)) => return Err(unavailable("the server is shutting down; retry".into())),
+            Err(_) => {
+                app.metrics.limits.refuse(Refusal::Busy);
+                return Err(unavailable(format!(
+                    "{LARGE_SLOTS} requests over {LARGE_BODY} bytes are already being read; retry"
+                )));
+            }
+        },
+    };
+    let permit = match tokio::time::timeout(SLOT_WAIT, app.slots.acquire()).await {
+        Ok(Ok(p)) => p,
+        Ok(Err(_)) => return Err(unavailable("the server is shutting down; retry".into())),
+        Err(_) => {
+            app.metrics.limits.refuse(Refusal::Busy);
+            return Err(unavailable(format!(
+                "all {} evaluation slots stayed busy for {SLOT_WAIT:?}; retry (raise \
+                 --max-concurrency with the memory limit, or add replicas)",
+                app.slots.available_permits().max(1)
+            )));
+        }
+    };
+    let body = request.into_body();
+    match tokio::time::timeout(
+        app.read_timeout,
+        axum::body::to_bytes(body, app.max_request_bytes),
+    )
+    .await
+    {
+        Ok(Ok(bytes)) => Ok((permit, bytes)),
+        Ok(Err(e)) => Err(body_error(app, &e)),
+        Err(_) => {
+            app.metrics.limits.refuse(Refusal::BodyTimeout);
+            Err((
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {:?} (--request-read-timeout-seconds)",
+                    app.read_timeout
+                ),
+            )
+                .into_response())
+        }
+    }
+}
+
+fn unavailable(message: String) -> Response {
+    (StatusCode::SERVICE_UNAVAILABLE, message).into_response()
+}
+
 fn too_large(app: &App) -> Response {
     let message = format!(
         "the AdmissionReview is larger than {} bytes (raise --max-request-bytes)",
@@ -90,12 +190,10 @@ fn too_large(app: &App) -> Response {
     (StatusCode::PAYLOAD_TOO_LARGE, message).into_response()
 }
 
-type Body = Result<Bytes, BytesRejection>;
-
-async fn convert_handler(State(app): State<Arc<App>>, body: Body) -> Response {
-    let body = match body {
+async fn convert_handler(State(app): State<Arc<App>>, request: Request) -> Response {
+    let (_permit, body) = match slot_and_body(&app, request).await {
         Ok(b) => b,
-        Err(e) => return body_error(&app, e),
+        Err(response) => return response,
     };
     match serde_json::from_slice::<Value>(&body) {
         Ok(review) if review["request"].is_object() => {
@@ -106,20 +204,26 @@ async fn convert_handler(State(app): State<Arc<App>>, body: Body) -> Response {
     }
 }
 
-async fn mutate(State(app): State<Arc<App>>, body: Body) -> Response {
-    admit(app, Endpoint::Mutate, body).await
+async fn mutate(State(app): State<Arc<App>>, request: Request) -> Response {
+    admit(app, Endpoint::Mutate, request).await
 }
 
-async fn validate(State(app): State<Arc<App>>, body: Body) -> Response {
-    admit(app, Endpoint::Validate, body).await
+async fn validate(State(app): State<Arc<App>>, request: Request) -> Response {
+    admit(app, Endpoint::Validate, request).await
 }
 
-/// The answer to a body that could not be read (e.g. over the limit).
-fn body_error(app: &App, e: BytesRejection) -> Response {
-    match e.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => too_large(app),
-        status => (status, format!("unreadable request body: {e}")).into_response(),
+/// The answer to a body that could not be read (over the limit, or the connection broke).
+fn body_error(app: &App, e: &axum::Error) -> Response {
+    let too_big =
+        std::error::Error::source(e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+    if too_big {
+        return too_large(app);
     }
+    (
+        StatusCode::BAD_REQUEST,
+        format!("unreadable request body: {e}"),
+    )
+        .into_response()
 }
 
 async fn readyz(State(app): State<Arc<App>>) -> Response {
@@ -140,13 +244,28 @@ async fn metrics_text(State(app): State<Arc<App>>) -> Response {
         .into_response()
 }
 
-async fn admit(app: Arc<App>, endpoint: Endpoint, body: Body) -> Response {
+async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response {
     let started = Instant::now();
-    let body = match body {
+    let authenticated = request
+        .extensions()
+        .get::<PeerCertificate>()
+        .is_some_and(|p| p.0);
+    if app.client_auth && !authenticated {
+        return (
+            StatusCode::FORBIDDEN,
+            "this webhook answers only the API server: present a client certificate of the CA \
+             given to --client-ca-file (the API server's admission configuration names it in a \
+             kubeConfigFile; docs/operations.md, Security)",
+        )
+            .into_response();
+    }
+    let (_permit, body) = match slot_and_body(&app, request).await {
         Ok(b) => b,
-        Err(e) => return body_error(&app, e),
+        Err(response) => return response,
     };
-    let review: Value = match serde_json::from_slice(&body) {
+    let parsed = serde_json::from_slice::<Value>(&body);
+    drop(body);
+    let mut review: Value = match parsed {
         Ok(v) => v,
         Err(e) => return bad_request(format!("the body is not an AdmissionReview: {e}")),
     };
@@ -157,7 +276,8 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, body: Body) -> Response {
         .as_str()
         .unwrap_or("admission.k8s.io/v1")
         .to_string();
-    let request = review["request"].clone();
+    let request = review["request"].take();
+    drop(review);
     let response = evaluate(&app, request).await;
     let outcome = outcome_of(&response);
     tracing::debug!(
@@ -202,9 +322,19 @@ async fn evaluate(app: &Arc<App>, request: Value) -> AdmissionResponse {
             return answer;
         }
     }
-    let Ok(_permit) = app.slots.acquire().await else {
-        return run::rejection(uid, "the server is shutting down".into(), 503);
-    };
+    if let Some(namespace) = may_claim(&request) {
+        if !app.claims.try_take(namespace, Instant::now()) {
+            app.metrics.limits.refuse(Refusal::ClaimRate);
+            app.metrics
+                .limits
+                .claims_limited
+                .get_or_create(&limits::NamespaceLabels {
+                    namespace: namespace.to_string(),
+                })
+                .inc();
+            return run::rejection(uid, app.claims.refusal(namespace), 429);
+        }
+    }
     let worker = app.clone();
     let evaluation = tokio::task::spawn_blocking(move || {
         let caps: Arc<dyn Capabilities> = worker.capabilities.clone();
@@ -240,6 +370,26 @@ fn unrelated_pod_answer(app: &App, request: &Value) -> Option<AdmissionResponse>
     })
 }
 
+/// The namespace of a pod creation that may claim a slot: not a dry run, and the pod has
+/// a controller (unowned pods are never spread). Such creations are rate-limited.
+fn may_claim(request: &Value) -> Option<&str> {
+    let resource = &request["resource"];
+    let is_pod_create = resource["group"] == ""
+        && resource["resource"] == "pods"
+        && request["subResource"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty()
+        && request["operation"] == "CREATE"
+        && request["dryRun"] != true;
+    let owned = request["object"]["metadata"]["ownerReferences"]
+        .as_array()
+        .is_some_and(|refs| refs.iter().any(|r| r["controller"] == true));
+    (is_pod_create && owned)
+        .then(|| request["namespace"].as_str())
+        .flatten()
+}
+
 fn outcome_of(r: &AdmissionResponse) -> Outcome {
     match (r.allowed, &r.patch, &r.status) {
         (true, Some(_), _) => Outcome::Mutated,
@@ -261,19 +411,58 @@ fn without_nulls(v: Value) -> Value {
     }
 }
 
-/// Serves `router` over TLS on `listener` until `shutdown` resolves, then lets
-/// in-flight requests finish (bounded by `drain`).
-pub async fn serve_tls(
+/// Connection limits of a listener.
+#[derive(Clone, Copy, Debug)]
+pub struct ServeOptions {
+    /// A request's headers must arrive within this of its first byte (slowloris); a
+    /// connection's TLS handshake too.
+    pub header_timeout: Duration,
+    /// A connection may wait this long for its next request (longer than the API
+    /// server's 90 s, so that the client closes idle connections, not us: `guard.rs`).
+    pub idle_timeout: Duration,
+    /// Open connections; past it, new ones wait in the kernel's backlog.
+    pub max_connections: usize,
+    /// After shutdown, in-flight requests may finish for this long.
+    pub drain: Duration,
+}
+
+/// A connection's IO under its deadlines (`guard.rs`).
+fn guarded<I>(
+    io: I,
+    state: &Arc<guard::ConnState>,
+    options: &ServeOptions,
+) -> hyper_util::rt::TokioIo<guard::Guarded<I>> {
+    hyper_util::rt::TokioIo::new(guard::Guarded::new(
+        io,
+        state.clone(),
+        options.header_timeout,
+        options.idle_timeout,
+    ))
+}
+
+/// Serves `router` on `listener` (over TLS when `tls` is given) until `shutdown`
+/// resolves, then lets in-flight requests finish (bounded by `options.drain`).
+pub async fn serve(
     listener: TcpListener,
-    tls: Arc<rustls::ServerConfig>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     router: Router,
     shutdown: impl std::future::Future<Output = ()>,
-    drain: Duration,
+    options: ServeOptions,
 ) -> Result<()> {
-    let acceptor = TlsAcceptor::from(tls);
+    let acceptor = tls.map(TlsAcceptor::from);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let connections = Arc::new(Semaphore::new(options.max_connections.max(1)));
     tokio::pin!(shutdown);
     loop {
+        // A connection slot first: at the cap, connections queue in the backlog instead
+        // of each holding a task, a TLS state and buffers.
+        let slot = tokio::select! {
+            slot = connections.clone().acquire_owned() => match slot {
+                Ok(s) => s,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -286,28 +475,52 @@ pub async fn serve_tls(
             () = &mut shutdown => break,
         };
         let acceptor = acceptor.clone();
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let router = router.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            let handshake = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp));
+            let _slot = slot;
+            let http = hyper::server::conn::http1::Builder::new();
+            let state = guard::ConnState::new();
+            let with_peer = |presented: bool| {
+                let state = state.clone();
+                let tagged = tower::ServiceExt::map_request(
+                    router,
+                    move |mut r: hyper::Request<hyper::body::Incoming>| {
+                        state.handled();
+                        r.extensions_mut().insert(PeerCertificate(presented));
+                        r
+                    },
+                );
+                hyper_util::service::TowerToHyperService::new(tagged)
+            };
+            let Some(acceptor) = acceptor else {
+                let service = with_peer(false);
+                let conn = http.serve_connection(guarded(tcp, &state, &options), service);
+                if let Err(e) = watcher.watch(conn).await {
+                    tracing::debug!(%peer, "connection: {e}");
+                }
+                return;
+            };
+            let handshake = tokio::time::timeout(options.header_timeout, acceptor.accept(tcp));
             let stream = match handshake.await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => return tracing::debug!(%peer, "TLS handshake: {e}"),
                 Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
             };
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            // rustls verified the certificate against the client CA when one was sent.
+            let service = with_peer(stream.get_ref().1.peer_certificates().is_some());
+            let conn = http.serve_connection(guarded(stream, &state, &options), service);
             if let Err(e) = watcher.watch(conn).await {
                 tracing::debug!(%peer, "connection: {e}");
             }
         });
     }
     tracing::info!("shutting down: draining in-flight requests");
-    if tokio::time::timeout(drain, graceful.shutdown())
+    if tokio::time::timeout(options.drain, graceful.shutdown())
         .await
         .is_err()
     {
-        tracing::warn!("connections still open after {drain:?}; closing");
+        tracing::warn!("connections still open after {:?}; closing", options.drain);
     }
     Ok(())
 }

@@ -1,22 +1,18 @@
 //! TLS for `serve`: certificates from files, or a self-generated CA + serving
-//! certificate (optionally shared by all replicas through a Secret) whose CA bundle is
-//! written out and patched into the webhook configurations.
+//! certificate (optionally shared by all replicas through a Secret, rotated:
+//! `certs.rs`, `rotation.rs`) whose CA bundle is written out and kept in the webhook
+//! configurations; optionally client certificates required of callers (the API server).
 
+use super::certs::TlsState;
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::PostParams;
 use kube::{Api, Client};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose,
-};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
@@ -47,28 +43,20 @@ impl CertBundle {
         })
     }
 
-    /// A fresh CA and a serving certificate for `sans` (DNS names or IP addresses).
+    /// A fresh CA and a serving certificate for `sans` (default lifetimes).
+    #[cfg(test)]
     pub fn generate(sans: &[String]) -> Result<Self> {
-        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "workloadspread-host CA");
-        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let ca_key = KeyPair::generate()?;
-        let ca = ca_params.self_signed(&ca_key)?;
-        let mut params = CertificateParams::new(sans.to_vec())?;
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "workloadspread-host");
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let key = KeyPair::generate()?;
-        let cert = params.signed_by(&key, &ca, &ca_key)?;
-        Ok(CertBundle {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-            ca_pem: ca.pem(),
-        })
+        let state = TlsState::generate(sans, unix_now(), &super::certs::Lifetimes::default())?;
+        Ok(Self::from_state(&state))
+    }
+
+    /// What a rotation state serves and publishes.
+    pub fn from_state(state: &TlsState) -> Self {
+        CertBundle {
+            cert_pem: state.serving.cert_pem.clone(),
+            key_pem: state.serving.key_pem.clone(),
+            ca_pem: state.bundle(),
+        }
     }
 
     /// The chain and key as rustls' signing material (checks that they match).
@@ -89,19 +77,55 @@ impl CertBundle {
     }
 
     /// rustls server configuration with a fixed certificate.
+    #[cfg(test)]
     pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>> {
-        server_config(Arc::new(CertResolver::new(self.certified_key()?)))
+        server_config(Arc::new(CertResolver::new(self.certified_key()?)), None)
     }
 }
 
+/// Seconds since the epoch.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
 /// rustls server configuration over `resolver` (HTTP/1.1: the API server then opens one
-/// connection per concurrent call, which a Service spreads over replicas).
-pub fn server_config(resolver: Arc<CertResolver>) -> Result<Arc<rustls::ServerConfig>> {
+/// connection per concurrent call, which a Service spreads over replicas). With
+/// `client_ca` (PEM), a certificate a caller presents must be one that CA signed (else the
+/// handshake fails) — the API server presents one for the webhooks its admission
+/// configuration's kubeConfigFile names.
+pub fn server_config(
+    resolver: Arc<CertResolver>,
+    client_ca: Option<&str>,
+) -> Result<Arc<rustls::ServerConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_cert_resolver(resolver);
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls_pemfile::certs(&mut pem.as_bytes()) {
+                roots
+                    .add(cert.context("parsing the client CA")?)
+                    .context("adding the client CA")?;
+            }
+            if roots.is_empty() {
+                bail!("no certificate in the client CA PEM");
+            }
+            // A certificate is verified when presented; the webhook routes refuse callers
+            // without one (`serve::App::client_auth`), conversion and probes do not need one
+            // (the API server presents none for CRD conversion).
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .allow_unauthenticated()
+                    .build()
+                    .context("building the client certificate verifier")?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -115,14 +139,14 @@ impl CertResolver {
         CertResolver(RwLock::new(key))
     }
 
-    fn current(&self) -> Arc<CertifiedKey> {
+    pub(crate) fn current(&self) -> Arc<CertifiedKey> {
         match self.0.read() {
             Ok(k) => k.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
     }
 
-    fn replace(&self, key: Arc<CertifiedKey>) {
+    pub(crate) fn replace(&self, key: Arc<CertifiedKey>) {
         match self.0.write() {
             Ok(mut k) => *k = key,
             Err(poisoned) => *poisoned.into_inner() = key,
@@ -192,68 +216,6 @@ fn last_pem_block(pem: &str) -> Option<String> {
     Some(pem[start..].to_string())
 }
 
-/// Loads the bundle from Secret `namespace/name`, or generates one and creates the
-/// Secret; when replicas race, the first create wins and the others read it.
-pub async fn shared_bundle(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-    sans: &[String],
-) -> Result<CertBundle> {
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    for _ in 0..3 {
-        if let Some(secret) = api.get_opt(name).await? {
-            return from_secret(&secret).with_context(|| format!("Secret {namespace}/{name}"));
-        }
-        let bundle = CertBundle::generate(sans)?;
-        match api
-            .create(&PostParams::default(), &to_secret(name, &bundle))
-            .await
-        {
-            Ok(_) => return Ok(bundle),
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => return Err(e).context(format!("creating Secret {namespace}/{name}")),
-        }
-    }
-    bail!("Secret {namespace}/{name} kept changing while loading it")
-}
-
-fn to_secret(name: &str, b: &CertBundle) -> Secret {
-    let data: BTreeMap<String, ByteString> = [
-        ("tls.crt", &b.cert_pem),
-        ("tls.key", &b.key_pem),
-        ("ca.crt", &b.ca_pem),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), ByteString(v.clone().into_bytes())))
-    .collect();
-    Secret {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            ..Default::default()
-        },
-        type_: Some("kubernetes.io/tls".into()),
-        data: Some(data),
-        ..Default::default()
-    }
-}
-
-fn from_secret(s: &Secret) -> Result<CertBundle> {
-    let field = |k: &str| -> Result<String> {
-        let bytes = s
-            .data
-            .as_ref()
-            .and_then(|d| d.get(k))
-            .with_context(|| format!("missing {k}"))?;
-        String::from_utf8(bytes.0.clone()).with_context(|| format!("{k} is not PEM text"))
-    };
-    Ok(CertBundle {
-        cert_pem: field("tls.crt")?,
-        key_pem: field("tls.key")?,
-        ca_pem: field("ca.crt")?,
-    })
-}
-
 /// Sets `caBundle` on every webhook of the Mutating and Validating configurations
 /// called `name` (those that exist); retries on conflicts.
 pub async fn patch_ca_bundle(client: &Client, name: &str, ca_pem: &str) -> Result<usize> {
@@ -311,8 +273,10 @@ mod tests {
         assert_ne!(b.ca_pem, b.cert_pem);
         let config = b.server_config().unwrap();
         assert_eq!(config.alpn_protocols, vec![b"http/1.1".to_vec()]);
-        let round = from_secret(&to_secret("s", &b)).unwrap();
-        assert_eq!(round, b);
+        let resolver = Arc::new(CertResolver::new(b.certified_key().unwrap()));
+        server_config(resolver.clone(), Some(&b.ca_pem)).unwrap();
+        let err = server_config(resolver, Some("not pem")).unwrap_err();
+        assert!(err.to_string().contains("no certificate"), "{err}");
     }
 
     #[test]

@@ -42,6 +42,24 @@ impl Sightings {
         }
     }
 
+    /// As [`Sightings::observe`], for every `creatingPods` key (pods' entries too): the
+    /// controller ages a claim whose pod never appears by its own clock, not the host's
+    /// stamp.
+    pub fn observe_creating(&mut self, status: &WorkloadSpreadStatus, now: Timestamp) {
+        let present: BTreeSet<&str> = status
+            .versioned_subset_statuses
+            .values()
+            .flatten()
+            .chain(&status.subset_statuses)
+            .flat_map(|s| s.creating_pods.keys())
+            .map(String::as_str)
+            .collect();
+        self.first.retain(|k, _| present.contains(k.as_str()));
+        for key in present {
+            self.first.entry(key.to_string()).or_insert(now);
+        }
+    }
+
     /// Sightings as if each placeholder had been seen when its holder stamped it: for a
     /// reader with no history of its own (an offline reconcile of a saved object), on
     /// the assumption that the clocks agree.

@@ -1,0 +1,398 @@
+//! Generated certificates that expire and rotate (issue #30, item 4): what the shared
+//! Secret holds and when it changes, decided here with the time passed in; `tls.rs`
+//! reads and writes the Secret and serves the result.
+//!
+//! The Secret holds a CA with its key, the serving certificate it signed, and the CA
+//! bundle published in the webhook configurations and the CRD. Any replica may rotate
+//! (optimistic concurrency on the Secret):
+//!
+//! * the serving certificate is re-signed by the same CA once two thirds of its
+//!   lifetime have passed — the bundle does not change, so replicas still serving the
+//!   old certificate (until their next poll) stay trusted;
+//! * a CA due for renewal (two thirds of its lifetime, or too little left for a serving
+//!   certificate) is replaced in two steps: a next CA is generated and *added* to the
+//!   bundle; only once the bundle has been published for `grace` and the webhook
+//!   configurations are seen to carry it does the next CA become the signing CA (and a
+//!   serving certificate from it is issued). The old CA stays in the bundle until every
+//!   replica has had time to load the new serving certificate (`grace` again). At no
+//!   moment does a replica serve a certificate whose CA is missing from the bundle.
+//!
+//! A Secret written before rotation existed (no CA key) is renewed the same way.
+
+use anyhow::{Context, Result};
+use rcgen::{
+    BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
+};
+use serde::{Deserialize, Serialize};
+
+/// Skew tolerated between this host and the API server: certificates start this early.
+const BACKDATE_SECONDS: i64 = 300;
+
+/// How long generated certificates live and how long a bundle change is given to spread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lifetimes {
+    pub cert_seconds: i64,
+    pub ca_seconds: i64,
+    /// From publishing a next CA to signing with it, and from a switch to dropping the
+    /// old CA: the API server must have the new bundle, replicas the new certificate.
+    pub grace_seconds: i64,
+}
+
+impl Default for Lifetimes {
+    fn default() -> Self {
+        Lifetimes {
+            cert_seconds: 365 * 86_400,
+            ca_seconds: 5 * 365 * 86_400,
+            grace_seconds: 120,
+        }
+    }
+}
+
+/// A certificate and its key (PEM) with the times rotation needs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Issued {
+    /// The subject common name (a CA's is unique per CA).
+    pub name: String,
+    #[serde(skip)]
+    pub cert_pem: String,
+    #[serde(skip)]
+    pub key_pem: String,
+    pub issued_at: i64,
+    pub not_after: i64,
+}
+
+impl Issued {
+    /// Two thirds of its lifetime have passed.
+    fn due(&self, now: i64) -> bool {
+        now >= self.issued_at + (self.not_after - self.issued_at) * 2 / 3
+    }
+}
+
+/// A CA no longer signing, kept in the bundle until `until`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Retired {
+    #[serde(skip)]
+    pub cert_pem: String,
+    pub until: i64,
+}
+
+/// Everything the shared Secret holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsState {
+    /// The signing CA; `None` for a Secret from before rotation (its CA key was not kept).
+    pub ca: Option<Issued>,
+    /// A CA published in the bundle, not signing yet, and since when.
+    pub next_ca: Option<Issued>,
+    pub next_published_at: Option<i64>,
+    pub retired: Vec<Retired>,
+    pub serving: Issued,
+    /// The bundle of a Secret from before rotation (trusted until it is retired).
+    #[serde(skip)]
+    pub legacy_bundle: Option<String>,
+    /// Bumped whenever the bundle changes: a replica never writes an older bundle over a
+    /// newer one into the webhook configurations.
+    pub generation: u64,
+}
+
+impl TlsState {
+    /// A new CA and a serving certificate for `sans`.
+    pub fn generate(sans: &[String], now: i64, l: &Lifetimes) -> Result<Self> {
+        let ca = new_ca(now, l.ca_seconds)?;
+        let serving = new_serving(sans, &ca, now, l.cert_seconds)?;
+        Ok(TlsState {
+            ca: Some(ca),
+            next_ca: None,
+            next_published_at: None,
+            retired: vec![],
+            serving,
+            legacy_bundle: None,
+            generation: 1,
+        })
+    }
+
+    /// The CAs to trust: the signing one, the next one, the retired ones.
+    pub fn bundle(&self) -> String {
+        let mut pems: Vec<&str> = vec![];
+        pems.extend(self.ca.as_ref().map(|c| c.cert_pem.as_str()));
+        pems.extend(self.next_ca.as_ref().map(|c| c.cert_pem.as_str()));
+        pems.extend(self.retired.iter().map(|r| r.cert_pem.as_str()));
+        pems.extend(self.legacy_bundle.as_deref());
+        pems.iter()
+            .map(|p| p.trim_end())
+            .collect::<Vec<_>>()
+            .join("\n")
+            + "\n"
+    }
+
+    /// The state to write at `now`, if anything is due. `next_in_effect`: the webhook
+    /// configurations carry the next CA (asked only when a switch is otherwise due).
+    pub fn plan(
+        &self,
+        sans: &[String],
+        now: i64,
+        l: &Lifetimes,
+        next_in_effect: impl FnOnce(&Issued) -> bool,
+    ) -> Result<Option<TlsState>> {
+        let mut next = self.clone();
+        let before = next.retired.len();
+        next.retired.retain(|r| r.until > now);
+        let mut bundle_changed = next.retired.len() != before;
+        let ca_due = |ca: &Option<Issued>| {
+            ca.as_ref()
+                .is_none_or(|c| c.due(now) || c.not_after - now < l.cert_seconds + l.grace_seconds)
+        };
+        if let (Some(candidate), Some(published)) = (&self.next_ca, self.next_published_at) {
+            if now >= published + l.grace_seconds && next_in_effect(candidate) {
+                // Switch: the next CA signs; the old one stays trusted for the grace.
+                if let Some(old) = next.ca.take() {
+                    next.retired.push(Retired {
+                        cert_pem: old.cert_pem,
+                        until: now + l.grace_seconds,
+                    });
+                }
+                if let Some(legacy) = next.legacy_bundle.take() {
+                    next.retired.push(Retired {
+                        cert_pem: legacy,
+                        until: now + l.grace_seconds,
+                    });
+                }
+                next.serving = new_serving(sans, candidate, now, l.cert_seconds)?;
+                next.ca = next.next_ca.take();
+                next.next_published_at = None;
+                bundle_changed = true;
+            }
+        } else if ca_due(&self.ca) {
+            // Publish a next CA beside the current one; it signs only after the grace.
+            next.next_ca = Some(new_ca(now, l.ca_seconds)?);
+            next.next_published_at = Some(now);
+            bundle_changed = true;
+        } else if self.serving.due(now) {
+            if let Some(ca) = &self.ca {
+                next.serving = new_serving(sans, ca, now, l.cert_seconds)?;
+            }
+        }
+        if bundle_changed {
+            next.generation += 1;
+        }
+        Ok((next != *self || bundle_changed).then_some(next))
+    }
+}
+
+fn new_ca(now: i64, seconds: i64) -> Result<Issued> {
+    // Unique per CA: the bundle may hold two during a switch.
+    let name = format!("workloadspread-host CA {now}");
+    let key = KeyPair::generate()?;
+    let cert = ca_params(&name, now, seconds)?.self_signed(&key)?;
+    Ok(Issued {
+        name,
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        issued_at: now,
+        not_after: now + seconds,
+    })
+}
+
+fn ca_params(name: &str, now: i64, seconds: i64) -> Result<CertificateParams> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    params.not_before = at(now - BACKDATE_SECONDS)?;
+    params.not_after = at(now + seconds)?;
+    Ok(params)
+}
+
+/// A serving certificate for `sans`, signed by `ca` (never outliving it).
+fn new_serving(sans: &[String], ca: &Issued, now: i64, seconds: i64) -> Result<Issued> {
+    let ca_key = KeyPair::from_pem(&ca.key_pem).context("the CA key in the Secret")?;
+    // The issuer as rcgen needs it: same name and key as the stored CA certificate, so
+    // what it signs chains to that certificate.
+    let issuer: Certificate =
+        ca_params(&ca.name, ca.issued_at, ca.not_after - ca.issued_at)?.self_signed(&ca_key)?;
+    let mut params = CertificateParams::new(sans.to_vec())?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "workloadspread-host");
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let not_after = (now + seconds).min(ca.not_after);
+    params.not_before = at(now - BACKDATE_SECONDS)?;
+    params.not_after = at(not_after)?;
+    let key = KeyPair::generate()?;
+    let cert = params.signed_by(&key, &issuer, &ca_key)?;
+    Ok(Issued {
+        name: "workloadspread-host".into(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        issued_at: now,
+        not_after,
+    })
+}
+
+fn at(unix: i64) -> Result<time::OffsetDateTime> {
+    time::OffsetDateTime::from_unix_timestamp(unix).context("certificate time out of range")
+}
+
+/// Parses `365d`, `12h`, `30m`, `45s` (or plain seconds).
+pub fn parse_duration(s: &str) -> Result<i64, String> {
+    let s = s.trim();
+    let (number, unit) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => (&s[..i], c),
+        _ => (s, 's'),
+    };
+    let factor = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {s:?} (use s, m, h or d)"
+            ))
+        }
+    };
+    let n: i64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 365d, 12h, 30m or 45s"))?;
+    if n <= 0 {
+        return Err(format!("{s:?} must be positive"));
+    }
+    Ok(n * factor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lifetimes() -> Lifetimes {
+        Lifetimes {
+            cert_seconds: 300,
+            ca_seconds: 1200,
+            grace_seconds: 30,
+        }
+    }
+
+    fn sans() -> Vec<String> {
+        vec!["localhost".into()]
+    }
+
+    /// Which CA (by name) signed the serving certificate: the one whose key verifies it
+    /// is not checkable without a parser, so the test follows the state instead.
+    fn trusted(state: &TlsState, ca: &Issued) -> bool {
+        state.bundle().contains(ca.cert_pem.trim_end())
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("365d"), Ok(365 * 86_400));
+        assert_eq!(parse_duration("90"), Ok(90));
+        assert_eq!(parse_duration("2h"), Ok(7200));
+        assert!(parse_duration("1y").is_err());
+        assert!(parse_duration("0s").is_err());
+    }
+
+    #[test]
+    fn the_serving_certificate_is_renewed_by_the_same_ca_without_a_bundle_change() {
+        let l = lifetimes();
+        let s0 = TlsState::generate(&sans(), 0, &l).unwrap();
+        assert!(s0.plan(&sans(), 100, &l, |_| true).unwrap().is_none());
+        let s1 = s0.plan(&sans(), 200, &l, |_| true).unwrap().unwrap();
+        assert_ne!(s1.serving.cert_pem, s0.serving.cert_pem);
+        assert_eq!(s1.bundle(), s0.bundle());
+        assert_eq!(s1.generation, s0.generation);
+        // The renewed pair is a valid rustls key (the CA re-created from its key signs).
+        crate::serve::tls::CertBundle::from_state(&s1)
+            .certified_key()
+            .unwrap();
+    }
+
+    /// Walks a CA through its life in 10 s steps: at every step the CA that signed the
+    /// served certificate is in the bundle, also for the previous serving certificate
+    /// (a replica that has not polled yet).
+    #[test]
+    fn a_ca_is_published_before_it_signs_and_kept_until_replicas_moved() {
+        let l = lifetimes();
+        let mut state = TlsState::generate(&sans(), 0, &l).unwrap();
+        let mut signer = state.ca.clone().unwrap();
+        let mut previous_signer = signer.clone();
+        let mut switches = 0;
+        let mut switched_at = i64::MIN;
+        let mut in_effect_since: Option<i64> = None;
+        for now in (0..4000).step_by(10) {
+            let published = state.bundle();
+            let next = state
+                .plan(&sans(), now, &l, |candidate| {
+                    // The webhook configurations got the bundle one step after the write.
+                    published.contains(candidate.cert_pem.trim_end())
+                        && in_effect_since.is_some_and(|t| now > t)
+                })
+                .unwrap();
+            if let Some(next) = next {
+                if next.generation != state.generation {
+                    in_effect_since = Some(now);
+                }
+                if next.ca.as_ref().map(|c| &c.name) != state.ca.as_ref().map(|c| &c.name) {
+                    switches += 1;
+                    switched_at = now;
+                    previous_signer = signer;
+                    signer = next.ca.clone().unwrap();
+                    assert!(
+                        trusted(&state, &signer),
+                        "{now}: the new CA signs before it was published"
+                    );
+                }
+                state = next;
+            }
+            assert!(trusted(&state, &signer), "{now}: signing CA not trusted");
+            // Replicas that have not polled since the switch still serve the old CA's
+            // certificate: it stays trusted for the grace.
+            if now < switched_at.saturating_add(l.grace_seconds) {
+                assert!(
+                    trusted(&state, &previous_signer),
+                    "{now}: old CA dropped early"
+                );
+            }
+            assert!(
+                state.serving.not_after > now,
+                "{now}: serving certificate expired"
+            );
+            assert!(
+                state.ca.as_ref().unwrap().not_after > now,
+                "{now}: CA expired"
+            );
+        }
+        assert!(
+            switches >= 3,
+            "{switches} CA switches in 4000 s of 1200 s CAs"
+        );
+    }
+
+    #[test]
+    fn a_secret_from_before_rotation_gets_a_ca() {
+        let l = lifetimes();
+        let mut legacy = TlsState::generate(&sans(), 0, &l).unwrap();
+        let old_bundle = legacy.bundle();
+        legacy.legacy_bundle = Some(old_bundle.clone());
+        legacy.ca = None;
+        let published = legacy.plan(&sans(), 10, &l, |_| true).unwrap().unwrap();
+        assert!(published.bundle().contains(old_bundle.trim_end()));
+        assert!(published.next_ca.is_some() && published.ca.is_none());
+        // Not before the grace, nor before the configurations carry it.
+        assert!(published.plan(&sans(), 20, &l, |_| true).unwrap().is_none());
+        assert!(published
+            .plan(&sans(), 50, &l, |_| false)
+            .unwrap()
+            .is_none());
+        let switched = published.plan(&sans(), 50, &l, |_| true).unwrap().unwrap();
+        assert!(switched.ca.is_some() && switched.legacy_bundle.is_none());
+        assert!(
+            switched.bundle().contains(old_bundle.trim_end()),
+            "still trusted"
+        );
+        let dropped = switched.plan(&sans(), 90, &l, |_| true).unwrap().unwrap();
+        assert!(!dropped.bundle().contains(old_bundle.trim_end()));
+    }
+}

@@ -1,0 +1,226 @@
+//! What one caller can make the host do (issue #30): a per-namespace rate of pod
+//! creations that may claim a slot, how many admissions are in flight, how long a
+//! request may take to arrive, and whether the worst case of all of it fits the
+//! container's memory limit (checked at start).
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Memory the host needs besides its evaluations (caches, buffers, the compiled module).
+pub const RESERVE_MIB: u64 = 192;
+/// Host-side copies of one request body while it is decoded (the body, its JSON tree,
+/// the guest's payload), as a multiple of its size (`host/tests/security.rs` measures the
+/// peak under 8 MiB bodies).
+pub const BODY_COPIES: u64 = 4;
+/// Most namespaces whose claim buckets are kept; idle full buckets are dropped first.
+const MAX_BUCKETS: usize = 4096;
+
+/// Why the host refused a request before evaluating it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Refusal {
+    /// The namespace's pod creations exceeded `--claim-rate`/`--claim-burst`.
+    ClaimRate,
+    /// Every evaluation slot stayed busy for the whole wait.
+    Busy,
+    /// The body did not arrive within `--request-read-timeout-seconds`.
+    BodyTimeout,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabels {
+    pub reason: Refusal,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NamespaceLabels {
+    pub namespace: String,
+}
+
+/// Counters of the limits (registered with the host's metrics).
+#[derive(Clone, Default)]
+pub struct LimitMetrics {
+    pub refused: Family<RefusalLabels, Counter>,
+    pub claims_limited: Family<NamespaceLabels, Counter>,
+}
+
+impl LimitMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "refused_requests",
+            "Requests refused before evaluation: claim rate, all slots busy, body too slow",
+            self.refused.clone(),
+        );
+        registry.register(
+            "claims_rate_limited",
+            "Pod creations refused per namespace by the claim rate limit (--claim-rate)",
+            self.claims_limited.clone(),
+        );
+    }
+
+    pub fn refuse(&self, reason: Refusal) {
+        self.refused.get_or_create(&RefusalLabels { reason }).inc();
+    }
+}
+
+/// A token bucket per namespace: `burst` claims at once, refilled at `per_second`.
+pub struct ClaimLimiter {
+    per_second: f64,
+    burst: f64,
+    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+#[derive(Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl ClaimLimiter {
+    /// `per_second` 0 disables the limit.
+    pub fn new(per_second: f64, burst: u32) -> Self {
+        ClaimLimiter {
+            per_second,
+            burst: f64::from(burst.max(1)),
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.per_second > 0.0
+    }
+
+    /// Takes one token of `namespace` at `now`; false when its bucket is empty.
+    pub fn try_take(&self, namespace: &str, now: Instant) -> bool {
+        if !self.enabled() {
+            return true;
+        }
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        if buckets.len() >= MAX_BUCKETS && !buckets.contains_key(namespace) {
+            self.forget_full(&mut buckets, now);
+        }
+        let bucket = buckets.entry(namespace.to_string()).or_insert(Bucket {
+            tokens: self.burst,
+            at: now,
+        });
+        let refill = now.saturating_duration_since(bucket.at).as_secs_f64() * self.per_second;
+        bucket.tokens = (bucket.tokens + refill).min(self.burst);
+        bucket.at = now;
+        if bucket.tokens < 1.0 {
+            return false;
+        }
+        bucket.tokens -= 1.0;
+        true
+    }
+
+    /// Buckets that have refilled are the same as no bucket: drop them (bounded map).
+    fn forget_full(&self, buckets: &mut HashMap<String, Bucket>, now: Instant) {
+        let full_after = Duration::from_secs_f64(self.burst / self.per_second);
+        buckets.retain(|_, b| now.saturating_duration_since(b.at) < full_after);
+        if buckets.len() >= MAX_BUCKETS {
+            // Every bucket is active: drop the oldest half (a namespace then starts full).
+            let mut ages: Vec<Instant> = buckets.values().map(|b| b.at).collect();
+            ages.sort();
+            let cut = ages[ages.len() / 2];
+            buckets.retain(|_, b| b.at > cut);
+        }
+    }
+
+    /// The refusal message (what to do included).
+    pub fn refusal(&self, namespace: &str) -> String {
+        format!(
+            "namespace {namespace} created pods that may claim a WorkloadSpread slot faster than \
+             {} per second (burst {}); the pod's controller retries on its own — if this rate is \
+             expected, raise the host's --claim-rate/--claim-burst (chart host.claimRate)",
+            self.per_second, self.burst
+        )
+    }
+}
+
+/// Worst-case memory of `concurrency` evaluations plus the reserve, in MiB: every slot
+/// with a guest at its cap and a body of up to `super::LARGE_BODY`, and the few
+/// large-body slots (`super::LARGE_SLOTS`) with bodies of up to `max_request_bytes`.
+pub fn worst_case_mib(concurrency: usize, max_memory_mib: usize, max_request_bytes: usize) -> u64 {
+    let mib = |bytes: usize| (bytes as u64).div_ceil(1 << 20);
+    let small = mib(max_request_bytes.min(super::LARGE_BODY));
+    let large = mib(max_request_bytes.saturating_sub(super::LARGE_BODY));
+    let large_slots = concurrency.min(super::LARGE_SLOTS) as u64;
+    (concurrency as u64).saturating_mul(max_memory_mib as u64 + BODY_COPIES * small)
+        + large_slots * BODY_COPIES * large
+        + RESERVE_MIB
+}
+
+/// Refuses a configuration whose worst case exceeds the container's memory limit: the
+/// kernel would kill the host under load (and with `failurePolicy: Fail`, pods with it).
+pub fn check_memory_fit(
+    limit_mib: u64,
+    concurrency: usize,
+    max_memory_mib: usize,
+    max_request_bytes: usize,
+) -> Result<(), String> {
+    let need = worst_case_mib(concurrency, max_memory_mib, max_request_bytes);
+    if need <= limit_mib {
+        return Ok(());
+    }
+    let fits = (1..=concurrency)
+        .rev()
+        .find(|&c| worst_case_mib(c, max_memory_mib, max_request_bytes) <= limit_mib)
+        .unwrap_or(0);
+    Err(format!(
+        "--max-concurrency {concurrency} evaluations with --max-memory-mib {max_memory_mib} and \
+         --max-request-bytes {max_request_bytes} need {need} MiB at their worst (guests at \
+         their cap, bodies decoded {BODY_COPIES} times, {RESERVE_MIB} MiB for the rest), over \
+         the memory limit of {limit_mib} MiB: lower --max-concurrency (at most {fits} fit), \
+         --max-memory-mib or --max-request-bytes, or raise the container's memory limit"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_namespace_gets_its_burst_then_its_rate() {
+        let limiter = ClaimLimiter::new(10.0, 5);
+        let t0 = Instant::now();
+        let taken = (0..8).filter(|_| limiter.try_take("a", t0)).count();
+        assert_eq!(taken, 5, "the burst");
+        assert!(limiter.try_take("b", t0), "namespaces are separate");
+        assert!(!limiter.try_take("a", t0 + Duration::from_millis(50)));
+        assert!(
+            limiter.try_take("a", t0 + Duration::from_millis(100)),
+            "10/s"
+        );
+        let later = t0 + Duration::from_secs(60);
+        assert_eq!((0..8).filter(|_| limiter.try_take("a", later)).count(), 5);
+        assert!(limiter.refusal("a").contains("--claim-rate"));
+        assert!(ClaimLimiter::new(0.0, 1).try_take("a", t0), "0 disables");
+    }
+
+    #[test]
+    fn buckets_stay_bounded() {
+        let limiter = ClaimLimiter::new(1.0, 2);
+        let t0 = Instant::now();
+        for i in 0..(MAX_BUCKETS * 2) {
+            limiter.try_take(&format!("ns-{i}"), t0 + Duration::from_millis(i as u64));
+        }
+        assert!(limiter.buckets.lock().unwrap().len() <= MAX_BUCKETS);
+    }
+
+    #[test]
+    fn memory_fit_is_checked_with_what_to_change() {
+        // The old defaults: 256 evaluations of up to 256 MiB under a 1 GiB limit.
+        let err = check_memory_fit(1024, 256, 256, 8 << 20).unwrap_err();
+        assert!(
+            err.contains("at most 2 fit") && err.contains("--max-concurrency"),
+            "{err}"
+        );
+        // The chart's defaults fit: 16 × (32 + 4 × 1) + 2 × 4 × 7 + 192.
+        assert_eq!(worst_case_mib(16, 32, 8 << 20), 16 * 36 + 2 * 4 * 7 + 192);
+        check_memory_fit(1024, 16, 32, 8 << 20).unwrap();
+    }
+}

@@ -1,0 +1,226 @@
+//! What `security.rs` shares: a spread ReplicaSet, pods created through the API server,
+//! raw TLS connections to the host, the host's peak memory.
+
+use anyhow::{bail, ensure, Context, Result};
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{ApiResource, DynamicObject, PostParams};
+use kube::Api;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use workloadspread_testkit::{cluster, unique_name, TestNamespace};
+
+pub const MATCHED: &str = "apps.kruise.io/matched-workloadspread";
+
+pub fn host_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_workloadspread-host"))
+}
+
+pub fn pki(file: &str) -> Result<PathBuf> {
+    let dir = cluster()?
+        .kubeconfig()
+        .parent()
+        .context("kubeconfig without a directory")?
+        .join("pki");
+    let path = dir.join(file);
+    ensure!(
+        path.exists(),
+        "{} is missing: the cluster predates e2e/cluster/cluster.sh's webhook client \
+         certificate (run `cluster.sh down` and `up` again)",
+        path.display()
+    );
+    Ok(path)
+}
+
+pub fn ws_api(ns: &TestNamespace) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        "apps.kruise.io",
+        "v1beta1",
+        "WorkloadSpread",
+    ));
+    Api::namespaced_with(ns.client(), ns.name(), &resource)
+}
+
+/// A ReplicaSet `web` (0 replicas: pods are created by the test, owned by it) and a
+/// WorkloadSpread over it with one large subset; returns the ReplicaSet's uid.
+pub async fn spread_over_replicaset(ns: &TestNamespace, max: i64) -> Result<String> {
+    spread_over_replicas(ns, max, 0).await
+}
+
+/// As [`spread_over_replicaset`] with `replicas` pods of the ReplicaSet's own (the
+/// controller recounts a workload of 0 replicas to an empty status).
+pub async fn spread_over_replicas(ns: &TestNamespace, max: i64, replicas: i32) -> Result<String> {
+    let rs: ReplicaSet = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": replicas,
+            "selector": {"matchLabels": {"app": "web", "pod-template-hash": "5f7b9c"}},
+            "template": {"metadata": {"labels": {"app": "web", "pod-template-hash": "5f7b9c"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}
+    }))?;
+    let rs = ns
+        .api::<ReplicaSet>()
+        .create(&PostParams::default(), &rs)
+        .await?;
+    let ws: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+        "metadata": {"name": "web"},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web"},
+            "subsets": [{"name": "a", "maxReplicas": max}]}
+    }))?;
+    ws_api(ns).create(&PostParams::default(), &ws).await?;
+    rs.metadata.uid.context("ReplicaSet without uid")
+}
+
+pub fn owned_pod(name: &str, rs_uid: &str) -> Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name,
+            "labels": {"app": "web", "pod-template-hash": "5f7b9c", "probe": "yes"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
+                "uid": rs_uid, "controller": true}]},
+        "spec": {"containers": [{"name": "web", "image": "nginx"}]}
+    }))?)
+}
+
+pub fn target() -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web"})
+}
+
+/// Creates an owned pod through the API server; its admission time and whether the
+/// webhook placed it.
+pub async fn admit(ns: &TestNamespace, rs_uid: &str, name: &str) -> Result<(Duration, bool)> {
+    let started = Instant::now();
+    let pod = ns
+        .api::<Pod>()
+        .create(&PostParams::default(), &owned_pod(name, rs_uid)?)
+        .await
+        .with_context(|| format!("creating pod {name}"))?;
+    let placed = pod
+        .metadata
+        .annotations
+        .is_some_and(|a| a.contains_key(MATCHED));
+    Ok((started.elapsed(), placed))
+}
+
+pub fn tls_client(ca_pem: &str) -> Result<tokio_rustls::TlsConnector> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile::certs(&mut ca_pem.as_bytes()) {
+        roots.add(cert?)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+pub async fn connect(
+    tls: &tokio_rustls::TlsConnector,
+    port: u16,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1")?.to_owned();
+    Ok(tls.connect(name, tcp).await?)
+}
+
+/// Peak resident memory of a process (`VmHWM`), in MiB.
+pub fn high_water_mib(pid: u32) -> Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .context("no VmHWM")?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()?;
+    Ok(kib / 1024.0)
+}
+
+/// A slowloris connection: headers started and never finished, one more header line a
+/// second. Returns how long the host kept it open (capped at `cap`).
+pub async fn slowloris(
+    tls: tokio_rustls::TlsConnector,
+    port: u16,
+    cap: Duration,
+) -> Result<Duration> {
+    let started = Instant::now();
+    let mut stream = connect(&tls, port).await?;
+    stream
+        .write_all(
+            b"POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n",
+        )
+        .await?;
+    let mut buf = [0u8; 512];
+    while started.elapsed() < cap {
+        tokio::select! {
+            read = stream.read(&mut buf) => match read {
+                Ok(0) | Err(_) => return Ok(started.elapsed()),
+                Ok(_) => return Ok(started.elapsed()), // an error response, then close
+            },
+            () = tokio::time::sleep(Duration::from_secs(1)) => {
+                if stream.write_all(b"X-Slow: 1\r\n").await.is_err() {
+                    return Ok(started.elapsed());
+                }
+            }
+        }
+    }
+    Ok(cap)
+}
+
+/// POSTs `body` to /mutate on a fresh connection; the HTTP status, or 0 when the host
+/// closed the connection before answering (e.g. busy: it refuses before reading a body).
+pub async fn post_body(
+    tls: tokio_rustls::TlsConnector,
+    port: u16,
+    body: Arc<Vec<u8>>,
+) -> Result<u16> {
+    let mut stream = connect(&tls, port).await?;
+    let head = format!(
+        "POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let sent = async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(&body).await
+    }
+    .await;
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response).await;
+    let text = String::from_utf8_lossy(&response[..response.len().min(64)]).into_owned();
+    let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok());
+    match (code, sent) {
+        (Some(code), _) => Ok(code),
+        (None, Err(_)) => Ok(0),
+        (None, Ok(())) => bail!("no HTTP status in {text:?}"),
+    }
+}
+
+/// An AdmissionReview of `bytes` (a pod creation carrying one huge annotation).
+pub fn big_review(namespace: &str, bytes: usize) -> Vec<u8> {
+    let filler = "x".repeat(bytes.saturating_sub(2048));
+    serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": unique_name("big"), "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": namespace, "operation": "CREATE", "userInfo": {"username": "attacker"},
+            "object": {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "big", "namespace": namespace, "annotations": {"big": filler}},
+                "spec": {"containers": [{"name": "c", "image": "i"}]}}}}))
+    .unwrap_or_default()
+}
+
+pub fn secret_generation(secret: &Secret) -> Option<u64> {
+    let state: Value = serde_json::from_str(
+        secret
+            .metadata
+            .annotations
+            .as_ref()?
+            .get("workloadspread.io/tls-state")?,
+    )
+    .ok()?;
+    state["generation"].as_u64()
+}
