@@ -41,6 +41,7 @@ fmt-check:
 lint:
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	python3 e2e/chart/test_chart.py lint
+	python3 e2e/chart/test_monitoring.py lint
 
 ## Dependencies checked with cargo-deny (deny.toml): licences, bans (duplicates reported),
 ## sources; advisories when the RustSec database can be fetched (or WS_ADVISORY_DB names a

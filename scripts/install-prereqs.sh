@@ -9,7 +9,9 @@ SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 APT_PKGS=(rustc-web cargo-web rust-web-src wasi-libc rsync jq make bats openssl curl
   bsdextrautils chromium docker-registry
   # images (skopeo), the real kubelet node (cluster.sh with WS_REAL_NODE=1) and its smoke test
-  containerd runc containernetworking-plugins busybox-static iptables skopeo)
+  containerd runc containernetworking-plugins busybox-static iptables skopeo
+  # promtool checks and unit-tests the chart's alert rules (e2e/chart/test_monitoring.py)
+  prometheus)
 # Node.js for the playground's browser test (any packaged node >= 18 will do).
 command -v npm >/dev/null || APT_PKGS+=(nodejs npm)
 

@@ -142,5 +142,54 @@ async fn status_shows_a_spread_on_plan_and_off_plan() -> Result<()> {
         .list(&ListParams::default())
         .await?;
     eprintln!("status view, {} pods:\n{table}", pods.items.len());
+    metric_names_are_exported(&stack).await?;
     stack.finish().await
+}
+
+/// Names a scrape exports: every `# TYPE` family and every sample (a counter family
+/// `x` is sampled as `x_total`, a histogram as `x_bucket`, `x_sum`, `x_count`).
+fn exported(text: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let name = match line.strip_prefix("# TYPE ") {
+            Some(rest) => rest.split_whitespace().next(),
+            None if line.starts_with('#') => None,
+            None => line.split(['{', ' ']).next(),
+        };
+        if let Some(n) = name.filter(|n| !n.is_empty()) {
+            out.insert(n.to_string());
+            for suffix in ["_total", "_bucket", "_sum", "_count"] {
+                out.insert(format!("{n}{suffix}"));
+            }
+        }
+    }
+    out
+}
+
+/// #29: every metric the chart's alert rules and Grafana dashboard use is one the running
+/// host or controller exports (`e2e/chart/test_monitoring.py names`).
+async fn metric_names_are_exported(stack: &Stack) -> Result<()> {
+    let root = workloadspread_testkit::repo_root();
+    let out = Command::new("python3")
+        .arg(root.join("e2e/chart/test_monitoring.py"))
+        .arg("names")
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "test_monitoring.py names: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let used: Vec<String> = serde_json::from_slice(&out.stdout)?;
+    let mut have = exported(&stack.host.get("/metrics").await?);
+    have.extend(exported(&stack.controller.get("/metrics").await?));
+    let missing: Vec<&String> = used.iter().filter(|n| !have.contains(*n)).collect();
+    ensure!(
+        missing.is_empty(),
+        "the rules or the dashboard use metrics the binaries do not export: {missing:?}"
+    );
+    eprintln!(
+        "{} metrics used by the chart's rules and dashboard, all exported",
+        used.len()
+    );
+    Ok(())
 }
