@@ -15,6 +15,7 @@ mod reconciler;
 mod status;
 mod watch;
 mod workloads;
+mod writes;
 
 use anyhow::{Context as _, Result};
 use clap::{Args, Parser, Subcommand};

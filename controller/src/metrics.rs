@@ -77,6 +77,10 @@ impl Metrics {
         let conflicts = Counter::default();
         let pod_cache_namespaces = Gauge::default();
         let rebalance = Family::<ResultLabels, Counter>::default();
+        // Both results exported from the start (0): rate() and alerts see the series.
+        for result in [Self::EVICTED, Self::REFUSED] {
+            rebalance.get_or_create(&ResultLabels { result }).inc_by(0);
+        }
         registry.register(
             "rebalance_evictions",
             "Pods evicted to rebalance a spread (result=evicted), or whose eviction a \

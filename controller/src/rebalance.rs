@@ -5,7 +5,8 @@
 //! Each eviction is an Event on the WorkloadSpread and a metric.
 
 use crate::metrics::Metrics;
-use crate::reconciler::{publish_event, Context, Error};
+use crate::reconciler::{Context, Error};
+use crate::writes::publish_event;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::EvictParams;
 use kube::Api;

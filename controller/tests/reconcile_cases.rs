@@ -445,6 +445,9 @@ async fn reference_reconcile_cases_converge_on_real_objects() -> Result<()> {
         "300",
         "--rules",
         "reference",
+        // The reference keeps an entry for the whole window (no early drop, #30).
+        "--creating-drop-seconds",
+        "0",
     ]
     .map(str::to_string);
     let controller = ControllerProcess::start(bin, cluster()?.kubeconfig(), &args).await?;

@@ -50,6 +50,12 @@ pub struct LimitMetrics {
 
 impl LimitMetrics {
     pub fn register(&self, registry: &mut Registry) {
+        // Every reason exported from the start (0): rate() and alerts see the series.
+        for reason in [Refusal::ClaimRate, Refusal::Busy, Refusal::BodyTimeout] {
+            self.refused
+                .get_or_create(&RefusalLabels { reason })
+                .inc_by(0);
+        }
         registry.register(
             "refused_requests",
             "Requests refused before evaluation: claim rate, all slots busy, body too slow",

@@ -146,6 +146,20 @@ impl Metrics {
         let unrelated = Counter::default();
         let cached_objects = Family::<CacheLabels, Gauge>::default();
         let reservations = Family::<ReservationLabels, Counter>::default();
+        // Every event exported from the start (0): rate() and alerts see the series.
+        for event in [
+            ReservationEvent::Reserved,
+            ReservationEvent::Taken,
+            ReservationEvent::Settled,
+            ReservationEvent::Returned,
+            ReservationEvent::Waited,
+            ReservationEvent::StaleSettled,
+            ReservationEvent::StaleDropped,
+        ] {
+            reservations
+                .get_or_create(&ReservationLabels { event })
+                .inc_by(0);
+        }
         let limits = super::limits::LimitMetrics::default();
         limits.register(&mut registry);
         registry.register(
