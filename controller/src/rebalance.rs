@@ -112,9 +112,10 @@ pub async fn apply(
         Some(Hold::RateLimited) => return Ok(ctx.limiter.budget(&key).1.or(Some(interval))),
         Some(hold) => {
             tracing::debug!(workloadspread = %key.1, namespace = %key.0, "not rebalancing: {hold}");
-            // Pod and status changes reconcile again; a NoLanding spread is looked at
-            // once an interval.
-            return Ok(matches!(hold, Hold::NoLanding).then_some(interval));
+            // Off plan and held: looked at again once an interval, whatever clears the
+            // hold (a workload's status, a pod's readiness, the last admission counted)
+            // — not every such change reaches this WorkloadSpread as a watch event.
+            return Ok(Some(interval));
         }
         None => {}
     }

@@ -676,6 +676,7 @@ async fn a_partitioned_leader_stops_before_the_standby_leads() -> Result<()> {
         delay: Duration::ZERO,
         reset_every: 0,
         reset_after: Duration::ZERO,
+        ..Faults::default()
     };
     let (via, proxy) = fault_proxy(api_server_addr(kubeconfig)?, faults).await?;
     let partitioned = kubeconfig_via(kubeconfig, via)?;

@@ -839,6 +839,7 @@ async fn a_hung_status_write_does_not_stall_the_queue() -> Result<()> {
         delay: Duration::ZERO,
         reset_every: 0,
         reset_after: Duration::ZERO,
+        ..Faults::default()
     };
     let (via, proxy) = fault_proxy(api_server_addr(kubeconfig)?, faults).await?;
     let faulty = kubeconfig_via(kubeconfig, via)?;

@@ -11,10 +11,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// What the proxy does to each connection.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Faults {
-    /// Added before forwarding each chunk, in both directions.
+    /// Added before forwarding each chunk, in both directions (chunks wait in turn:
+    /// a busy stream falls further behind).
     pub delay: Duration,
+    /// Each chunk from the server reaches the client this long after it arrived, chunks
+    /// in flight together (a watch that lags by a fixed time, as a far or busy API
+    /// server's does, without falling further behind).
+    pub lag: Duration,
     /// Every `reset_every`-th connection (1-based; 0 = never) is cut after `reset_after`.
     pub reset_every: usize,
     pub reset_after: Duration,
@@ -58,7 +63,7 @@ pub async fn fault_proxy(
                 let Ok(outbound) = TcpStream::connect(upstream).await else {
                     return;
                 };
-                let relay = relay(inbound, outbound, faults.delay, &stats);
+                let relay = relay(inbound, outbound, faults, &stats);
                 if reset {
                     if tokio::time::timeout(faults.reset_after, relay)
                         .await
@@ -75,17 +80,57 @@ pub async fn fault_proxy(
     Ok((addr, stats))
 }
 
-/// Copies both ways, sleeping `delay` before each forwarded chunk; dropping the
-/// future closes both sockets (a reset from either side's point of view). A chunk seen
-/// while `stats.hang` is set hangs the connection (see [`FaultStats::hang`]).
-async fn relay(a: TcpStream, b: TcpStream, delay: Duration, stats: &FaultStats) {
+/// Copies both ways, sleeping `delay` before each forwarded chunk (or, with a `lag`,
+/// delivering the server's chunks `lag` late); dropping the future closes both sockets
+/// (a reset from either side's point of view). A chunk seen while `stats.hang` is set
+/// hangs the connection (see [`FaultStats::hang`]; with a `lag`, a client's chunk).
+async fn relay(a: TcpStream, b: TcpStream, faults: Faults, stats: &FaultStats) {
+    let (delay, lag) = (faults.delay, faults.lag);
     let (ar, aw) = a.into_split();
     let (br, bw) = b.into_split();
     let dead = AtomicBool::new(false);
-    tokio::join!(
-        pump(ar, bw, delay, stats, &dead, true),
-        pump(br, aw, delay, stats, &dead, false)
-    );
+    match lag.is_zero() {
+        true => {
+            tokio::join!(
+                pump(ar, bw, delay, stats, &dead, true),
+                pump(br, aw, delay, stats, &dead, false)
+            );
+        }
+        false => {
+            tokio::join!(pump(ar, bw, delay, stats, &dead, true), lagged(br, aw, lag));
+        }
+    }
+}
+
+/// Forwards server-to-client chunks, each `lag` after it arrived.
+async fn lagged(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    lag: Duration,
+) {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(tokio::time::Instant, Vec<u8>)>(4096);
+    let read = async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        while let Ok(n) = from.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            let due = tokio::time::Instant::now() + lag;
+            if tx.send((due, buf[..n].to_vec())).await.is_err() {
+                break;
+            }
+        }
+    };
+    let write = async move {
+        while let Some((due, chunk)) = rx.recv().await {
+            tokio::time::sleep_until(due).await;
+            if to.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+        let _ = to.shutdown().await;
+    };
+    tokio::join!(read, write);
 }
 
 async fn pump(

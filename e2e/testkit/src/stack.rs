@@ -63,6 +63,17 @@ impl Stack {
         host_args: &[&str],
         controller_args: &[&str],
     ) -> Result<Option<Self>> {
+        Self::start_via(hint, cluster()?.kubeconfig(), host_args, controller_args).await
+    }
+
+    /// As [`Stack::start_with`], the host reaching the API server through
+    /// `host_kubeconfig` (e.g. through a fault proxy); the controller goes direct.
+    pub async fn start_via(
+        hint: &str,
+        host_kubeconfig: &std::path::Path,
+        host_args: &[&str],
+        controller_args: &[&str],
+    ) -> Result<Option<Self>> {
         let Some(bins) = Binaries::find()? else {
             return Ok(None);
         };
@@ -80,7 +91,7 @@ impl Stack {
             name.clone(),
         ];
         args.extend(host_args.iter().map(|s| s.to_string()));
-        let host = HostProcess::start_on(&bins.host, kubeconfig, port, &args).await?;
+        let host = HostProcess::start_on(&bins.host, host_kubeconfig, port, &args).await?;
         configs.enroll(ns.name()).await?;
         let mut args = vec!["--namespace".to_string(), ns.name().to_string()];
         args.extend(controller_args.iter().map(|s| s.to_string()));

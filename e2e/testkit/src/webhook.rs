@@ -426,7 +426,11 @@ impl ControllerProcess {
     /// Starts `bin run --metrics-listen 127.0.0.1:<free port> <args>` and waits
     /// until `/readyz` answers.
     pub async fn start(bin: &Path, kubeconfig: &Path, args: &[String]) -> Result<Self> {
-        let level = std::env::var("WS_CONTROLLER_LOG").unwrap_or_else(|_| "info".into());
+        // Rebalancing's plans and holds at debug: a failed rebalancing test shows why.
+        let level = std::env::var("WS_CONTROLLER_LOG").unwrap_or_else(|_| {
+            "info,workloadspread_controller::converge=debug,workloadspread_controller::rebalance=debug"
+                .into()
+        });
         let mut c = Self::spawn(bin, kubeconfig, args, &level)?;
         for _ in 0..300 {
             if let Some(status) = c.child.try_wait()? {

@@ -218,6 +218,7 @@ async fn an_api_outage_after_hand_outs_keeps_the_pods_slots() -> Result<()> {
         delay: Duration::ZERO,
         reset_every: 0,
         reset_after: Duration::ZERO,
+        ..Faults::default()
     };
     let (via, stats) = fault_proxy(api_server_addr(kubeconfig)?, quiet).await?;
     let faulty = kubeconfig_via(kubeconfig, via)?;
@@ -265,6 +266,7 @@ async fn slow_writes_leave_reserved_slots_usable() -> Result<()> {
         delay: Duration::ZERO,
         reset_every: 0,
         reset_after: Duration::ZERO,
+        ..Faults::default()
     };
     let (via, stats) = fault_proxy(api_server_addr(kubeconfig)?, quiet).await?;
     let faulty = kubeconfig_via(kubeconfig, via)?;

@@ -783,6 +783,7 @@ async fn burst_of_300_settles_through_a_delaying_and_resetting_api_proxy() -> Re
         delay: Duration::from_millis(20),
         reset_every: 4,
         reset_after: Duration::from_secs(3),
+        ..Faults::default()
     };
     let (via, stats) = fault_proxy(api_server_addr(kubeconfig)?, faults).await?;
     let faulty = kubeconfig_via(kubeconfig, via)?;
