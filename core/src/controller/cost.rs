@@ -149,8 +149,22 @@ fn planned_costs(ws: &WorkloadSpread, pods: &[&Pod], groups: &SubsetPods) -> Vec
     let mut out = Vec::with_capacity(level);
     while level > 0 {
         let want = planned_spread(ws, level - 1);
-        let wanted = |g: usize| want.subsets.get(g).copied().unwrap_or(want.unplaced);
-        let Some(g) = furthest_above(&stacks, wanted) else {
+        let total = i32::try_from(level - 1).unwrap_or(i32::MAX);
+        let max: Vec<Option<usize>> = ws
+            .spec
+            .subsets
+            .iter()
+            .map(|s| {
+                let m = s.max_replicas.as_ref()?;
+                Some(scaled_value(m, total).map_or(0, |n| usize::try_from(n).unwrap_or(0)))
+            })
+            .collect();
+        let above = |g: usize, held: usize| {
+            let wanted = want.subsets.get(g).copied().unwrap_or(want.unplaced);
+            let cap = max.get(g).copied().flatten().unwrap_or(usize::MAX);
+            (held.saturating_sub(cap), held as i64 - wanted as i64)
+        };
+        let Some(g) = furthest_above(&stacks, above) else {
             break;
         };
         let Some(pod) = stacks[g].pop() else {
@@ -176,15 +190,22 @@ fn removal_stack(pods: &[&Pod], members: &[usize]) -> Vec<usize> {
     stack
 }
 
-/// The group holding the most pods above what the plan wants of it; ties go to the
-/// fake subset (last group), then to later subsets (the reference's order).
-fn furthest_above(stacks: &[Vec<usize>], wanted: impl Fn(usize) -> usize) -> Option<usize> {
-    let mut best: Option<(usize, i64)> = None;
+/// The group holding the most pods above its maximum, else the most above what the
+/// plan wants of it (`above(group, pods held)` gives both, in that order); ties go to
+/// the fake subset (last group), then to later subsets (the reference's order). A
+/// subset over its maximum gives up its pods first even when another group is as far
+/// above its plan (a subset short of its plan sends the same surplus to a later one):
+/// a scale-in never keeps a pod above a maximum while removing one within it.
+fn furthest_above(
+    stacks: &[Vec<usize>],
+    above: impl Fn(usize, usize) -> (usize, i64),
+) -> Option<usize> {
+    let mut best: Option<(usize, (usize, i64))> = None;
     for g in (0..stacks.len()).rev() {
         if stacks[g].is_empty() {
             continue;
         }
-        let excess = stacks[g].len() as i64 - wanted(g) as i64;
+        let excess = above(g, stacks[g].len());
         if best.is_none_or(|(_, e)| excess > e) {
             best = Some((g, excess));
         }

@@ -1305,6 +1305,44 @@ fn planned_costs_rank_the_scale_in_path() {
     assert_eq!(reference.cost("a0"), Some(-100));
 }
 
+/// A best-effort burst left a over its maximum and b short of its plan (12 / 9 / 39
+/// over 10 / 10 / rest): every step of the scale-in path removes a's surplus before a
+/// pod within a maximum, though c stays as far above its plan as a (b's missing pod).
+/// Before, ties went to c and a scale-in to 20 left 11 / 9 / 0.
+#[test]
+fn planned_costs_remove_pods_above_a_maximum_first() {
+    use super::cost::PLANNED_COST_BASE as BASE;
+    let spec = ws(
+        json!([{"name": "a", "maxReplicas": 10}, {"name": "b", "maxReplicas": 10}, {"name": "c"}]),
+        json!({}),
+    );
+    let mut values = vec![];
+    for (subset, n) in [("a", 12), ("b", 9), ("c", 39)] {
+        values.extend((0..n).map(|i| in_subset(pod(&format!("{subset}{i:02}")), subset)));
+    }
+    let all = pods(values);
+    let r = run_planned(&spec, &all, 60);
+    let level = |p: &Pod| BASE - r.cost(p.metadata.name.as_deref().unwrap()).unwrap();
+    for left in 1..=58 {
+        let in_a = all
+            .iter()
+            .filter(|p| p.metadata.name.as_deref().unwrap().starts_with('a'))
+            .filter(|p| level(p) <= left)
+            .count();
+        assert!(in_a <= 10, "{in_a} pods of a left at {left}");
+    }
+    let left_at_20: Vec<usize> = ["a", "b", "c"]
+        .iter()
+        .map(|s| {
+            all.iter()
+                .filter(|p| p.metadata.name.as_deref().unwrap().starts_with(s))
+                .filter(|p| level(p) <= 20)
+                .count()
+        })
+        .collect();
+    assert_eq!(left_at_20, [10, 9, 1]);
+}
+
 /// While a scale is in flight (pods ≠ replicas) the planned costs already written stay;
 /// pods without one get theirs. Once the count settles every pod is ranked again.
 #[test]
