@@ -315,5 +315,6 @@ pub mod faults;
 pub mod measure;
 pub mod monitor;
 pub mod pods;
+pub mod specs;
 pub mod stack;
 pub mod webhook;

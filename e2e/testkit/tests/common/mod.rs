@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::Api;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -11,25 +11,9 @@ use std::time::Duration;
 use workloadspread_testkit::pods::{cost_of, subset_of};
 use workloadspread_testkit::{wait_for, TestNamespace};
 
-pub const ZONE: &str = "topology.kubernetes.io/zone";
+#[allow(unused_imports)] // each suite uses a part
+pub use workloadspread_testkit::specs::{ws_resource, zone, ZONE};
 pub const SETTLE: Duration = Duration::from_secs(90);
-
-pub fn ws_resource() -> ApiResource {
-    ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
-        "apps.kruise.io",
-        "v1beta1",
-        "WorkloadSpread",
-    ))
-}
-
-pub fn zone(name: &str, zone: &str, max: Value) -> Value {
-    let mut s = json!({"name": name, "requiredNodeSelector": {"matchExpressions": [
-        {"key": ZONE, "operator": "In", "values": [zone]}]}});
-    if !max.is_null() {
-        s["maxReplicas"] = max;
-    }
-    s
-}
 
 pub fn target(kind: &str) -> Value {
     let api_version = if kind == "Job" { "batch/v1" } else { "apps/v1" };

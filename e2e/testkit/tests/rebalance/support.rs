@@ -4,7 +4,7 @@
 use anyhow::{ensure, Context, Result};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
-use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,27 +17,10 @@ use workloadspread_testkit::measure::sum_metric_with;
 use workloadspread_testkit::stack::Stack;
 use workloadspread_testkit::{cluster, wait_for, TestNamespace};
 
-pub const ZONE: &str = "topology.kubernetes.io/zone";
+pub use workloadspread_testkit::specs::{ws_resource, zone, ZONE};
 /// Bound of every convergence wait (a loaded 2-core machine).
 pub const CONVERGE: Duration = Duration::from_secs(240);
 pub const EVICTIONS: &str = "workloadspread_controller_rebalance_evictions_total";
-
-pub fn ws_resource() -> ApiResource {
-    ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
-        "apps.kruise.io",
-        "v1beta1",
-        "WorkloadSpread",
-    ))
-}
-
-pub fn zone(name: &str, zone: &str, max: Value) -> Value {
-    let mut s = json!({"name": name, "requiredNodeSelector": {"matchExpressions": [
-        {"key": ZONE, "operator": "In", "values": [zone]}]}});
-    if !max.is_null() {
-        s["maxReplicas"] = max;
-    }
-    s
-}
 
 pub fn target(name: &str) -> Value {
     json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": name})
