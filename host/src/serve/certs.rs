@@ -145,8 +145,10 @@ impl TlsState {
             ca.as_ref()
                 .is_none_or(|c| c.due(now) || c.not_after - now < l.cert_seconds + l.grace_seconds)
         };
+        let mut switched = false;
         if let (Some(candidate), Some(published)) = (&self.next_ca, self.next_published_at) {
             if now >= published + l.grace_seconds && next_in_effect(candidate) {
+                switched = true;
                 // Switch: the next CA signs; the old one stays trusted for the grace.
                 if let Some(old) = next.ca.take() {
                     next.retired.push(Retired {
@@ -170,8 +172,12 @@ impl TlsState {
             next.next_ca = Some(new_ca(now, l.ca_seconds)?);
             next.next_published_at = Some(now);
             bundle_changed = true;
-        } else if self.serving.due(now) {
-            if let Some(ca) = &self.ca {
+        }
+        // Renewed by the current CA also while its successor waits to be carried
+        // everywhere (a slow or failing bundle patch): the served certificate lives as
+        // long as the CA that signed it, not only until the switch was due.
+        if !switched && self.serving.due(now) {
+            if let Some(ca) = &next.ca {
                 next.serving = new_serving(sans, ca, now, l.cert_seconds)?;
             }
         }
@@ -368,6 +374,30 @@ mod tests {
             switches >= 3,
             "{switches} CA switches in 4000 s of 1200 s CAs"
         );
+    }
+
+    /// The next CA is not carried into the configurations for a long time (a slow or
+    /// refused bundle patch): the current CA keeps renewing the serving certificate, so
+    /// it never expires before that CA does.
+    #[test]
+    fn a_slow_switch_keeps_the_serving_certificate_renewed() {
+        let l = lifetimes();
+        let mut state = TlsState::generate(&sans(), 0, &l).unwrap();
+        let first_ca = state.ca.clone().unwrap();
+        let mut pending_seen = false;
+        for now in (0..first_ca.not_after).step_by(10) {
+            if let Some(next) = state.plan(&sans(), now, &l, |_| false).unwrap() {
+                state = next;
+            }
+            pending_seen |= state.next_ca.is_some();
+            assert_eq!(state.ca.as_ref().map(|c| &c.name), Some(&first_ca.name));
+            assert!(
+                state.serving.not_after > now,
+                "{now}: serving certificate expired while the CA (until {}) waited to be replaced",
+                first_ca.not_after
+            );
+        }
+        assert!(pending_seen, "no next CA was published");
     }
 
     #[test]
