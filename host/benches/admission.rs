@@ -528,7 +528,10 @@ fn print_summary(rows: &[Row], repeated: &[(Webhook, Duration)]) {
         );
     }
     // Issue #28: what users run (host + controller) against the transport floor.
-    if let (Some(with), Some(floor)) = (p50_at_1(Webhook::HostAndController), p50_at_1(Webhook::Noop)) {
+    if let (Some(with), Some(floor)) = (
+        p50_at_1(Webhook::HostAndController),
+        p50_at_1(Webhook::Noop),
+    ) {
         let over = delta(with, floor);
         println!(
             "* Host + controller, concurrency 1: p50 {} vs {} with the no-op webhook = {over:+.1} ms over the floor{} (goal ≤ +1 ms: {}).",
@@ -607,14 +610,17 @@ fn repeated_note(repeated: &[(Webhook, Duration)]) -> String {
 /// The concurrency-1 series the goals compare, run `ROUNDS` times interleaved (none,
 /// matched, unrelated, none, ...) so drift of the machine falls on all of them alike;
 /// the median p50 of each.
-async fn repeated_at_1(policy: &Path) -> Result<Vec<(Webhook, Duration)>> {
-    let webhooks = [
+async fn repeated_at_1(policy: &Path, focus: Focus) -> Result<Vec<(Webhook, Duration)>> {
+    let webhooks: Vec<Webhook> = [
         Webhook::None,
         Webhook::Noop,
         Webhook::HostAndController,
         RESERVED,
         Webhook::Unrelated { evaluate: false },
-    ];
+    ]
+    .into_iter()
+    .filter(|w| focus.includes(*w))
+    .collect();
     let mut p50s: Vec<Vec<Duration>> = vec![vec![]; webhooks.len()];
     for _ in 0..ROUNDS {
         for (w, series) in webhooks.iter().zip(p50s.iter_mut()) {
@@ -652,7 +658,8 @@ async fn main() -> Result<()> {
     apply_crd(&client, &fleet_crd()).await?;
     // A fresh API server and etcd are slower for their first few hundred writes: a
     // series nobody records, so the first row (no webhook) is not the slowest by accident.
-    for concurrency in CONCURRENCY {
+    let focus = Focus::from_env()?;
+    for &concurrency in focus.concurrency() {
         measure(&policy, Webhook::None, concurrency).await?;
     }
     println!(
@@ -660,7 +667,7 @@ async fn main() -> Result<()> {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut rows = Vec::new();
-    let webhooks = [
+    let all = [
         Webhook::None,
         Webhook::NoneScheduled,
         Webhook::Noop,
@@ -671,15 +678,55 @@ async fn main() -> Result<()> {
         Webhook::Unrelated { evaluate: false },
         Webhook::Unrelated { evaluate: true },
     ];
-    for webhook in webhooks {
-        for concurrency in CONCURRENCY {
+    let webhooks: Vec<Webhook> = all.into_iter().filter(|w| focus.includes(*w)).collect();
+    for &webhook in &webhooks {
+        for &concurrency in focus.concurrency() {
             let row = measure(&policy, webhook, concurrency).await?;
             print_row(&row);
             rows.push(row);
         }
     }
-    let repeated = repeated_at_1(&policy).await?;
+    let repeated = repeated_at_1(&policy, focus).await?;
     print_summary(&rows, &repeated);
     scale_out::run(&policy).await?;
     Ok(())
+}
+
+/// Which rows a run measures (`WS_BENCH_FOCUS`): every row (`all`, the default, what
+/// `make bench` runs), or only what issue #28's goals compare (`whole-system`: no
+/// webhook, the no-op floor, host + controller
+/// at concurrency 1 and 64, then the scale-out's writes), to measure a change to the
+/// per-pod cost without the other rows' 20 minutes.
+#[derive(Clone, Copy, PartialEq)]
+enum Focus {
+    All,
+    WholeSystem,
+}
+
+impl Focus {
+    fn from_env() -> Result<Self> {
+        match std::env::var("WS_BENCH_FOCUS").as_deref() {
+            Err(_) | Ok("") | Ok("all") => Ok(Focus::All),
+            Ok("whole-system") => Ok(Focus::WholeSystem),
+            Ok(other) => {
+                anyhow::bail!("WS_BENCH_FOCUS={other}: expected `all` (default) or `whole-system`")
+            }
+        }
+    }
+
+    /// The concurrencies of the table (the goals compare 1 and 64).
+    fn concurrency(self) -> &'static [usize] {
+        match self {
+            Focus::All => &CONCURRENCY,
+            Focus::WholeSystem => &[1, 64],
+        }
+    }
+
+    fn includes(self, w: Webhook) -> bool {
+        self == Focus::All
+            || matches!(
+                w,
+                Webhook::None | Webhook::Noop | Webhook::HostAndController
+            )
+    }
 }

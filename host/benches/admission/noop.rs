@@ -42,7 +42,8 @@ impl Noop {
     /// Serves on a free loopback port and registers the configuration.
     pub async fn start(client: &Client) -> Result<Self> {
         let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])?;
-        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(certified.key_pair.serialize_der().into());
+        let key =
+            rustls::pki_types::PrivateKeyDer::Pkcs8(certified.key_pair.serialize_der().into());
         let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))

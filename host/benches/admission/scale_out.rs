@@ -77,11 +77,9 @@ pub async fn run(policy: &Path) -> Result<()> {
                 .cloned()
                 .unwrap_or_default();
             let counted: i64 = statuses.iter().filter_map(|s| s["replicas"].as_i64()).sum();
-            let claims = statuses.iter().any(|s| {
-                s["creatingPods"]
-                    .as_object()
-                    .is_some_and(|m| !m.is_empty())
-            });
+            let claims = statuses
+                .iter()
+                .any(|s| s["creatingPods"].as_object().is_some_and(|m| !m.is_empty()));
             Ok((settled_pods && counted == PODS as i64 && !claims).then_some(()))
         },
     )
@@ -97,12 +95,16 @@ pub async fn run(policy: &Path) -> Result<()> {
         .max()
         .map(|t| t.0);
     let window = k8s_openapi::jiff::SignedDuration::try_from(CREATING_WINDOW + QUIET)?;
-    wait_for("the creating window to pass", CREATING_WINDOW * 2, || async {
-        let now = k8s_openapi::jiff::Timestamp::now();
-        Ok(newest
-            .is_none_or(|t| now.duration_since(t) > window)
-            .then_some(()))
-    })
+    wait_for(
+        "the creating window to pass",
+        CREATING_WINDOW * 2,
+        || async {
+            let now = k8s_openapi::jiff::Timestamp::now();
+            Ok(newest
+                .is_none_or(|t| now.duration_since(t) > window)
+                .then_some(()))
+        },
+    )
     .await?;
     // Settled: the count of our writes unchanged for `QUIET`.
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -125,15 +127,15 @@ pub async fn run(policy: &Path) -> Result<()> {
         &admission.host.get("/metrics").await?,
         "workloadspread_host_counter_status_writes_total",
     );
-    let controller = admission
-        .controller
-        .as_ref()
-        .map(|c| c.get("/metrics"));
+    let controller = admission.controller.as_ref().map(|c| c.get("/metrics"));
     let controller_text = match controller {
         Some(f) => f.await?,
         None => String::new(),
     };
-    let controller_status = sum_metric(&controller_text, "workloadspread_controller_status_writes_total");
+    let controller_status = sum_metric(
+        &controller_text,
+        "workloadspread_controller_status_writes_total",
+    );
     let events = events_by_component(&client, ns.name()).await?;
     report(&writes, host_status, controller_status, &events, spread_in);
     admission.configs.delete().await?;
@@ -167,7 +169,11 @@ fn report(
     println!("| write (verb resource/subresource) | count | per admitted pod |");
     println!("|---|---|---|");
     for (name, n, background) in writes.describe() {
-        let note = if background { " (background, not counted)" } else { "" };
+        let note = if background {
+            " (background, not counted)"
+        } else {
+            ""
+        };
         println!("| {name}{note} | {n:.0} | {:.2} |", per_pod(n));
     }
     let ours_events: f64 = events
@@ -185,7 +191,11 @@ fn report(
         + writes.get("POST", "pods", "eviction")
         + writes.get("DELETE", "pods", "")
         + ours_events;
-    let verdict = if per_pod(ours) <= GOAL { "met" } else { "not met" };
+    let verdict = if per_pod(ours) <= GOAL {
+        "met"
+    } else {
+        "not met"
+    };
     println!();
     println!(
         "* Writes per admitted pod beyond its own create, 200-pod Deployment scale-out, host + controller: {:.2} (goal ≤ {GOAL}: {verdict}): {:.2} WorkloadSpread status writes ({host_status:.0} by the host, {controller_status:.0} by the controller), {:.2} pod patches, {:.2} events of ours; the cluster's own controllers {:.2} (ReplicaSet/Deployment status and {cluster_events:.0} events); settled {:.1} s after the Deployment was created.",
