@@ -89,7 +89,9 @@ impl Writes {
             .filter(|(k, _)| !Self::is_background(k))
             .filter(|(k, _)| !(k.0 == "POST" && k.1 == "pods" && k.2.is_empty()))
             .map(|(_, v)| v)
-            .sum()
+            .sum::<f64>()
+            // An empty f64 sum is -0.0, printed "-0.00".
+            + 0.0
     }
 
     /// `verb resource[/subresource] n` for every kind, background last.

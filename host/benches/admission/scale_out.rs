@@ -180,7 +180,8 @@ fn report(
         .iter()
         .filter(|(c, _)| c.starts_with("workloadspread"))
         .map(|(_, n)| n)
-        .sum();
+        .sum::<f64>()
+        + 0.0;
     let cluster_events: f64 = events.values().sum::<f64>() - ours_events;
     // Ours: WorkloadSpread status writes, pod patches (costs, pending labels,
     // adoptions), evictions and our events. The cluster's: the ReplicaSet's and the
