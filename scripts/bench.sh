@@ -113,7 +113,7 @@ skews them.
 * Controller: 0 API writes per reconcile when nothing changed: **${reconcile_verdict}**.
 * Best-effort pod CREATE, 3 000 pods in the workload ≤ 3× the 30-pod time: **${best_growth_verdict}**
   (${best_growth}×); 10 000 pods ≤ 20 ms p50 in the module: **${best_10k_verdict}** (${best_10k_ms} ms).
-$(grep -E '^\* (Matched pod|Concurrency 64|Status writes)' <<<"$admission" | sed 's/(goal \([^:]*\): \([a-z ]*\))/(goal \1: **\2**)/')
+$(grep -E '^\* (Matched pod|Concurrency 64|Status writes|Host \+ controller|Writes per admitted pod)' <<<"$admission" | sed 's/(goal \([^:]*\): \([a-z ]*\))/(goal \1: **\2**)/')
 $(grep '^\* Unrelated' <<<"$admission" | sed 's/(goal ≤ +1 ms: \(.*\));/(goal ≤ +1 ms: **\1**);/')
 $(grep '^\* Concurrency 1, median' <<<"$admission")
 $(grep '^\* ' <<<"$footprint")

@@ -8,6 +8,7 @@ mod inputs;
 mod leader;
 mod metrics;
 mod offline;
+mod pacing;
 mod placeholders;
 mod pod_caches;
 mod rebalance;
@@ -182,6 +183,11 @@ pub struct RunArgs {
     /// admission takes after this project's webhook answered.
     #[arg(long, default_value_t = 10)]
     creating_drop_seconds: i64,
+    /// One WorkloadSpread's status is written at most once per this many milliseconds:
+    /// a burst of pods costs one status write per interval, carrying all that changed
+    /// (admissions never wait for it: the host counts claims itself). 0 writes at once.
+    #[arg(long, default_value_t = 1000)]
+    status_interval_ms: u64,
 }
 
 /// Run as `kubectl-workloadspread` (a kubectl plugin: `kubectl workloadspread -n NS

@@ -38,6 +38,8 @@ const STATUS_ATTEMPTS: usize = 5;
 const CACHE_WAIT: Duration = Duration::from_secs(30);
 /// Bound of every API call a reconcile makes.
 const API_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default spacing of one WorkloadSpread's status writes (`--status-interval-ms`).
+pub const STATUS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Shared state of the reconciler.
 pub struct Context {
@@ -66,6 +68,8 @@ pub struct Context {
     pub reschedule: bool,
     /// Drop creatingPods entries whose pod is confirmed absent after this long.
     pub early_drop: Option<SignedDuration>,
+    /// Status writes per WorkloadSpread at most once per interval (`crate::pacing`).
+    pub pacing: crate::pacing::StatusPacing,
 }
 
 impl Context {
@@ -101,7 +105,14 @@ impl Context {
             resources: Mutex::new(HashMap::new()),
             reschedule: true,
             early_drop: None,
+            pacing: crate::pacing::StatusPacing::new(STATUS_INTERVAL),
         }
+    }
+
+    /// Status writes per WorkloadSpread at most once per `interval` (zero: no pacing).
+    pub fn with_status_interval(mut self, interval: Duration) -> Self {
+        self.pacing = crate::pacing::StatusPacing::new(interval);
+        self
     }
 
     /// With rebalancing's default and rate limit, evicting through `evictions`.
@@ -236,6 +247,14 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         // The version whose status counts the pods: the one written, or the one read.
         let mut counted_in = current.metadata.resource_version.clone();
         if written.as_ref() != Some(&output.status) {
+            // Within the interval after our last write (a burst): everything waits for
+            // the next reconcile, which writes what changed meanwhile at once.
+            let key = (ns.clone(), name.clone());
+            if let Some(wait) = ctx.pacing.wait(&key, Instant::now()) {
+                tracing::debug!(workloadspread = %name, namespace = %ns, ?wait,
+                    "status write deferred: coalescing a burst");
+                return Ok(Action::requeue(wait.max(Duration::from_millis(20))));
+            }
             let mut updated = current.clone();
             if let Some(map) = updated.data.as_object_mut() {
                 map.insert("status".into(), new_status);
@@ -244,6 +263,7 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
             match bounded(api.replace_status(&name, &PostParams::default(), &updated)).await? {
                 Ok(written) => {
                     counted_in = written.metadata.resource_version;
+                    ctx.pacing.wrote(key, Instant::now());
                     ctx.metrics.status_writes.inc();
                     ctx.metrics
                         .placeholders_expired

@@ -321,6 +321,40 @@ fn planned_max(ws: &WorkloadSpread, s: &WorkloadSpreadSubsetStatus, scale: Scale
     }
 }
 
+/// The planned deletion cost of a pod a claim placed in `subset`
+/// ([`crate::controller::cost::admission_cost`]), for the admission to write in its
+/// patch: the pods of `version` per subset are the status's occupancy, less `unused`
+/// (the subsets of placeholders held and not taken: slots, not pods), plus the pod
+/// itself where the status does not record it under `key` (an unlimited subset, which
+/// claims do not track, or a placeholder the pod is taking, then also in `unused`).
+pub fn claimed_pod_cost(
+    ws: &WorkloadSpread,
+    rules: Rules,
+    status: &WorkloadSpreadStatus,
+    version: &str,
+    subset: &str,
+    key: &str,
+    unused: &[&str],
+) -> Option<i64> {
+    let statuses = status.versioned_subset_statuses.get(version);
+    let counts: Vec<usize> = ws
+        .spec
+        .subsets
+        .iter()
+        .map(|spec| {
+            let s = statuses.and_then(|v| v.iter().find(|s| s.name == spec.name));
+            let mut n = s.map_or(0, occupancy);
+            n -= unused.iter().filter(|u| **u == spec.name).count() as i64;
+            let recorded = s.is_some_and(|s| s.creating_pods.contains_key(key));
+            if spec.name == subset && !recorded {
+                n += 1;
+            }
+            usize::try_from(n).unwrap_or(0)
+        })
+        .collect();
+    crate::controller::cost::admission_cost(ws, rules, &counts, subset)
+}
+
 /// Pods in a subset as its status records them: counted by the controller, plus
 /// admitted since, minus deleted since.
 fn occupancy(s: &WorkloadSpreadSubsetStatus) -> i64 {

@@ -7,7 +7,7 @@
 //! it with `v1/hello` and otherwise decides from what it can read. See `docs/counter-protocol.md`.
 
 use crate::admission::reserve::is_placeholder;
-use crate::admission::{claim_among, release, unclaim, PodKey, Scale};
+use crate::admission::{claim_among, claimed_pod_cost, release, unclaim, PodKey, Scale};
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
 use crate::rules::Rules;
 use crate::Timestamp;
@@ -109,6 +109,11 @@ pub struct ClaimResponse {
     /// pod once before the host renames the placeholder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<String>,
+    /// The pod's planned deletion cost (`admission::claimed_pod_cost`), which the guest
+    /// writes in its patch so the controller does not patch the pod for it (#28).
+    /// Absent from hosts before it: the controller then writes the cost, as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_cost: Option<i64>,
 }
 
 /// `v1/release` request.
@@ -212,12 +217,17 @@ pub fn apply_claim(
         now,
         &req.generated_uid,
     );
+    let key = c.generated_uid.as_deref().unwrap_or(&req.pod.name);
+    let deletion_cost = c.subset.as_deref().and_then(|subset| {
+        claimed_pod_cost(ws, req.rules, &status, &req.pod.version, subset, key, &[])
+    });
     (
         status,
         ClaimResponse {
             subset: c.subset,
             generated_uid: c.generated_uid,
             reservation: None,
+            deletion_cost,
         },
     )
 }
@@ -320,6 +330,7 @@ mod tests {
                 subset: Some("a".into()),
                 generated_uid: None,
                 reservation: None,
+                deletion_cost: None,
             }
         );
     }

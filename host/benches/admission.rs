@@ -1,10 +1,22 @@
 //! Webhook admissions through the real API server: pods of one workload created at
-//! concurrency 1 / 8 / 64 with no webhook (the API server's own cost), with the host's
-//! defaults (reserved slots and group commit), with group commit alone
+//! concurrency 1 / 8 / 64 with no webhook (the API server's own cost), with a no-op
+//! webhook of our own (the transport floor, `noop`), with the host and the controller
+//! running together with their defaults (what users run), with the host's
+//! defaults alone (reserved slots and group commit), with group commit alone
 //! (`--reserve-max 0`), and with one status write per claim (`--reserve-max 0
 //! --max-batch 1`, the reference algorithm); one host replica, exact mode. Then pods
 //! of a namespace without a WorkloadSpread through the same webhook, answered without
 //! the guest (the default) and with it (`--evaluate-unrelated`).
+//!
+//! The pods are bound to a KWOK node at creation and frozen (no scheduler binding, no
+//! kubelet status writes), so a row times admission and not the scheduler and kubelets
+//! racing the next create on the same 2 cores; one more no-webhook row ("pods scheduled")
+//! creates them as the bench did before, to show what that added.
+//!
+//! Then API writes per admitted pod across all components, from the API server's
+//! `apiserver_request_total` (`workloadspread_testkit::api_writes`): per row during the
+//! series, and for a 200-pod Deployment scale-out with host and controller, counted
+//! until everything settled.
 //!
 //! Per row: pods/s, the end-to-end latency of each pod CREATE as its client sees it
 //! (p50/p99), the mean webhook call as the API server measures it
@@ -22,12 +34,18 @@ use kube::{Api, Client};
 use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use workloadspread_testkit::api_writes::Writes;
 use workloadspread_testkit::measure::{sum_metric, HistogramReading, Percentiles};
 use workloadspread_testkit::webhook::{
-    apply_crd, fleet_crd, fleet_pod, fleet_settings, free_port, policy_wasm, HostProcess,
-    WebhookConfigs,
+    apply_crd, fleet_crd, fleet_pod, fleet_settings, free_port, policy_wasm, ControllerProcess,
+    HostProcess, WebhookConfigs,
 };
-use workloadspread_testkit::{cluster, unique_name, wait_for, TestNamespace};
+use workloadspread_testkit::{cluster, unique_name, wait_for, TestNamespace, KWOK_FROZEN_LABEL};
+
+#[path = "admission/noop.rs"]
+mod noop;
+#[path = "admission/scale_out.rs"]
+mod scale_out;
 
 const PODS: usize = 256;
 const CONCURRENCY: [usize; 3] = [1, 8, 64];
@@ -43,6 +61,12 @@ const HOST_EVALUATION_SECONDS: &str = "workloadspread_host_evaluation_duration_s
 #[derive(Clone, Copy, PartialEq)]
 enum Webhook {
     None,
+    /// No webhook, pods left to the scheduler and KWOK (the bench's pods until #28).
+    NoneScheduled,
+    /// The no-op webhook (`noop`): the transport floor.
+    Noop,
+    /// The host with its defaults and the controller (release build) with its defaults.
+    HostAndController,
     Batching {
         window_ms: u64,
         max_batch: u16,
@@ -75,6 +99,9 @@ impl Webhook {
     fn label(self) -> String {
         match self {
             Webhook::None => "none".into(),
+            Webhook::NoneScheduled => "none, pods scheduled and run by KWOK".into(),
+            Webhook::Noop => "no-op webhook (floor)".into(),
+            Webhook::HostAndController => "host + controller (defaults)".into(),
             Webhook::Unrelated { evaluate: false } => "unrelated pods (default)".into(),
             Webhook::Unrelated { evaluate: true } => {
                 "unrelated pods, guest run (`--evaluate-unrelated`)".into()
@@ -107,12 +134,23 @@ struct Row {
     per_second: f64,
     create: Percentiles,
     figures: Option<WebhookFigures>,
+    /// API writes during the series beyond the pod creates, per pod (all components).
+    writes_per_pod: f64,
 }
 
 /// A running host replica with its webhook configurations; the namespace is enrolled.
+/// With `controller`, the controller for that namespace runs too.
 struct Admission {
     configs: WebhookConfigs,
     host: HostProcess,
+    controller: Option<ControllerProcess>,
+}
+
+/// What the webhook side of a series is.
+enum Running {
+    Nothing,
+    Noop(noop::Noop),
+    Host(Admission),
 }
 
 fn dynamic_api(
@@ -171,7 +209,10 @@ async fn start_admission(policy: &Path, ns: &TestNamespace, webhook: Webhook) ->
             reserve_max,
         } => (window_ms, max_batch, reserve_max, false),
         Webhook::Unrelated { evaluate } => (0, 512, 32, evaluate),
-        Webhook::None => anyhow::bail!("no webhook to start"),
+        Webhook::HostAndController => (0, 512, 32, false),
+        Webhook::None | Webhook::NoneScheduled | Webhook::Noop => {
+            anyhow::bail!("not a host row")
+        }
     };
     let port = free_port()?;
     let name = unique_name("ws-bench");
@@ -198,11 +239,73 @@ async fn start_admission(policy: &Path, ns: &TestNamespace, webhook: Webhook) ->
     let bin = Path::new(env!("CARGO_BIN_EXE_workloadspread-host"));
     let host = HostProcess::start_on(bin, cluster()?.kubeconfig(), port, &args).await?;
     configs.enroll(ns.name()).await?;
+    let controller = match webhook {
+        Webhook::HostAndController => Some(start_controller(ns.name()).await?),
+        _ => None,
+    };
     // The WorkloadSpread was created before the host: ready means its cache holds it.
-    Ok(Admission { configs, host })
+    Ok(Admission {
+        configs,
+        host,
+        controller,
+    })
 }
 
-async fn apiserver_metrics(client: &Client) -> Result<String> {
+/// The release controller `make bench` builds beside the bench's host binary.
+fn controller_bin() -> Result<std::path::PathBuf> {
+    let host = Path::new(env!("CARGO_BIN_EXE_workloadspread-host"));
+    let bin = host.with_file_name("workloadspread-controller");
+    anyhow::ensure!(
+        bin.exists(),
+        "{} is missing (cargo build --release -p workloadspread-controller)",
+        bin.display()
+    );
+    Ok(bin)
+}
+
+/// The controller with its defaults for namespace `ns`, knowing the Fleet kind.
+async fn start_controller(ns: &str) -> Result<ControllerProcess> {
+    let custom = std::env::temp_dir().join(format!("{}.yaml", unique_name("fleet-kind")));
+    std::fs::write(
+        &custom,
+        "- group: burst.workloadspread.test\n  kind: Fleet\n  replicasPath: spec.replicas\n",
+    )?;
+    let args = [
+        "--namespace".to_string(),
+        ns.to_string(),
+        "--custom-workloads".into(),
+        custom.display().to_string(),
+    ];
+    ControllerProcess::start(&controller_bin()?, cluster()?.kubeconfig(), &args).await
+}
+
+/// A KWOK node to bind the bench's pods to.
+async fn bench_node(client: &Client) -> Result<String> {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let list = nodes.list(&ListParams::default().limit(1)).await?;
+    list.items
+        .into_iter()
+        .find_map(|n| n.metadata.name)
+        .context("the cluster has no node")
+}
+
+/// A bench pod: bound to `node` and frozen (scheduler and KWOK leave it alone), or
+/// left to them when `node` is `None`.
+fn bench_pod(name: &str, uid: &str, node: Option<&str>) -> Pod {
+    let mut pod = fleet_pod(name, uid);
+    if let Some(node) = node {
+        pod.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(KWOK_FROZEN_LABEL.into(), "bench".into());
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.node_name = Some(node.to_string());
+        }
+    }
+    pod
+}
+
+pub(crate) async fn apiserver_metrics(client: &Client) -> Result<String> {
     let request = Request::get("/metrics").body(Vec::new())?;
     Ok(client.request_text(request).await?)
 }
@@ -212,12 +315,13 @@ async fn apiserver_metrics(client: &Client) -> Result<String> {
 async fn create_pods(
     pods: &Api<Pod>,
     uid: &str,
+    node: Option<&str>,
     concurrency: usize,
 ) -> Result<(Vec<Duration>, Duration)> {
     let started = Instant::now();
     let results: Vec<Result<Duration>> = futures::stream::iter(0..PODS)
         .map(|i| {
-            let (pods, pod) = (pods.clone(), fleet_pod(&format!("fleet-{i}"), uid));
+            let (pods, pod) = (pods.clone(), bench_pod(&format!("fleet-{i}"), uid, node));
             async move {
                 let sent = Instant::now();
                 pods.create(&PostParams::default(), &pod)
@@ -285,26 +389,45 @@ async fn webhook_figures(
 async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<Row> {
     let ns = cluster()?.namespace("bench-admission").await?;
     let client = ns.client();
-    let spread = matches!(webhook, Webhook::None | Webhook::Batching { .. });
+    let spread = !matches!(webhook, Webhook::Unrelated { .. });
     let uid = create_workload(&ns, spread).await?;
-    let admission = match webhook {
-        Webhook::None => None,
-        w => Some(start_admission(policy, &ns, w).await?),
+    let running = match webhook {
+        Webhook::None | Webhook::NoneScheduled => Running::Nothing,
+        Webhook::Noop => {
+            let noop = noop::Noop::start(&client).await?;
+            noop.enroll(ns.name()).await?;
+            Running::Noop(noop)
+        }
+        w => Running::Host(start_admission(policy, &ns, w).await?),
     };
-    let apiserver_before = HistogramReading::from_text(
-        &apiserver_metrics(&client).await?,
-        APISERVER_WEBHOOK_SECONDS,
-        MUTATING_WEBHOOK,
-    );
+    let node = match webhook {
+        Webhook::NoneScheduled => None,
+        _ => Some(bench_node(&client).await?),
+    };
+    let metrics = apiserver_metrics(&client).await?;
+    let apiserver_before =
+        HistogramReading::from_text(&metrics, APISERVER_WEBHOOK_SECONDS, MUTATING_WEBHOOK);
+    let writes_before = Writes::from_metrics(&metrics);
     let pods: Api<Pod> = ns.api();
-    let (latencies, elapsed) = create_pods(&pods, &uid, concurrency).await?;
-    let figures = match admission {
-        Some(admission) => {
+    let (latencies, elapsed) = create_pods(&pods, &uid, node.as_deref(), concurrency).await?;
+    let writes = Writes::from_metrics(&apiserver_metrics(&client).await?).since(&writes_before);
+    let figures = match running {
+        Running::Host(admission) => {
             let figures = webhook_figures(&admission, apiserver_before, &client).await?;
             admission.configs.delete().await?;
+            drop(admission.controller);
             Some(figures)
         }
-        None => None,
+        Running::Noop(noop) => {
+            anyhow::ensure!(
+                noop.calls() >= PODS as u64,
+                "the no-op webhook answered {} calls for {PODS} pods",
+                noop.calls()
+            );
+            noop.stop().await?;
+            None
+        }
+        Running::Nothing => None,
     };
     remove_pods(&pods).await?;
     Ok(Row {
@@ -313,6 +436,7 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
         per_second: PODS as f64 / elapsed.as_secs_f64(),
         create: Percentiles::of(latencies),
         figures,
+        writes_per_pod: writes.beyond_creates() / PODS as f64,
     })
 }
 
@@ -333,11 +457,12 @@ fn print_row(r: &Row) {
         None => "– | – | – | –".to_string(),
     };
     println!(
-        "| {webhook} | {} | {:.0} | {} | {} | {figures} |",
+        "| {webhook} | {} | {:.0} | {} | {} | {figures} | {:.2} |",
         r.concurrency,
         r.per_second,
         ms(r.create.p50),
-        ms(r.create.p99)
+        ms(r.create.p99),
+        r.writes_per_pod
     );
 }
 
@@ -402,6 +527,45 @@ fn print_summary(rows: &[Row], repeated: &[(Webhook, Duration)]) {
             verdict(share >= 80.0)
         );
     }
+    // Issue #28: what users run (host + controller) against the transport floor.
+    if let (Some(with), Some(floor)) = (
+        p50_at_1(Webhook::HostAndController),
+        p50_at_1(Webhook::Noop),
+    ) {
+        let over = delta(with, floor);
+        println!(
+            "* Host + controller, concurrency 1: p50 {} vs {} with the no-op webhook = {over:+.1} ms over the floor{} (goal ≤ +1 ms: {}).",
+            ms(with),
+            ms(floor),
+            repeated_note(repeated),
+            verdict(over <= 1.0)
+        );
+    }
+    if let (Some(with), Some(floor), Some(none)) = (
+        find(rows, Webhook::HostAndController, 64),
+        find(rows, Webhook::Noop, 64),
+        find(rows, Webhook::None, 64),
+    ) {
+        let share = with.per_second / floor.per_second * 100.0;
+        println!(
+            "* Concurrency 64, host + controller: {:.0} vs {:.0} pods/s with the no-op webhook = {share:.0} % (goal ≥ 90 %: {}); the no-op webhook keeps {:.0} % of no webhook's {:.0} pods/s.",
+            with.per_second,
+            floor.per_second,
+            verdict(share >= 90.0),
+            floor.per_second / none.per_second * 100.0,
+            none.per_second
+        );
+    }
+    if let (Some(bound), Some(scheduled)) = (
+        p50_at_1(Webhook::None),
+        find(rows, Webhook::NoneScheduled, 1).map(|r| r.create.p50),
+    ) {
+        println!(
+            "* No webhook, concurrency 1: p50 {} with bound, frozen pods vs {} with pods the scheduler binds and KWOK runs (the bench's pods before #28).",
+            ms(bound),
+            ms(scheduled)
+        );
+    }
     let per_100 = |w: Webhook, c: usize| -> Option<String> {
         let writes = find(rows, w, c)?.figures.as_ref()?.status_writes;
         Some(format!("{:.0}", writes / PODS as f64 * 100.0))
@@ -446,12 +610,17 @@ fn repeated_note(repeated: &[(Webhook, Duration)]) -> String {
 /// The concurrency-1 series the goals compare, run `ROUNDS` times interleaved (none,
 /// matched, unrelated, none, ...) so drift of the machine falls on all of them alike;
 /// the median p50 of each.
-async fn repeated_at_1(policy: &Path) -> Result<Vec<(Webhook, Duration)>> {
-    let webhooks = [
+async fn repeated_at_1(policy: &Path, focus: Focus) -> Result<Vec<(Webhook, Duration)>> {
+    let webhooks: Vec<Webhook> = [
         Webhook::None,
+        Webhook::Noop,
+        Webhook::HostAndController,
         RESERVED,
         Webhook::Unrelated { evaluate: false },
-    ];
+    ]
+    .into_iter()
+    .filter(|w| focus.includes(*w))
+    .collect();
     let mut p50s: Vec<Vec<Duration>> = vec![vec![]; webhooks.len()];
     for _ in 0..ROUNDS {
         for (w, series) in webhooks.iter().zip(p50s.iter_mut()) {
@@ -489,30 +658,75 @@ async fn main() -> Result<()> {
     apply_crd(&client, &fleet_crd()).await?;
     // A fresh API server and etcd are slower for their first few hundred writes: a
     // series nobody records, so the first row (no webhook) is not the slowest by accident.
-    for concurrency in CONCURRENCY {
+    let focus = Focus::from_env()?;
+    for &concurrency in focus.concurrency() {
         measure(&policy, Webhook::None, concurrency).await?;
     }
     println!(
-        "| webhook | concurrency | pods/s | CREATE p50 | CREATE p99 | webhook call (mean) | evaluation (mean) | status writes | conflicts |"
+        "| webhook | concurrency | pods/s | CREATE p50 | CREATE p99 | webhook call (mean) | evaluation (mean) | host status writes | conflicts | API writes per pod beyond its create |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut rows = Vec::new();
-    let webhooks = [
+    let all = [
         Webhook::None,
+        Webhook::NoneScheduled,
+        Webhook::Noop,
+        Webhook::HostAndController,
         RESERVED,
         GROUP_COMMIT,
         ONE_WRITE_PER_CLAIM,
         Webhook::Unrelated { evaluate: false },
         Webhook::Unrelated { evaluate: true },
     ];
-    for webhook in webhooks {
-        for concurrency in CONCURRENCY {
+    let webhooks: Vec<Webhook> = all.into_iter().filter(|w| focus.includes(*w)).collect();
+    for &webhook in &webhooks {
+        for &concurrency in focus.concurrency() {
             let row = measure(&policy, webhook, concurrency).await?;
             print_row(&row);
             rows.push(row);
         }
     }
-    let repeated = repeated_at_1(&policy).await?;
+    let repeated = repeated_at_1(&policy, focus).await?;
     print_summary(&rows, &repeated);
+    scale_out::run(&policy).await?;
     Ok(())
+}
+
+/// Which rows a run measures (`WS_BENCH_FOCUS`): every row (`all`, the default, what
+/// `make bench` runs), or only what issue #28's goals compare (`whole-system`: no
+/// webhook, the no-op floor, host + controller
+/// at concurrency 1 and 64, then the scale-out's writes), to measure a change to the
+/// per-pod cost without the other rows' 20 minutes.
+#[derive(Clone, Copy, PartialEq)]
+enum Focus {
+    All,
+    WholeSystem,
+}
+
+impl Focus {
+    fn from_env() -> Result<Self> {
+        match std::env::var("WS_BENCH_FOCUS").as_deref() {
+            Err(_) | Ok("") | Ok("all") => Ok(Focus::All),
+            Ok("whole-system") => Ok(Focus::WholeSystem),
+            Ok(other) => {
+                anyhow::bail!("WS_BENCH_FOCUS={other}: expected `all` (default) or `whole-system`")
+            }
+        }
+    }
+
+    /// The concurrencies of the table (the goals compare 1 and 64).
+    fn concurrency(self) -> &'static [usize] {
+        match self {
+            Focus::All => &CONCURRENCY,
+            Focus::WholeSystem => &[1, 64],
+        }
+    }
+
+    fn includes(self, w: Webhook) -> bool {
+        self == Focus::All
+            || matches!(
+                w,
+                Webhook::None | Webhook::Noop | Webhook::HostAndController
+            )
+    }
 }

@@ -16,7 +16,9 @@ use workloadspread_core::admission::{
 };
 use workloadspread_core::annotation::MatchedWorkloadSpread;
 use workloadspread_core::api::v1beta1::{WorkloadSpread, API_VERSION};
-use workloadspread_core::api::{KIND, PENDING_LABEL, PENDING_SELECTOR, PENDING_VALUE};
+use workloadspread_core::api::{
+    KIND, PENDING_LABEL, PENDING_SELECTOR, PENDING_VALUE, POD_DELETION_COST_ANNOTATION,
+};
 use workloadspread_core::counter::{
     self, ClaimRequest, ClaimResponse, PodRef, ReleaseRequest, ReleaseResponse, WorkloadSpreadKey,
 };
@@ -106,6 +108,7 @@ fn decide_create(ctx: &Ctx<'_>, object: &Value, namespace: &str) -> Outcome {
             uid: None,
             mode: None,
             reservation: None,
+            deletion_cost: None,
         }),
         CreatePath::Counted => counted_claim(ctx, ws, key, replicas, namespace),
     };
@@ -159,6 +162,8 @@ struct Decided {
     mode: Option<&'static str>,
     /// The host's placeholder the pod takes (counter protocol 4).
     reservation: Option<String>,
+    /// The pod's planned deletion cost, from the host's claim (#28).
+    deletion_cost: Option<i64>,
 }
 
 fn apply(object: &Value, ws: &WorkloadSpread, d: Decided) -> Outcome {
@@ -184,6 +189,12 @@ fn apply(object: &Value, ws: &WorkloadSpread, d: Decided) -> Outcome {
             pod["metadata"]["labels"][RESERVATION_LABEL] = Value::String(value.into());
         }
         pod["metadata"]["annotations"][RESERVATION_ANNOTATION] = Value::String(placeholder);
+    }
+    if let Some(cost) = d.deletion_cost {
+        // Its place in the planned scale-in path, decided with the claim: the controller
+        // patches the pod only if that place changes (#28).
+        pod["metadata"]["annotations"][POD_DELETION_COST_ANNOTATION] =
+            Value::String(cost.to_string());
     }
     if d.mode == Some(BEST_EFFORT) {
         // Counted by the next admissions until the controller's status counts it.
@@ -336,6 +347,7 @@ fn counted_claim(
             uid: answer.generated_uid,
             mode: Some(EXACT),
             reservation: answer.reservation,
+            deletion_cost: answer.deletion_cost,
         });
     }
     best_effort_claim(ctx, ws, pod, replicas, ns)
@@ -388,6 +400,7 @@ fn best_effort_claim(
         uid: decision.generated_uid,
         mode: Some(BEST_EFFORT),
         reservation: None,
+        deletion_cost: None,
     })
 }
 

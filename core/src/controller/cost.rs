@@ -145,9 +145,27 @@ fn planned_costs(ws: &WorkloadSpread, pods: &[&Pod], groups: &SubsetPods) -> Vec
         .chain([FAKE_SUBSET_NAME])
         .map(|n| removal_stack(pods, groups.get(n).map(Vec::as_slice).unwrap_or_default()))
         .collect();
-    let mut level: usize = stacks.iter().map(Vec::len).sum();
-    let mut out = Vec::with_capacity(level);
-    while level > 0 {
+    let sizes: Vec<usize> = stacks.iter().map(Vec::len).collect();
+    planned_path(ws, &sizes)
+        .filter_map(|(g, cost)| Some((stacks[g].pop()?, cost)))
+        .collect()
+}
+
+/// The planned scale-in path over groups holding `sizes` pods (spec subsets in order,
+/// then the fake subset): from the most pods down to one, the group each step removes
+/// a pod from and the cost of the pod removed at that step (`PLANNED_COST_BASE −
+/// level`). The one rule both [`planned_costs`] (the controller) and
+/// [`admission_cost`] (a pod's cost at admission) follow.
+fn planned_path<'a>(
+    ws: &'a WorkloadSpread,
+    sizes: &[usize],
+) -> impl Iterator<Item = (usize, i64)> + 'a {
+    let mut left = sizes.to_vec();
+    let mut level: usize = left.iter().sum();
+    std::iter::from_fn(move || {
+        if level == 0 {
+            return None;
+        }
         let want = planned_spread(ws, level - 1);
         let total = i32::try_from(level - 1).unwrap_or(i32::MAX);
         let max: Vec<Option<usize>> = ws
@@ -164,17 +182,46 @@ fn planned_costs(ws: &WorkloadSpread, pods: &[&Pod], groups: &SubsetPods) -> Vec
             let cap = max.get(g).copied().flatten().unwrap_or(usize::MAX);
             (held.saturating_sub(cap), held as i64 - wanted as i64)
         };
-        let Some(g) = furthest_above(&stacks, above) else {
-            break;
-        };
-        let Some(pod) = stacks[g].pop() else {
-            break;
-        };
+        let g = furthest_above(&left, above)?;
+        left[g] -= 1;
         let level_cost = i64::try_from(level).unwrap_or(PLANNED_COST_BASE);
-        out.push((pod, PLANNED_COST_BASE.saturating_sub(level_cost)));
         level -= 1;
+        Some((g, PLANNED_COST_BASE.saturating_sub(level_cost)))
+    })
+}
+
+/// The planned cost of a pod being admitted into `subset` (issue #28: written in the
+/// admission's patch, so the controller patches only pods whose place in the path
+/// changes): the pod is the newest of its subset, so the top of its stack, and gets the
+/// cost of the path's first step from that subset. `counts` are the pods of the pod's
+/// version per spec subset, this one included, as the admission counts them (the
+/// status's occupancy without placeholders nobody took). `None` where the controller
+/// decides alone: [`Rules::Reference`], a kind that ignores deletion costs, a subset
+/// not in the spec. Where the count is off (pods outside every subset, an unlimited
+/// subset's pods the status does not count yet) the controller's ranking corrects it.
+pub fn admission_cost(
+    ws: &WorkloadSpread,
+    rules: Rules,
+    counts: &[usize],
+    subset: &str,
+) -> Option<i64> {
+    let kind = ws.spec.target_ref.as_ref()?.kind.as_str();
+    if rules != Rules::Planned || !kind_uses_deletion_cost(kind) {
+        return None;
     }
-    out
+    let g = ws.spec.subsets.iter().position(|s| s.name == subset)?;
+    let mut sizes: Vec<usize> = ws
+        .spec
+        .subsets
+        .iter()
+        .enumerate()
+        .map(|(i, _)| counts.get(i).copied().unwrap_or(0))
+        .collect();
+    sizes[g] = sizes[g].max(1);
+    sizes.push(0);
+    planned_path(ws, &sizes)
+        .find(|&(step, _)| step == g)
+        .map(|(_, cost)| cost)
 }
 
 /// Active pods of a group, the one to remove first last (ties by name, for stability).
@@ -184,10 +231,21 @@ fn removal_stack(pods: &[&Pod], members: &[usize]) -> Vec<usize> {
         .copied()
         .filter(|&p| is_active(pods[p]))
         .collect();
+    // Among pods the ReplicaSet cannot tell apart (same phase, readiness, restarts and
+    // creation second: a burst), the cost each already has keeps its place, so a cost
+    // the admission wrote (`admission_cost`) is not rewritten for a reordering nobody
+    // needs; then the name, for stability.
     stack.sort_by(|&a, &b| {
-        deletion_order(pods[b], pods[a]).then_with(|| name(pods[b]).cmp(name(pods[a])))
+        deletion_order(pods[b], pods[a])
+            .then_with(|| cost_value(pods[b]).cmp(&cost_value(pods[a])))
+            .then_with(|| name(pods[b]).cmp(name(pods[a])))
     });
     stack
+}
+
+/// A pod's deletion cost as the ReplicaSet reads it (0 when absent or invalid).
+fn cost_value(pod: &Pod) -> i64 {
+    current_cost(pod).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 /// The group holding the most pods above its maximum, else the most above what the
@@ -196,16 +254,13 @@ fn removal_stack(pods: &[&Pod], members: &[usize]) -> Vec<usize> {
 /// subset over its maximum gives up its pods first even when another group is as far
 /// above its plan (a subset short of its plan sends the same surplus to a later one):
 /// a scale-in never keeps a pod above a maximum while removing one within it.
-fn furthest_above(
-    stacks: &[Vec<usize>],
-    above: impl Fn(usize, usize) -> (usize, i64),
-) -> Option<usize> {
+fn furthest_above(sizes: &[usize], above: impl Fn(usize, usize) -> (usize, i64)) -> Option<usize> {
     let mut best: Option<(usize, (usize, i64))> = None;
-    for g in (0..stacks.len()).rev() {
-        if stacks[g].is_empty() {
+    for g in (0..sizes.len()).rev() {
+        if sizes[g] == 0 {
             continue;
         }
-        let excess = above(g, stacks[g].len());
+        let excess = above(g, sizes[g]);
         if best.is_none_or(|(_, e)| excess > e) {
             best = Some((g, excess));
         }
@@ -296,3 +351,6 @@ pub(crate) fn subset_costs(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests;

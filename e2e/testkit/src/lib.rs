@@ -310,6 +310,7 @@ mod tests {
         );
     }
 }
+pub mod api_writes;
 pub mod convergence;
 pub mod faults;
 pub mod measure;

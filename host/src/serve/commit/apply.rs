@@ -10,7 +10,7 @@ use workloadspread_core::admission::reserve::stale::{self, Naming, Resolved, Sta
 use workloadspread_core::admission::reserve::{
     decide, reserve, settle, Claimant, Decision, Holding,
 };
-use workloadspread_core::admission::{unclaim, PodKey, Scale};
+use workloadspread_core::admission::{claimed_pod_cost, unclaim, PodKey, Scale};
 use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::counter::{
     apply_claim, apply_release, apply_unclaim, ClaimRequest, ClaimResponse, ReleaseResponse,
@@ -238,11 +238,32 @@ pub(super) fn decide_claim(
     decide(status, ws, &claimant, holding)
 }
 
-/// The answer of a claim taking placeholder `key` of `subset`, recorded in `pool`
-/// (`None`: the pool does not hold it unused).
+/// The pod's planned deletion cost for a claim placing it in `subset` on `status`
+/// (`admission::claimed_pod_cost`; the pool's unused placeholders are slots, not pods).
+pub(super) fn claim_cost(
+    ws: &WorkloadSpread,
+    status: &workloadspread_core::api::v1beta1::WorkloadSpreadStatus,
+    c: &ClaimRequest,
+    subset: &str,
+    pool: &Pool,
+) -> Option<i64> {
+    let unused = pool.unused(&c.pod.version);
+    let unused: Vec<&str> = unused.iter().map(|(s, _)| s.as_str()).collect();
+    let key = match c.pod.name.is_empty() {
+        true => c.generated_uid.as_str(),
+        false => c.pod.name.as_str(),
+    };
+    let version = &c.pod.version;
+    claimed_pod_cost(ws, c.rules, status, version, subset, key, &unused)
+}
+
+/// The answer of a claim taking placeholder `key` of `subset` (decided on `status`),
+/// recorded in `pool` (`None`: the pool does not hold it unused).
 pub(super) fn take(
     pool: &mut Pool,
     c: &ClaimRequest,
+    ws: &WorkloadSpread,
+    status: &workloadspread_core::api::v1beta1::WorkloadSpreadStatus,
     subset: String,
     key: &str,
 ) -> Option<ClaimResponse> {
@@ -250,6 +271,7 @@ pub(super) fn take(
         subset: Some(subset.clone()),
         generated_uid: c.pod.name.is_empty().then(|| c.generated_uid.clone()),
         reservation: None,
+        deletion_cost: claim_cost(ws, status, c, &subset, pool),
     };
     let slot = (c.pod.version.clone(), subset);
     pool.take(&slot, key, super::claim_key(c), super::scale_of(c), answer)
@@ -270,7 +292,7 @@ fn claim_reserving(
     }
     let mut status = ws.status.clone().unwrap_or_default();
     match decide_claim(ws, &mut status, c, pool, now, may_wait) {
-        Decision::Take { subset, key } => match take(pool, c, subset, &key) {
+        Decision::Take { subset, key } => match take(pool, c, ws, &status, subset, &key) {
             Some(answer) => Applied1::Now(Answer::Claim(answer)),
             // Decided from the pool's own list: it holds it. Should it not, the claim
             // comes again with the next write rather than spill.
@@ -278,11 +300,16 @@ fn claim_reserving(
         },
         Decision::Wait => Applied1::Wait,
         Decision::Claimed(claim) => {
+            let deletion_cost = claim
+                .subset
+                .as_deref()
+                .and_then(|subset| claim_cost(ws, &status, c, subset, pool));
             ws.status = Some(status);
             Applied1::Written(Ok(Answer::Claim(ClaimResponse {
                 subset: claim.subset,
                 generated_uid: claim.generated_uid,
                 reservation: None,
+                deletion_cost,
             })))
         }
     }

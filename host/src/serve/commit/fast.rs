@@ -46,7 +46,7 @@ impl Committer {
             let Decision::Take { subset, key } = decision else {
                 return None;
             };
-            let answer = take(&mut shared.pool, c, subset, &key)?;
+            let answer = take(&mut shared.pool, c, &ws, &status, subset, &key)?;
             let refill = self.claimed(&ws, &mut shared.pool, c, &answer);
             (answer, refill)
         };
