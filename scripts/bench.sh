@@ -205,7 +205,7 @@ matched pod CREATE in exact mode (counter) and best-effort, its DELETE (exact), 
 WorkloadSpread CREATE (validation: the overlap check and the target's template), and at
 1 000 the best-effort CREATE answered by a host that ignores field masks. The policy lists
 the namespace's WorkloadSpreads pruned to what matching reads (field masks
-\`workloadspread_core::masks::WORKLOADSPREAD_TARGET_FIELDS\`: name, uid, deletionTimestamp,
+\`workloadspread_core::masks::WORKLOADSPREAD_TARGET_FIELDS\`: name, deletionTimestamp,
 targetRef, targetFilter; one fixed list, so policy-server keeps one cache), core's rule
 picks one (each owner of the pod looked up once), and only that one is read whole (a GET);
 a DELETE reads the pod's WorkloadSpread by the name its annotation carries. Before this
