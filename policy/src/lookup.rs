@@ -7,6 +7,7 @@
 use crate::host::{Host, HostError};
 use serde::Deserialize;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::fmt;
 use workloadspread_core::api::v1beta1::{WorkloadSpread, API_VERSION};
 use workloadspread_core::api::KIND;
@@ -103,8 +104,9 @@ fn whole_workloadspreads(
 }
 
 /// The WorkloadSpread a pod belongs to (core's rule on the masked list), read whole.
-/// Should the one that matched have changed, been recreated or deleted between the two
-/// reads, the rule runs again on the whole spreads, as one list.
+/// Should the one that matched have changed or been deleted between the two reads, the
+/// rule runs again on the whole spreads, as one list (the pod's owners are not looked
+/// up again).
 pub fn matching_workloadspread(
     host: &dyn Host,
     namespace: &str,
@@ -113,6 +115,17 @@ pub fn matching_workloadspread(
     kinds: &WorkloadKinds,
     mut owner_of: impl FnMut(&ObjectRef) -> Result<Option<ObjectRef>, OwnerLookupError>,
 ) -> Result<Option<WorkloadSpread>, LookupError> {
+    // Each owner is looked up once for both matches (a failed lookup is not remembered:
+    // the rule tries it again for the next spread, as the reference does).
+    let mut known: BTreeMap<ObjectRef, Option<ObjectRef>> = BTreeMap::new();
+    let mut owner_of = |o: &ObjectRef| {
+        if let Some(controller) = known.get(o) {
+            return Ok(controller.clone());
+        }
+        let controller = owner_of(o)?;
+        known.insert(o.clone(), controller.clone());
+        Ok(controller)
+    };
     let answer = list_spread_targets(host, namespace).map_err(LookupError::Listing)?;
     let targets = spread_targets(&answer).map_err(|reason| {
         LookupError::Listing(HostError {
