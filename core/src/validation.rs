@@ -406,7 +406,7 @@ fn validate_conflict(ws: &WorkloadSpread, others: &[SpreadTarget<'_>]) -> Vec<Fi
         let Some(o) = other.target() else {
             continue;
         };
-        if group(&o.api_version) == group(&t.api_version) && o.kind == t.kind && o.name == t.name {
+        if group(o.api_version) == group(&t.api_version) && o.kind == t.kind && o.name == t.name {
             let msg = format!(
                 "ws.spec.targetRef is in conflict with other WorkloadSpread {}",
                 other.name()

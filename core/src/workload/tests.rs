@@ -375,7 +375,12 @@ fn masked_lookup_picks_the_same_workloadspread_as_whole_objects() {
     };
     let kinds = game_kinds();
     // (pod's controller, pod labels, the spread it belongs to; Err: admission error)
-    let table: Vec<(ObjectRef, Vec<(&str, &str)>, Result<Option<&str>, ()>)> = vec![
+    type Row<'a> = (
+        ObjectRef,
+        Vec<(&'a str, &'a str)>,
+        Result<Option<&'a str>, ()>,
+    );
+    let table: Vec<Row> = vec![
         (
             r("apps.kruise.io/v1beta1", "CloneSet", "cs"),
             vec![],

@@ -3,13 +3,16 @@ use serde_json::json;
 use std::cell::RefCell;
 use workloadspread_core::masks::Mask;
 
+/// A change to the namespace's objects.
+type Change = fn(&mut Vec<Value>);
+
 /// An in-memory namespace `demo` that honours field masks (or not), records its calls,
 /// and can change its objects at the first GET of a WorkloadSpread (a spread updated,
 /// recreated or deleted between the list and the read).
 struct Namespace {
     objects: RefCell<Vec<Value>>,
     honour_masks: bool,
-    change_at_get: RefCell<Option<fn(&mut Vec<Value>)>>,
+    change_at_get: RefCell<Option<Change>>,
     calls: RefCell<Vec<String>>,
 }
 
@@ -161,7 +164,6 @@ fn a_host_ignoring_the_mask_finds_the_same_spread() {
 /// taken as read.
 #[test]
 fn a_spread_changed_between_the_two_reads_is_matched_again_whole() {
-    type Change = fn(&mut Vec<Value>);
     let cases: [(&str, Change, &str, &str, &str); 4] = [
         (
             "filter changed",
