@@ -6,7 +6,10 @@ status with conditions, IPs and container statuses), spread over the three subse
 in the states the controller distinguishes. Steady state as best-effort admission sees it
 (#21): the WorkloadSpread status the controller wrote counts all but the last PENDING pods,
 which still carry the workloadspread.io/pending label a best-effort admission adds.
-Usage: bench-state.py N OUT.json
+With --spreads S the namespace holds S WorkloadSpreads: `web-spread` and S-1 others, each
+spreading its own Deployment `other-NNNN` over three zones with a status the controller
+wrote (#31); the others are listed first, so a lookup that reads them all reads them all.
+Usage: bench-state.py N OUT.json [--spreads S]
 """
 import json
 import sys
@@ -112,8 +115,55 @@ def status(subsets, counted, replicas):
             "versionedSubsetStatuses": {HASH: statuses}}
 
 
+def zone_subsets(first_max, second_max):
+    subsets = []
+    for zone, top in (("zone-a", first_max), ("zone-b", second_max), ("zone-c", None)):
+        subset = {"name": zone, "requiredNodeSelector": {"matchExpressions": [
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}}
+        if top is not None:
+            subset["maxReplicas"] = top
+        subsets.append(subset)
+    subsets[0]["patch"] = {"metadata": {"labels": {"zone": "a"}}}
+    return subsets
+
+
+def other_spread(i):
+    """A Deployment `other-NNNN` of 10 replicas and its WorkloadSpread, as the API server
+    holds them once the controller counted its pods."""
+    name = f"other-{i:04d}"
+    labels = {"app": name}
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "demo", "uid": f"d-{name}", "generation": 1,
+                     "resourceVersion": str(5000 + i), "creationTimestamp": "2026-11-24T09:00:00Z",
+                     "labels": labels},
+        "spec": {"replicas": 10, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [{"name": "main", "image": f"registry.example/{name}:1.0"}]}}},
+    }
+    statuses = [{"name": "zone-a", "replicas": 3, "missingReplicas": 0},
+                {"name": "zone-b", "replicas": 5, "missingReplicas": 0},
+                {"name": "zone-c", "replicas": 2, "missingReplicas": -1}]
+    spread = {
+        "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+        "metadata": {"name": f"{name}-spread", "namespace": "demo", "uid": f"ws-{name}", "generation": 1,
+                     "resourceVersion": str(6000 + i), "creationTimestamp": "2026-11-24T09:00:01Z"},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                 "subsets": zone_subsets(3, "50%")},
+        "status": {"observedGeneration": 1, "subsetStatuses": statuses,
+                   "versionedSubsetStatuses": {"5f6d7c": statuses}},
+    }
+    return [deployment, spread]
+
+
 def main():
-    n, out = int(sys.argv[1]), sys.argv[2]
+    args = sys.argv[1:]
+    spreads = 1
+    if "--spreads" in args:
+        at = args.index("--spreads")
+        spreads = int(args[at + 1])
+        del args[at:at + 2]
+    n, out = int(args[0]), args[1]
     replicas = n + 10
     half = replicas // 2
     # zone-a full, zone-b one short of its 50 %, the rest in zone-c; the pending pods
@@ -148,8 +198,9 @@ def main():
                        "requiredNodeSelector": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-c"]}]}}]},
          "status": status(subsets, counted, replicas)},
     ]
+    others = [o for i in range(max(0, spreads - 1)) for o in other_spread(i)]
     with open(out, "w") as f:
-        json.dump({"apiVersion": "v1", "kind": "List", "items": workload + pods}, f)
+        json.dump({"apiVersion": "v1", "kind": "List", "items": others + workload + pods}, f)
 
 
 if __name__ == "__main__":

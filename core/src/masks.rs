@@ -4,7 +4,9 @@
 //! container). The policy asks for [`PENDING_POD_FIELDS`] when it lists the pods a
 //! best-effort admission must add to the controller's status: what
 //! `admission::pending_pods` reads. Everything else — most of a running pod's bytes —
-//! is never copied, serialised or parsed.
+//! is never copied, serialised or parsed. It asks for [`WORKLOADSPREAD_TARGET_FIELDS`]
+//! when it looks through a namespace's WorkloadSpreads for the one a pod belongs to, or
+//! for one targeting the same workload: what `workload::SpreadTarget` holds.
 
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -22,6 +24,22 @@ pub const PENDING_POD_FIELDS: &[&str] = &[
     "metadata.ownerReferences",
     "status.phase",
 ];
+
+/// The WorkloadSpread fields that decide which spread a pod belongs to and whether two
+/// spreads target the same workload (`workload::find_matching_workloadspread`,
+/// `validation`'s conflict check): `workload::SpreadTarget`. No uid: a spread recreated
+/// alike matches alike, and the one that matched is read whole anyway. One fixed list,
+/// so a host keeps one cache for it.
+pub const WORKLOADSPREAD_TARGET_FIELDS: &[&str] = &[
+    "metadata.name",
+    "metadata.deletionTimestamp",
+    "spec.targetRef",
+    "spec.targetFilter",
+];
+
+/// The workload fields a WorkloadSpread's validation reads to find its target by name
+/// (the one found is then read whole).
+pub const WORKLOAD_NAME_FIELDS: &[&str] = &["metadata.name"];
 
 /// Paths as a tree of names; a leaf keeps the whole value under it.
 #[derive(Debug, Default, PartialEq)]
@@ -75,6 +93,23 @@ impl Mask {
         self.children.is_empty()
     }
 
+    /// What the mask keeps under the entry `name`: `None` when it drops the entry; an
+    /// empty mask when it keeps it whole (or when the mask itself is empty).
+    pub fn child(&self, name: &str) -> Option<&Mask> {
+        static WHOLE: Mask = Mask {
+            children: BTreeMap::new(),
+        };
+        if self.children.is_empty() {
+            return Some(&WHOLE);
+        }
+        self.children.get(name)
+    }
+
+    /// The entries the mask keeps at its top (none when it keeps everything).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.children.keys().map(String::as_str)
+    }
+
     /// An object given as its entries (e.g. typed metadata next to untyped data), pruned
     /// to the mask without building the whole object first.
     pub fn apply_entries<'a>(
@@ -96,6 +131,12 @@ impl Mask {
         Value::Object(out)
     }
 
+    /// `value` pruned to the mask, to serialise without building it: nothing is cloned
+    /// (a host answering a list of a thousand objects writes only what it keeps).
+    pub fn masked<'a>(&'a self, value: &'a Value) -> Masked<'a> {
+        Masked { mask: self, value }
+    }
+
     /// `value` pruned to the mask; only what is kept is cloned.
     pub fn apply(&self, value: &Value) -> Value {
         if self.children.is_empty() {
@@ -114,6 +155,44 @@ impl Mask {
             Value::Array(items) => Value::Array(items.iter().map(|v| self.apply(v)).collect()),
             // A scalar where the mask expected an object: nothing under it to keep.
             _ => Value::Null,
+        }
+    }
+}
+
+/// A value as [`Mask::apply`] prunes it, serialised straight from the whole value.
+#[derive(Clone, Copy, Debug)]
+pub struct Masked<'a> {
+    mask: &'a Mask,
+    value: &'a Value,
+}
+
+impl serde::Serialize for Masked<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        if self.mask.children.is_empty() {
+            return self.value.serialize(serializer);
+        }
+        match self.value {
+            Value::Object(map) => {
+                let kept = self
+                    .mask
+                    .children
+                    .iter()
+                    .filter_map(|(name, child)| map.get(name).map(|v| (name, child.masked(v))));
+                let mut out = serializer.serialize_map(None)?;
+                for (name, v) in kept {
+                    out.serialize_entry(name, &v)?;
+                }
+                out.end()
+            }
+            Value::Array(items) => {
+                let mut out = serializer.serialize_seq(Some(items.len()))?;
+                for v in items {
+                    out.serialize_element(&self.mask.masked(v))?;
+                }
+                out.end()
+            }
+            _ => serializer.serialize_unit(),
         }
     }
 }
@@ -144,6 +223,28 @@ pub(crate) mod tests {
                 "spec": {"containers": [{"name": "c"}, {"name": "d"}]},
                 "status": {"phase": "Running"}})
         );
+    }
+
+    /// Serialised without building the pruned value, it is the pruned value.
+    #[test]
+    fn masked_serialises_what_apply_builds() {
+        let pod = kubelet_pod(7, 1, "a", "v1");
+        let cases: [&[&str]; 5] = [
+            PENDING_POD_FIELDS,
+            WORKLOADSPREAD_TARGET_FIELDS,
+            &[
+                "spec.containers.env.name",
+                "status.conditions.type",
+                "metadata.name.x",
+            ],
+            &["metadata.labels.app", "metadata"],
+            &[],
+        ];
+        for paths in cases {
+            let mask = Mask::new(paths);
+            let written = serde_json::to_value(mask.masked(&pod)).unwrap();
+            assert_eq!(written, mask.apply(&pod), "{paths:?}");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::api::{STRATEGY_ADAPTIVE, STRATEGY_FIXED};
 use crate::field::{FieldError, Path};
 use crate::percent::{parse_percent, PercentError};
 use crate::selector::Selector;
-use crate::workload::{parse_group, WorkloadKinds};
+use crate::workload::{parse_group, SpreadTarget, Targeting, WorkloadKinds};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 
@@ -24,8 +24,9 @@ pub struct ValidationContext<'a> {
     /// Pod template of the target workload (see `workload::pod_template_for_validation`);
     /// `None` when the workload does not exist yet, which skips patch validation.
     pub workload_template: Option<&'a Value>,
-    /// The other WorkloadSpreads of the namespace (for the conflict check).
-    pub others: &'a [WorkloadSpread],
+    /// The other WorkloadSpreads of the namespace (for the conflict check), as far as
+    /// it reads them (`SpreadTarget::of` a whole one).
+    pub others: &'a [SpreadTarget<'a>],
     /// Allowed custom workload kinds.
     pub kinds: &'a WorkloadKinds,
 }
@@ -396,16 +397,16 @@ fn validate_schedule_strategy(ws: &WorkloadSpread, path: &Path) -> Vec<FieldErro
     errs
 }
 
-fn validate_conflict(ws: &WorkloadSpread, others: &[WorkloadSpread]) -> Vec<FieldError> {
+fn validate_conflict(ws: &WorkloadSpread, others: &[SpreadTarget<'_>]) -> Vec<FieldError> {
     let Some(t) = &ws.spec.target_ref else {
         return vec![];
     };
     let group = |v: &str| parse_group(v).map(str::to_owned).ok();
     for other in others.iter().filter(|o| o.name() != ws.name()) {
-        let Some(o) = &other.spec.target_ref else {
+        let Some(o) = other.target() else {
             continue;
         };
-        if group(&o.api_version) == group(&t.api_version) && o.kind == t.kind && o.name == t.name {
+        if group(o.api_version) == group(&t.api_version) && o.kind == t.kind && o.name == t.name {
             let msg = format!(
                 "ws.spec.targetRef is in conflict with other WorkloadSpread {}",
                 other.name()

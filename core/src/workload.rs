@@ -4,8 +4,10 @@
 use crate::api::v1beta1::{TargetFilter, TargetReference, WorkloadSpread};
 use crate::replicas::{builtin_replicas, replicas_at_path, replicas_from_paths, PathError};
 use crate::selector::{Labels, Selector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::borrow::Cow;
 
 /// A reference to an object by apiVersion, kind and name (an owner reference or a targetRef).
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -31,18 +33,29 @@ pub fn parse_group(api_version: &str) -> Result<&str, String> {
     if api_version.is_empty() || api_version == "/" {
         return Ok("");
     }
-    match api_version.split('/').collect::<Vec<_>>().as_slice() {
-        [_version] => Ok(""),
-        [group, _version] => Ok(group),
+    let mut parts = api_version.split('/');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(_version), None, _) => Ok(""),
+        (Some(group), Some(_version), None) => Ok(group),
         _ => Err(format!("unexpected GroupVersion string: {api_version}")),
     }
 }
 
 /// `isReferenceEqual` without the owner walk: same group (any version), kind and name.
 pub fn reference_equal(target: &ObjectRef, owner: &ObjectRef) -> Result<bool, String> {
-    let tg = parse_group(&target.api_version)?;
+    refers_to_object(&target.api_version, &target.kind, &target.name, owner)
+}
+
+/// [`reference_equal`] on a target given by its parts (nothing copied per spread tried).
+fn refers_to_object(
+    api_version: &str,
+    kind: &str,
+    name: &str,
+    owner: &ObjectRef,
+) -> Result<bool, String> {
+    let tg = parse_group(api_version)?;
     let og = parse_group(&owner.api_version)?;
-    Ok(tg == og && target.kind == owner.kind && target.name == owner.name)
+    Ok(tg == og && kind == owner.kind && name == owner.name)
 }
 
 /// A group and kind.
@@ -157,10 +170,138 @@ pub enum OwnerLookupError {
     Other(String),
 }
 
+/// A targetRef's parts, borrowed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TargetParts<'a> {
+    pub api_version: &'a str,
+    pub kind: &'a str,
+    pub name: &'a str,
+}
+
+/// What matching reads of a WorkloadSpread: its name, whether it is being deleted, its
+/// target and target filter. Whole spreads and [`SpreadTarget`]s are matched by the one
+/// rule below.
+pub trait Targeting {
+    fn name(&self) -> &str;
+    fn is_deleting(&self) -> bool;
+    fn target(&self) -> Option<TargetParts<'_>>;
+    fn target_filter(&self) -> Option<&TargetFilter>;
+}
+
+impl Targeting for WorkloadSpread {
+    fn name(&self) -> &str {
+        WorkloadSpread::name(self)
+    }
+    fn is_deleting(&self) -> bool {
+        self.metadata.deletion_timestamp.is_some()
+    }
+    fn target(&self) -> Option<TargetParts<'_>> {
+        self.spec.target_ref.as_ref().map(|t| TargetParts {
+            api_version: &t.api_version,
+            kind: &t.kind,
+            name: &t.name,
+        })
+    }
+    fn target_filter(&self) -> Option<&TargetFilter> {
+        self.spec.target_filter.as_ref()
+    }
+}
+
+/// A WorkloadSpread pruned to what matching reads: the shape of one listed with the
+/// field masks `masks::WORKLOADSPREAD_TARGET_FIELDS` (a whole WorkloadSpread decodes to
+/// the same value: the other fields are skipped). Its strings borrow from the answer
+/// they are decoded from, so a list of a thousand costs no copy of them. A pod's spread
+/// is looked for among these; only the one that matches is then read whole.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct SpreadTarget<'a> {
+    #[serde(default, borrow)]
+    pub metadata: SpreadTargetMeta<'a>,
+    #[serde(default, borrow)]
+    pub spec: SpreadTargetSpec<'a>,
+}
+
+/// The metadata a [`SpreadTarget`] keeps.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpreadTargetMeta<'a> {
+    #[serde(default, borrow)]
+    pub name: Cow<'a, str>,
+    #[serde(default)]
+    pub deletion_timestamp: Option<Time>,
+}
+
+/// The spec a [`SpreadTarget`] keeps.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpreadTargetSpec<'a> {
+    #[serde(default, borrow)]
+    pub target_ref: Option<SpreadTargetRef<'a>>,
+    #[serde(default)]
+    pub target_filter: Option<TargetFilter>,
+}
+
+/// A targetRef as a [`SpreadTarget`] holds it.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpreadTargetRef<'a> {
+    #[serde(default, borrow)]
+    pub api_version: Cow<'a, str>,
+    #[serde(default, borrow)]
+    pub kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    pub name: Cow<'a, str>,
+}
+
+impl<'a> SpreadTarget<'a> {
+    /// What matching reads of a whole WorkloadSpread (borrowed from it).
+    pub fn of(ws: &'a WorkloadSpread) -> Self {
+        SpreadTarget {
+            metadata: SpreadTargetMeta {
+                name: Cow::Borrowed(WorkloadSpread::name(ws)),
+                deletion_timestamp: ws.metadata.deletion_timestamp.clone(),
+            },
+            spec: SpreadTargetSpec {
+                target_ref: ws.spec.target_ref.as_ref().map(|t| SpreadTargetRef {
+                    api_version: Cow::Borrowed(&t.api_version),
+                    kind: Cow::Borrowed(&t.kind),
+                    name: Cow::Borrowed(&t.name),
+                }),
+                target_filter: ws.spec.target_filter.clone(),
+            },
+        }
+    }
+
+    /// Whether `ws` read whole is still this spread as it was listed: same name,
+    /// target, filter and deletion state, so matching it gives the same answer (a spread
+    /// recreated alike gives it too). False when it changed between the two reads.
+    pub fn still_describes(&self, ws: &WorkloadSpread) -> bool {
+        *self == SpreadTarget::of(ws)
+    }
+}
+
+impl Targeting for SpreadTarget<'_> {
+    fn name(&self) -> &str {
+        &self.metadata.name
+    }
+    fn is_deleting(&self) -> bool {
+        self.metadata.deletion_timestamp.is_some()
+    }
+    fn target(&self) -> Option<TargetParts<'_>> {
+        self.spec.target_ref.as_ref().map(|t| TargetParts {
+            api_version: &t.api_version,
+            kind: &t.kind,
+            name: &t.name,
+        })
+    }
+    fn target_filter(&self) -> Option<&TargetFilter> {
+        self.spec.target_filter.as_ref()
+    }
+}
+
 /// Outcome of matching a pod against the WorkloadSpreads of its namespace.
 #[derive(Debug, PartialEq)]
-pub struct MatchOutcome<'a> {
-    pub workloadspread: Option<&'a WorkloadSpread>,
+pub struct MatchOutcome<'a, W = WorkloadSpread> {
+    pub workloadspread: Option<&'a W>,
     /// Skipped WorkloadSpreads and why (to log).
     pub warnings: Vec<String>,
 }
@@ -168,14 +309,16 @@ pub struct MatchOutcome<'a> {
 /// `HandlePodCreation` matching: the first WorkloadSpread (list order, not deleting)
 /// whose target is the pod's controller or an ancestor reached through known owner
 /// kinds, and whose targetFilter selects the pod. `controller_of` returns the
-/// controller reference of an owner object (the caller GETs it lazily).
-pub fn find_matching_workloadspread<'a>(
-    wss: &'a [WorkloadSpread],
+/// controller reference of an owner object (the caller GETs it lazily); each owner is
+/// looked up once however many WorkloadSpreads are tried (a failed lookup is tried
+/// again for the next one, as the reference does).
+pub fn find_matching_workloadspread<'a, W: Targeting>(
+    wss: &'a [W],
     pod_controller: &ObjectRef,
     pod_labels: &Labels,
     kinds: &WorkloadKinds,
-    mut controller_of: impl FnMut(&ObjectRef) -> Result<Option<ObjectRef>, OwnerLookupError>,
-) -> Result<MatchOutcome<'a>, String> {
+    controller_of: impl FnMut(&ObjectRef) -> Result<Option<ObjectRef>, OwnerLookupError>,
+) -> Result<MatchOutcome<'a, W>, String> {
     let mut warnings = Vec::new();
     if !kinds.is_owner_kind(pod_controller) {
         return Ok(MatchOutcome {
@@ -183,15 +326,20 @@ pub fn find_matching_workloadspread<'a>(
             warnings,
         });
     }
+    let mut owners = Owners {
+        kinds,
+        chain: vec![pod_controller.clone()],
+        complete: false,
+        controller_of,
+    };
     for ws in wss {
-        let Some(target) = ws.spec.target_ref.as_ref() else {
+        let Some(target) = ws.target() else {
             continue;
         };
-        if ws.metadata.deletion_timestamp.is_some() {
+        if ws.is_deleting() {
             continue;
         }
-        let target = ObjectRef::from(target);
-        match refers_to(&target, pod_controller, kinds, &mut controller_of) {
+        match refers_to(target, &mut owners) {
             Ok(false) => continue,
             Ok(true) => {}
             Err(OwnerLookupError::NotFound(what)) => return Err(what),
@@ -200,7 +348,7 @@ pub fn find_matching_workloadspread<'a>(
                 continue;
             }
         }
-        match is_pod_selected(ws.spec.target_filter.as_ref(), pod_labels) {
+        match is_pod_selected(ws.target_filter(), pod_labels) {
             Ok(true) => {
                 return Ok(MatchOutcome {
                     workloadspread: Some(ws),
@@ -223,44 +371,77 @@ pub fn find_matching_workloadspread<'a>(
 /// Whether `controller` (a pod's controller reference) is `ws`'s target or reaches it
 /// through known owner kinds — the owner walk of [`find_matching_workloadspread`] for
 /// one WorkloadSpread, without its `targetFilter` (for pods `ws` already placed).
-pub fn owned_by_target(
-    ws: &WorkloadSpread,
+pub fn owned_by_target<W: Targeting>(
+    ws: &W,
     controller: &ObjectRef,
     kinds: &WorkloadKinds,
-    mut controller_of: impl FnMut(&ObjectRef) -> Result<Option<ObjectRef>, OwnerLookupError>,
+    controller_of: impl FnMut(&ObjectRef) -> Result<Option<ObjectRef>, OwnerLookupError>,
 ) -> Result<bool, OwnerLookupError> {
-    let Some(target) = ws.spec.target_ref.as_ref() else {
+    let Some(target) = ws.target() else {
         return Ok(false);
     };
     if !kinds.is_owner_kind(controller) {
         return Ok(false);
     }
-    refers_to(
-        &ObjectRef::from(target),
-        controller,
+    let mut owners = Owners {
         kinds,
-        &mut controller_of,
-    )
+        chain: vec![controller.clone()],
+        complete: false,
+        controller_of,
+    };
+    refers_to(target, &mut owners)
 }
 
-fn refers_to(
-    target: &ObjectRef,
-    owner: &ObjectRef,
-    kinds: &WorkloadKinds,
-    controller_of: &mut impl FnMut(&ObjectRef) -> Result<Option<ObjectRef>, OwnerLookupError>,
-) -> Result<bool, OwnerLookupError> {
-    let mut current = owner.clone();
-    // Owner chains are short; the bound guards against reference cycles.
-    for _ in 0..16 {
-        if reference_equal(target, &current).map_err(OwnerLookupError::Other)? {
-            return Ok(true);
+/// Owner chains are short; the bound guards against reference cycles.
+const OWNER_CHAIN_MAX: usize = 16;
+
+/// The pod's controller and its controllers above it, looked up as far as needed and
+/// remembered: the chain ends at an owner of an unknown kind or without a controller.
+struct Owners<'k, F> {
+    kinds: &'k WorkloadKinds,
+    /// Never empty: the pod's controller first.
+    chain: Vec<ObjectRef>,
+    complete: bool,
+    controller_of: F,
+}
+
+impl<F> Owners<'_, F>
+where
+    F: FnMut(&ObjectRef) -> Result<Option<ObjectRef>, OwnerLookupError>,
+{
+    /// The `i`-th owner (0: the pod's controller); `None` past the chain's end.
+    fn get(&mut self, i: usize) -> Result<Option<&ObjectRef>, OwnerLookupError> {
+        while self.chain.len() <= i && !self.complete {
+            let Some(last) = self.chain.last() else {
+                break;
+            };
+            if !self.kinds.is_owner_kind(last) {
+                self.complete = true;
+                break;
+            }
+            match (self.controller_of)(last)? {
+                Some(next) => self.chain.push(next),
+                None => self.complete = true,
+            }
         }
-        if !kinds.is_owner_kind(&current) {
+        Ok(self.chain.get(i))
+    }
+}
+
+fn refers_to<F>(
+    target: TargetParts<'_>,
+    owners: &mut Owners<'_, F>,
+) -> Result<bool, OwnerLookupError>
+where
+    F: FnMut(&ObjectRef) -> Result<Option<ObjectRef>, OwnerLookupError>,
+{
+    for i in 0..OWNER_CHAIN_MAX {
+        let Some(current) = owners.get(i)? else {
             return Ok(false);
-        }
-        match controller_of(&current)? {
-            Some(next) => current = next,
-            None => return Ok(false),
+        };
+        let (version, kind, name) = (target.api_version, target.kind, target.name);
+        if refers_to_object(version, kind, name, current).map_err(OwnerLookupError::Other)? {
+            return Ok(true);
         }
     }
     Ok(false)

@@ -5,7 +5,7 @@
 use libfuzzer_sys::fuzz_target;
 use workloadspread_core::api::decode_workloadspread;
 use workloadspread_core::validation::{validate_create, validate_update, ValidationContext};
-use workloadspread_core::workload::WorkloadKinds;
+use workloadspread_core::workload::{SpreadTarget, WorkloadKinds};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) else {
@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
     let template = value.get("template");
     let ctx = ValidationContext {
         workload_template: template,
-        others: std::slice::from_ref(&ws),
+        others: &[SpreadTarget::of(&ws)],
         kinds: &kinds,
     };
     let first = validate_create(&ws, &ctx);

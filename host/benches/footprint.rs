@@ -4,8 +4,10 @@
 //! pods bound to KWOK nodes in namespaces without a WorkloadSpread, enrolled in the
 //! webhook like every namespace of a real cluster). After each level: resident memory
 //! (VmRSS) of both processes, and the CPU time each spent while the level's pods were
-//! created and settled. Prints a Markdown table. Needs the local control plane (`make
-//! bench` starts it), `make policy` and a release controller in the target directory.
+//! created and settled. Then (#31) 1 000 WorkloadSpreads in one namespace, each over a
+//! Fleet of 10 pods (`WS_FOOTPRINT_SPREADS` for fewer): memory, CPU per admission and
+//! per reconcile. Prints a Markdown table. Needs the local control plane (`make bench`
+//! starts it), `make policy` and a release controller in the target directory.
 
 use anyhow::{bail, Context, Result};
 use futures::StreamExt;
@@ -28,6 +30,13 @@ const LEVELS: [usize; 3] = [1_000, 5_000, 10_000];
 const NAMESPACES: usize = 10;
 const CONCURRENCY: usize = 32;
 const SETTLE: Duration = Duration::from_secs(300);
+/// How long the processes are watched doing nothing once every spread pod is counted.
+const IDLE: Duration = Duration::from_secs(30);
+const RECONCILES: &str = "workloadspread_controller_reconcile_duration_seconds_count";
+const EVALUATIONS: &str = "workloadspread_host_evaluation_duration_seconds_count";
+
+#[path = "footprint/many.rs"]
+mod many;
 
 /// Resident memory and CPU time (user + system) of a process, from `/proc`.
 #[derive(Clone, Copy)]
@@ -329,10 +338,80 @@ async fn main() -> Result<()> {
         before = now;
     }
     print_summary(&at_level);
+
+    // #31: many WorkloadSpreads in one namespace.
+    let spreads = many::spreads()?;
+    let many_ns = cluster.namespace("footprint-many").await?;
+    configs.enroll(many_ns.name()).await?;
+    let unrelated = LEVELS[LEVELS.len() - 1];
+    let counts = || async {
+        anyhow::Ok((
+            controller.metric(RECONCILES).await?,
+            host.metric(EVALUATIONS).await?,
+        ))
+    };
+    let started = Instant::now();
+    let uids = many::create_spreads(&many_ns, spreads).await?;
+    let now = sample(host_pid, controller_pid).await?;
+    print_row(
+        &format!("{spreads} WorkloadSpreads created in one namespace"),
+        unrelated,
+        started.elapsed().as_secs_f64(),
+        now,
+        before,
+    );
+    before = now;
+    let (reconciles_before, evaluations_before) = counts().await?;
+    let started = Instant::now();
+    many::admit_pods(&many_ns, &uids).await?;
+    let pods_admitted = sample(host_pid, controller_pid).await?;
+    let (reconciles, evaluations) = counts().await?;
+    print_row(
+        &format!(
+            "{} pods of them admitted and counted",
+            spreads * many::PODS_PER_SPREAD
+        ),
+        unrelated,
+        started.elapsed().as_secs_f64(),
+        pods_admitted,
+        before,
+    );
+    before = pods_admitted;
+    // A measurement window, not a wait: what the processes spend holding it all.
+    tokio::time::sleep(IDLE).await;
+    let idle_end = sample(host_pid, controller_pid).await?;
+    let (idle_reconciles, _) = counts().await?;
+    print_row(
+        &format!("idle {} s", IDLE.as_secs()),
+        unrelated,
+        IDLE.as_secs_f64(),
+        idle_end,
+        before,
+    );
+    let per = |cpu: f64, n: f64| if n > 0.0 { cpu / n * 1e3 } else { 0.0 };
+    let admissions = evaluations - evaluations_before;
+    let admitted_reconciles = reconciles - reconciles_before;
+    println!(
+        "* {spreads} WorkloadSpreads of {} pods each in one namespace: host {:.1} MB, controller \
+         {:.1} MB; admitting and counting their pods: {:.2} ms host CPU per admission \
+         ({admissions:.0}), {:.2} ms controller CPU per reconcile ({admitted_reconciles:.0} \
+         reconciles); idle {} s: {:.0} reconciles, {:.1} s controller CPU.",
+        many::PODS_PER_SPREAD,
+        pods_admitted.0.rss_mb,
+        pods_admitted.1.rss_mb,
+        per(pods_admitted.0.cpu_s - now.0.cpu_s, admissions),
+        per(pods_admitted.1.cpu_s - now.1.cpu_s, admitted_reconciles),
+        IDLE.as_secs(),
+        idle_reconciles - reconciles,
+        idle_end.1.cpu_s - pods_admitted.1.cpu_s,
+    );
     configs.delete().await?;
     drop(host);
     drop(controller);
-    let cleanup: Vec<TestNamespace> = unrelated_ns.into_iter().chain([spread_ns]).collect();
+    let cleanup: Vec<TestNamespace> = unrelated_ns
+        .into_iter()
+        .chain([spread_ns, many_ns])
+        .collect();
     drop(cleanup);
     Ok(())
 }

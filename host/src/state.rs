@@ -103,10 +103,8 @@ impl ClusterState {
                 ..
             } => self
                 .index
-                .positions(api_version, kind, namespace.as_deref())
-                .map(|i| &objects[i])
-                .find(|o| o["metadata"]["name"] == name.as_str())
-                .map(|o| mask.apply(o))
+                .named(api_version, kind, namespace.as_deref(), name)
+                .map(|i| mask.apply(&objects[i]))
                 .ok_or_else(|| {
                     let ns = namespace
                         .as_deref()
@@ -123,14 +121,16 @@ impl ClusterState {
                 ..
             } => {
                 let selector = parse_selector(label_selector.as_deref())?;
-                let items: Vec<Value> = self
+                // Written straight from the stored objects: nothing pruned is copied.
+                let items: Vec<_> = self
                     .index
                     .positions(api_version, kind, namespace.as_deref())
                     .map(|i| &objects[i])
                     .filter(|o| selector.as_ref().is_none_or(|s| s.matches_value(o)))
-                    .map(|o| mask.apply(o))
+                    .map(|o| mask.masked(o))
                     .collect();
-                json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}, "items": items})
+                let list = json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}});
+                return serde_json::to_vec(&ListAnswer { list, items }).map_err(|e| e.to_string());
             }
         };
         serde_json::to_vec(&answer).map_err(|e| e.to_string())
@@ -170,14 +170,12 @@ impl ClusterState {
         f: impl FnOnce(&WorkloadSpread, Timestamp) -> (WorkloadSpreadStatus, R),
     ) -> Result<R, String> {
         let mut objects = self.lock();
-        let position = self
-            .index
-            .positions(
-                workloadspread_core::api::v1beta1::API_VERSION,
-                workloadspread_core::api::KIND,
-                Some(&key.namespace),
-            )
-            .find(|&i| objects[i]["metadata"]["name"] == key.name.as_str());
+        let position = self.index.named(
+            workloadspread_core::api::v1beta1::API_VERSION,
+            workloadspread_core::api::KIND,
+            Some(&key.namespace),
+            &key.name,
+        );
         let slot = position.and_then(|i| objects.get_mut(i)).ok_or_else(|| {
             let message = format!("WorkloadSpread {}/{} not found", key.namespace, key.name);
             hostcall::coded(hostcall::ErrorCode::NotFound, &message)
@@ -224,6 +222,14 @@ impl Capabilities for ClusterState {
     }
 }
 
+/// A `List` answer: its envelope's fields, then `items`.
+#[derive(serde::Serialize)]
+struct ListAnswer<'a> {
+    #[serde(flatten)]
+    list: Value,
+    items: Vec<workloadspread_core::masks::Masked<'a>>,
+}
+
 /// `path` itself, or the manifest files of the directory `path`, sorted by name.
 fn manifest_files(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
     if !path.is_dir() {
@@ -261,8 +267,15 @@ fn stored(object: Value) -> anyhow::Result<Value> {
 }
 
 /// Object positions by (API group, kind), then namespace (`default` for objects without
-/// one, which reads of `default` have always matched).
-struct Index(HashMap<(String, String), BTreeMap<String, Vec<usize>>>);
+/// one, which reads of `default` have always matched), in file order and by name (the
+/// first of a name): a GET does not scan the namespace's objects of its kind.
+struct Index(HashMap<(String, String), BTreeMap<String, Positions>>);
+
+#[derive(Default)]
+struct Positions {
+    all: Vec<usize>,
+    by_name: HashMap<String, usize>,
+}
 
 fn group_of(api_version: &str) -> &str {
     parse_group(api_version).unwrap_or(api_version)
@@ -270,19 +283,39 @@ fn group_of(api_version: &str) -> &str {
 
 impl Index {
     fn build(objects: &[Value]) -> Self {
-        let mut index: HashMap<(String, String), BTreeMap<String, Vec<usize>>> = HashMap::new();
+        let mut index: HashMap<(String, String), BTreeMap<String, Positions>> = HashMap::new();
         for (i, o) in objects.iter().enumerate() {
             let group = group_of(o["apiVersion"].as_str().unwrap_or_default()).to_string();
             let kind = o["kind"].as_str().unwrap_or_default().to_string();
             let namespace = o["metadata"]["namespace"].as_str().unwrap_or("default");
-            index
+            let positions = index
                 .entry((group, kind))
                 .or_default()
                 .entry(namespace.to_string())
-                .or_default()
-                .push(i);
+                .or_default();
+            positions.all.push(i);
+            if let Some(name) = o["metadata"]["name"].as_str() {
+                positions.by_name.entry(name.to_string()).or_insert(i);
+            }
         }
         Index(index)
+    }
+
+    /// The namespaces' positions of a kind (any version of its group), `namespace` or
+    /// all of them.
+    fn namespaces<'a>(
+        &'a self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&'a str>,
+    ) -> impl Iterator<Item = &'a Positions> + 'a {
+        let key = (group_of(api_version).to_string(), kind.to_string());
+        self.0.get(&key).into_iter().flat_map(move |by_ns| {
+            by_ns
+                .iter()
+                .filter(move |(ns, _)| namespace.is_none_or(|n| n == ns.as_str()))
+                .map(|(_, positions)| positions)
+        })
     }
 
     /// Positions of the objects of a kind (any version of its group), in `namespace` or
@@ -293,13 +326,21 @@ impl Index {
         kind: &str,
         namespace: Option<&'a str>,
     ) -> impl Iterator<Item = usize> + 'a {
-        let key = (group_of(api_version).to_string(), kind.to_string());
-        self.0.get(&key).into_iter().flat_map(move |by_ns| {
-            by_ns
-                .iter()
-                .filter(move |(ns, _)| namespace.is_none_or(|n| n == ns.as_str()))
-                .flat_map(|(_, positions)| positions.iter().copied())
-        })
+        self.namespaces(api_version, kind, namespace)
+            .flat_map(|p| p.all.iter().copied())
+    }
+
+    /// Position of the first object of a kind named `name`, as [`Index::positions`]
+    /// orders them.
+    fn named(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<usize> {
+        self.namespaces(api_version, kind, namespace)
+            .find_map(|p| p.by_name.get(name).copied())
     }
 }
 

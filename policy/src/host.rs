@@ -59,6 +59,23 @@ pub trait Host {
         let _ = fields;
         self.list(api_version, kind, namespace, label_selector)
     }
+    /// [`Host::list_fields`] as the answer's bytes (a `List`), for callers that decode
+    /// the items straight into their own type: no `serde_json::Value` of every item in
+    /// between (with a thousand items that copy is most of the cost).
+    fn list_fields_json(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        label_selector: Option<&str>,
+        fields: &[&str],
+    ) -> Result<Vec<u8>, HostError> {
+        let items = self.list_fields(api_version, kind, namespace, label_selector, fields)?;
+        serde_json::to_vec(&serde_json::json!({ "items": items })).map_err(|e| HostError {
+            what: format!("list {api_version} {kind} in {namespace}"),
+            reason: e.to_string(),
+        })
+    }
     /// Calls the counter capability (binding `workloadspread`, namespace `counter`).
     fn counter(&self, operation: &str, payload: &Value) -> Result<Value, HostError>;
 }
@@ -87,13 +104,45 @@ impl CallHost<'_> {
         payload: &Value,
         what: &str,
     ) -> Result<Value, HostError> {
+        let answer = self.call_bytes(binding, namespace, operation, payload, what)?;
+        serde_json::from_slice(&answer).map_err(|e| HostError {
+            what: what.to_string(),
+            reason: format!("invalid answer: {e}"),
+        })
+    }
+
+    /// The host's answer to `payload`, undecoded.
+    fn call_bytes(
+        &self,
+        binding: &str,
+        namespace: &str,
+        operation: &str,
+        payload: &Value,
+        what: &str,
+    ) -> Result<Vec<u8>, HostError> {
         let err = |reason: String| HostError {
             what: what.to_string(),
             reason,
         };
         let bytes = serde_json::to_vec(payload).map_err(|e| err(e.to_string()))?;
-        let answer = (self.0)(binding, namespace, operation, &bytes).map_err(err)?;
-        serde_json::from_slice(&answer).map_err(|e| err(format!("invalid answer: {e}")))
+        (self.0)(binding, namespace, operation, &bytes).map_err(err)
+    }
+
+    /// Kubewarden's `list_resources_by_namespace` payload with `field_masks`: sorted
+    /// and unique, as the SDK's BTreeSet serialises them (recorded sessions compare
+    /// requests exactly).
+    fn masked_list_payload(
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        label_selector: Option<&str>,
+        fields: &[&str],
+    ) -> Value {
+        let masks: std::collections::BTreeSet<&str> = fields.iter().copied().collect();
+        serde_json::json!({
+            "api_version": api_version, "kind": kind, "namespace": namespace,
+            "label_selector": label_selector, "field_masks": masks,
+        })
     }
     /// `kubernetes/list_resources_by_namespace` with `payload`; the List's items, moved
     /// out of the answer (with thousands of pods a copy is a large part of the cost).
@@ -160,14 +209,28 @@ impl Host for CallHost<'_> {
         label_selector: Option<&str>,
         fields: &[&str],
     ) -> Result<Vec<Value>, HostError> {
-        // Sorted and unique, as the SDK's BTreeSet serialises them (recorded sessions
-        // compare requests exactly).
-        let masks: std::collections::BTreeSet<&str> = fields.iter().copied().collect();
-        let payload = serde_json::json!({
-            "api_version": api_version, "kind": kind, "namespace": namespace,
-            "label_selector": label_selector, "field_masks": masks,
-        });
+        let payload =
+            Self::masked_list_payload(api_version, kind, namespace, label_selector, fields);
         self.list_by_namespace(api_version, kind, namespace, &payload)
+    }
+
+    fn list_fields_json(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        label_selector: Option<&str>,
+        fields: &[&str],
+    ) -> Result<Vec<u8>, HostError> {
+        let payload =
+            Self::masked_list_payload(api_version, kind, namespace, label_selector, fields);
+        self.call_bytes(
+            "kubewarden",
+            "kubernetes",
+            "list_resources_by_namespace",
+            &payload,
+            &format!("list {api_version} {kind} in {namespace}"),
+        )
     }
 
     fn counter(&self, operation: &str, payload: &Value) -> Result<Value, HostError> {

@@ -6,6 +6,7 @@
 #![deny(unsafe_code)]
 
 pub mod host;
+pub mod lookup;
 pub mod outcome;
 pub mod pods;
 pub mod settings;

@@ -1,6 +1,7 @@
 //! Pod CREATE, DELETE and `pods/eviction` CREATE.
 
 use crate::host::{Host, HostError};
+use crate::lookup::matching_workloadspread;
 use crate::outcome::{Outcome, AUDIT_MODE, AUDIT_SUBSET};
 use crate::settings::{Mode, Settings};
 use k8s_openapi::api::core::v1::Pod;
@@ -26,7 +27,7 @@ use workloadspread_core::inject::inject;
 use workloadspread_core::masks::PENDING_POD_FIELDS;
 use workloadspread_core::pods::{controller_of, is_active, matched, strip_system_metadata};
 use workloadspread_core::version::pod_version;
-use workloadspread_core::workload::{find_matching_workloadspread, ObjectRef, OwnerLookupError};
+use workloadspread_core::workload::{ObjectRef, OwnerLookupError};
 use workloadspread_core::Timestamp;
 
 /// Everything a pod decision needs besides the host.
@@ -71,23 +72,16 @@ fn decide_create(ctx: &Ctx<'_>, object: &Value, namespace: &str) -> Outcome {
         .as_deref()
         .filter(|n| !n.is_empty())
         .unwrap_or(namespace);
-    let wss = match list_workloadspreads(ctx.host, namespace) {
-        Ok(w) => w,
-        Err(e) => return Outcome::lookup_failure(ctx.settings, "listing WorkloadSpreads", &e),
-    };
-    if wss.is_empty() {
-        return Outcome::accept();
-    }
     let no_labels = BTreeMap::new();
     let labels = pod.metadata.labels.as_ref().unwrap_or(&no_labels);
     let owner_of = |r: &ObjectRef| controller_ref_of(ctx.host, namespace, r);
-    let ws = match find_matching_workloadspread(&wss, &controller, labels, &kinds, owner_of) {
-        Ok(m) => match m.workloadspread {
-            Some(ws) => ws,
-            None => return Outcome::accept(),
-        },
-        Err(e) => return Outcome::lookup_failure(ctx.settings, "resolving the pod's owners", &e),
-    };
+    let ws =
+        match matching_workloadspread(ctx.host, namespace, &controller, labels, &kinds, owner_of) {
+            Ok(Some(ws)) => ws,
+            Ok(None) => return Outcome::accept(),
+            Err(e) => return Outcome::lookup_failure(ctx.settings, e.context(), &e),
+        };
+    let ws = &ws;
     let replicas = match workload_replicas(ctx, ws, namespace) {
         Ok(r) => r,
         Err(e) => return Outcome::lookup_failure(ctx.settings, "reading the workload", &e),
@@ -208,17 +202,6 @@ fn apply(object: &Value, ws: &WorkloadSpread, d: Decided) -> Outcome {
         object: pod,
         audit: crate::outcome::to_map(&audit),
     }
-}
-
-fn list_workloadspreads(
-    host: &dyn Host,
-    namespace: &str,
-) -> Result<Vec<WorkloadSpread>, HostError> {
-    let items = host.list(API_VERSION, KIND, namespace, None)?;
-    Ok(items
-        .into_iter()
-        .filter_map(|i| serde_json::from_value(i).ok())
-        .collect())
 }
 
 /// The controller reference of an owner object (GET through the host).

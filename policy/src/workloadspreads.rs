@@ -1,11 +1,13 @@
 //! WorkloadSpread CREATE and UPDATE: validation with every field error in one message.
 
 use crate::host::Host;
+use crate::lookup::{list_spread_targets, spread_targets};
 use crate::outcome::Outcome;
 use crate::settings::Settings;
 use serde_json::Value;
-use workloadspread_core::api::{v1alpha1, v1beta1, KIND};
+use workloadspread_core::api::{v1alpha1, v1beta1};
 use workloadspread_core::field::{aggregate, FieldError};
+use workloadspread_core::masks::WORKLOAD_NAME_FIELDS;
 use workloadspread_core::validation::{validate_create, validate_update, ValidationContext};
 use workloadspread_core::workload::pod_template_for_validation;
 
@@ -42,16 +44,14 @@ pub fn validate(
         Err(e) => return Outcome::reject(format!("invalid old WorkloadSpread: {e}"), 400),
     };
     let namespace = ws.namespace().to_string();
-    let others: Vec<v1beta1::WorkloadSpread> =
-        match host.list(v1beta1::API_VERSION, KIND, &namespace, None) {
-            Ok(items) => items
-                .into_iter()
-                .filter_map(|i| serde_json::from_value(i).ok())
-                .collect(),
-            Err(e) => {
-                return Outcome::reject(FieldError::internal("", e.to_string()).to_string(), 500)
-            }
-        };
+    let answer = match list_spread_targets(host, &namespace) {
+        Ok(answer) => answer,
+        Err(e) => return Outcome::reject(FieldError::internal("", e.to_string()).to_string(), 500),
+    };
+    let others = match spread_targets(&answer) {
+        Ok(others) => others,
+        Err(e) => return Outcome::reject(FieldError::internal("", e).to_string(), 500),
+    };
     let template = workload_template(host, &ws, &namespace);
     let kinds = settings.workload_kinds();
     let ctx = ValidationContext {
@@ -114,13 +114,27 @@ fn workload_template(
     } else {
         target.api_version.as_str()
     };
-    // A list, not a GET: a WorkloadSpread may be created before its workload, and
-    // Kubewarden's policy-server logs every GET of a missing object as an error (with a
-    // backtrace). One list per kind and namespace is one long-lived cache there.
-    let workload = host
-        .list(api_version, &target.kind, namespace, None)
+    // A list first, then a GET of the one found: a WorkloadSpread may be created before
+    // its workload, and Kubewarden's policy-server logs every GET of a missing object as
+    // an error (with a backtrace). One list per kind and namespace is one long-lived
+    // cache there; its items are pruned to their names, so a namespace of a thousand
+    // workloads is not copied to find one.
+    let exists = host
+        .list_fields(
+            api_version,
+            &target.kind,
+            namespace,
+            None,
+            WORKLOAD_NAME_FIELDS,
+        )
         .ok()?
-        .into_iter()
-        .find(|o| o["metadata"]["name"] == target.name.as_str())?;
+        .iter()
+        .any(|o| o["metadata"]["name"] == target.name.as_str());
+    if !exists {
+        return None;
+    }
+    let workload = host
+        .get(api_version, &target.kind, Some(namespace), &target.name)
+        .ok()?;
     pod_template_for_validation(&target.kind, &workload)
 }

@@ -124,6 +124,20 @@ impl Host for FakeCluster {
             .collect())
     }
 
+    /// Pruned to `fields`, as policy-server does.
+    fn list_fields(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        label_selector: Option<&str>,
+        fields: &[&str],
+    ) -> Result<Vec<Value>, HostError> {
+        let mask = workloadspread_core::masks::Mask::new(fields);
+        let items = self.list(api_version, kind, namespace, label_selector)?;
+        Ok(items.iter().map(|o| mask.apply(o)).collect())
+    }
+
     fn counter(&self, operation: &str, payload: &Value) -> Result<Value, HostError> {
         self.calls.borrow_mut().push(format!("counter {operation}"));
         if !self.counter {

@@ -445,18 +445,20 @@ fn target_ref_update_and_conflict() {
         ws(json!({"metadata": {"name": name},
         "spec": {"targetRef": {"apiVersion": api, "kind": kind, "name": target}, "subsets": [{"name": "a"}]}}))
     };
-    let others = [
+    let whole = [
         other("o1", "apps/v1", "CloneSet", "demo"),
         other("o2", "apps.kruise.io/v1", "Deployment", "demo"),
         other("o3", "apps.kruise.io/v1", "CloneSet", "x"),
     ];
+    let others: Vec<SpreadTarget<'_>> = whole.iter().map(SpreadTarget::of).collect();
     let ctx = ValidationContext {
         workload_template: None,
         others: &others,
         kinds: &kinds,
     };
     assert!(validate_create(&old, &ctx).is_empty());
-    let others = [other("o4", "apps.kruise.io/v1beta1", "CloneSet", "demo")];
+    let o4 = other("o4", "apps.kruise.io/v1beta1", "CloneSet", "demo");
+    let others = [SpreadTarget::of(&o4)];
     let ctx = ValidationContext {
         workload_template: None,
         others: &others,

@@ -1,5 +1,6 @@
 use super::*;
-use serde_json::json;
+use serde::Deserialize;
+use serde_json::{json, Value};
 
 fn r(api_version: &str, kind: &str, name: &str) -> ObjectRef {
     ObjectRef {
@@ -218,4 +219,263 @@ fn validation_template_gets_claim_volumes() {
             .is_none()
     );
     assert!(pod_template_for_validation("Deployment", &json!({})).is_none());
+}
+
+/// A WorkloadSpread as the API server holds it: what matching reads, plus everything
+/// else a field mask drops (subsets, status, labels, annotations, finalizers).
+fn stored_spread(
+    name: &str,
+    target: Option<Value>,
+    filter: Option<Value>,
+    deleting: bool,
+) -> Value {
+    let mut v = json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+        "metadata": {"name": name, "namespace": "demo", "uid": format!("uid-{name}"),
+            "generation": 3, "resourceVersion": "4711", "creationTimestamp": "2026-11-24T09:00:00Z",
+            "labels": {"team": "payments"}, "finalizers": ["example.com/keep"],
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"spec\":{}}"}},
+        "spec": {"subsets": [
+            {"name": "zone-a", "maxReplicas": 3, "patch": {"metadata": {"labels": {"zone": "a"}}},
+             "requiredNodeSelector": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}},
+            {"name": "zone-b"}],
+            "scheduleStrategy": {"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 30}}},
+        "status": {"observedGeneration": 3, "subsetStatuses": [
+            {"name": "zone-a", "replicas": 3, "missingReplicas": 0},
+            {"name": "zone-b", "replicas": 7, "missingReplicas": -1}]}});
+    if let Some(t) = target {
+        v["spec"]["targetRef"] = t;
+    }
+    if let Some(f) = filter {
+        v["spec"]["targetFilter"] = f;
+    }
+    if deleting {
+        v["metadata"]["deletionTimestamp"] = json!("2026-11-24T10:00:00Z");
+    }
+    v
+}
+
+fn target(api_version: &str, kind: &str, name: &str) -> Option<Value> {
+    Some(json!({"apiVersion": api_version, "kind": kind, "name": name}))
+}
+
+/// The masked lookup (spreads listed with `masks::WORKLOADSPREAD_TARGET_FIELDS`,
+/// decoded into `SpreadTarget`s as the policy decodes the host's answer) picks the same
+/// WorkloadSpread as matching the whole objects, with the same warnings and errors, on a
+/// table of targets: every built-in kind, custom kinds and their sub-resources, targets
+/// written in another version of their group, StatefulSets of both groups, target
+/// filters that select, do not select or are invalid, deleting spreads, spreads without
+/// a target, a target with an unparseable apiVersion, two spreads of one workload (the
+/// first in list order wins), owners missing or without a controller.
+#[test]
+fn masked_lookup_picks_the_same_workloadspread_as_whole_objects() {
+    use crate::masks::{Mask, WORKLOADSPREAD_TARGET_FIELDS};
+    let canary = json!({"selector": {"matchLabels": {"track": "canary"}}});
+    let game = json!({"selector": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["game"]}]},
+        "replicasPathList": ["spec.replicas"]});
+    let whole: Vec<Value> = vec![
+        stored_spread("no-target", None, None, false),
+        stored_spread("bad-group", target("a/b/c", "CloneSet", "cs"), None, false),
+        stored_spread(
+            "cs-alpha",
+            target("apps.kruise.io/v1alpha1", "CloneSet", "cs"),
+            None,
+            false,
+        ),
+        stored_spread(
+            "sts-native",
+            target("apps/v1", "StatefulSet", "db"),
+            None,
+            false,
+        ),
+        stored_spread(
+            "sts-kruise",
+            target("apps.kruise.io/v1beta1", "StatefulSet", "db"),
+            None,
+            false,
+        ),
+        stored_spread(
+            "web-deleting",
+            target("apps/v1", "Deployment", "web"),
+            None,
+            true,
+        ),
+        stored_spread(
+            "web-canary",
+            target("apps/v1", "Deployment", "web"),
+            Some(canary),
+            false,
+        ),
+        stored_spread(
+            "web",
+            target("apps/v1beta1", "Deployment", "web"),
+            None,
+            false,
+        ),
+        stored_spread(
+            "rs-direct",
+            target("apps/v1", "ReplicaSet", "api-7f"),
+            None,
+            false,
+        ),
+        stored_spread("job", target("batch/v1", "Job", "report"), None, false),
+        stored_spread(
+            "gss",
+            target("mock.kruise.io/v1", "GameServerSet", "gss"),
+            Some(game),
+            false,
+        ),
+        stored_spread(
+            "bad-filter",
+            target("apps/v1", "Deployment", "bad"),
+            Some(json!({"selector": {"matchExpressions": [{"key": "a", "operator": "Bad"}]}})),
+            false,
+        ),
+        stored_spread(
+            "cs-beta-second",
+            target("apps.kruise.io/v1beta1", "CloneSet", "cs"),
+            None,
+            false,
+        ),
+    ];
+    let wss: Vec<WorkloadSpread> = whole
+        .iter()
+        .map(|v| serde_json::from_value(v.clone()).unwrap())
+        .collect();
+    // The host's answer to the masked list, decoded as the policy decodes it.
+    let mask = Mask::new(WORKLOADSPREAD_TARGET_FIELDS);
+    let answer = json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpreadList",
+        "items": whole.iter().map(|v| mask.apply(v)).collect::<Vec<_>>()});
+    let answer = serde_json::to_vec(&answer).unwrap();
+    #[derive(Deserialize)]
+    struct List<'a> {
+        #[serde(borrow)]
+        items: Vec<SpreadTarget<'a>>,
+    }
+    let masked = serde_json::from_slice::<List>(&answer).unwrap().items;
+    let whole_bytes = serde_json::to_vec(&whole).unwrap().len();
+    assert!(
+        answer.len() * 3 < whole_bytes,
+        "{} of {whole_bytes} bytes",
+        answer.len()
+    );
+    for (m, w) in masked.iter().zip(&wss) {
+        assert!(m.still_describes(w), "{m:?}");
+    }
+
+    let owners = |o: &ObjectRef| -> Result<Option<ObjectRef>, OwnerLookupError> {
+        match (o.kind.as_str(), o.name.as_str()) {
+            ("ReplicaSet", "web-5d") => Ok(Some(r("apps/v1", "Deployment", "web"))),
+            ("ReplicaSet", "api-7f") => Ok(Some(r("apps/v1", "Deployment", "api"))),
+            ("ReplicaSet", "bad-1") => Ok(Some(r("apps/v1", "Deployment", "bad"))),
+            ("ReplicaSet", "flaky-1") => Err(OwnerLookupError::Other("timed out".into())),
+            ("ReplicaSet", "gone-1") => Err(OwnerLookupError::NotFound("gone-1 not found".into())),
+            ("GameServer", "gs-1") => Ok(Some(r("mock.kruise.io/v1", "GameServerSet", "gss"))),
+            _ => Ok(None),
+        }
+    };
+    let kinds = game_kinds();
+    // (pod's controller, pod labels, the spread it belongs to; Err: admission error)
+    type Row<'a> = (
+        ObjectRef,
+        Vec<(&'a str, &'a str)>,
+        Result<Option<&'a str>, ()>,
+    );
+    let table: Vec<Row> = vec![
+        (
+            r("apps.kruise.io/v1beta1", "CloneSet", "cs"),
+            vec![],
+            Ok(Some("cs-alpha")),
+        ),
+        (
+            r("apps.kruise.io/v1alpha1", "CloneSet", "cs"),
+            vec![],
+            Ok(Some("cs-alpha")),
+        ),
+        (
+            r("apps/v1", "StatefulSet", "db"),
+            vec![],
+            Ok(Some("sts-native")),
+        ),
+        (
+            r("apps.kruise.io/v1beta1", "StatefulSet", "db"),
+            vec![],
+            Ok(Some("sts-kruise")),
+        ),
+        (
+            r("apps/v1", "ReplicaSet", "web-5d"),
+            vec![("track", "canary")],
+            Ok(Some("web-canary")),
+        ),
+        (
+            r("apps/v1", "ReplicaSet", "web-5d"),
+            vec![("track", "stable")],
+            Ok(Some("web")),
+        ),
+        (r("apps/v1", "Deployment", "web"), vec![], Ok(Some("web"))),
+        (
+            r("apps/v1", "ReplicaSet", "api-7f"),
+            vec![],
+            Ok(Some("rs-direct")),
+        ),
+        (r("batch/v1", "Job", "report"), vec![], Ok(Some("job"))),
+        (
+            r("mock.kruise.io/v1", "GameServer", "gs-1"),
+            vec![("tier", "game")],
+            Ok(Some("gss")),
+        ),
+        (
+            r("mock.kruise.io/v1", "GameServer", "gs-1"),
+            vec![("tier", "web")],
+            Ok(None),
+        ),
+        (
+            r("mock.kruise.io/v1", "GameServerSet", "gss"),
+            vec![("tier", "game")],
+            Ok(Some("gss")),
+        ),
+        (r("apps/v1", "ReplicaSet", "bad-1"), vec![], Ok(None)),
+        (r("apps/v1", "ReplicaSet", "flaky-1"), vec![], Ok(None)),
+        (r("apps/v1", "ReplicaSet", "orphan"), vec![], Ok(None)),
+        (r("apps/v1", "ReplicaSet", "gone-1"), vec![], Err(())),
+        (r("apps/v1", "DaemonSet", "web"), vec![], Ok(None)),
+        (r("apps/v1", "Deployment", "other"), vec![], Ok(None)),
+    ];
+    for (controller, labels, expected) in table {
+        let labels: Labels = labels
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let by_whole = find_matching_workloadspread(&wss, &controller, &labels, &kinds, owners)
+            .map(|m| (m.workloadspread.map(|w| w.name().to_string()), m.warnings));
+        let by_mask = find_matching_workloadspread(&masked, &controller, &labels, &kinds, owners)
+            .map(|m| (m.workloadspread.map(|w| w.name().to_string()), m.warnings));
+        assert_eq!(by_mask, by_whole, "{controller:?} {labels:?}");
+        let picked = by_whole.as_ref().map(|(w, _)| w.as_deref()).map_err(|_| ());
+        assert_eq!(picked, expected, "{controller:?} {labels:?}");
+    }
+}
+
+/// However many WorkloadSpreads are tried, each owner of the pod is looked up once.
+#[test]
+fn owners_are_looked_up_once_however_many_spreads_are_tried() {
+    let others: Vec<WorkloadSpread> = (0..1000)
+        .map(|i| {
+            ws(
+                &format!("other-{i}"),
+                r("apps/v1", "Deployment", &format!("other-{i}")),
+            )
+        })
+        .chain([ws("web", r("apps/v1", "Deployment", "web"))])
+        .collect();
+    let lookups = std::cell::Cell::new(0);
+    let owners = |o: &ObjectRef| -> Result<Option<ObjectRef>, OwnerLookupError> {
+        lookups.set(lookups.get() + 1);
+        Ok((o.kind == "ReplicaSet").then(|| r("apps/v1", "Deployment", "web")))
+    };
+    let rs = r("apps/v1", "ReplicaSet", "web-5d");
+    let kinds = WorkloadKinds::default();
+    let m = find_matching_workloadspread(&others, &rs, &Labels::new(), &kinds, owners).unwrap();
+    assert_eq!(m.workloadspread.map(|w| w.name()), Some("web"));
+    // ReplicaSet → Deployment web, and Deployment web → no controller.
+    assert_eq!(lookups.get(), 2);
 }

@@ -556,10 +556,15 @@ pub fn fleet_settings() -> Value {
 
 /// A pod owned by Fleet `uid`.
 pub fn fleet_pod(name: &str, fleet_uid: &str) -> k8s_openapi::api::core::v1::Pod {
+    fleet_pod_of(name, "fleet", fleet_uid)
+}
+
+/// A pod owned by Fleet `fleet` (uid `fleet_uid`).
+pub fn fleet_pod_of(name: &str, fleet: &str, fleet_uid: &str) -> k8s_openapi::api::core::v1::Pod {
     serde_json::from_value(json!({
         "metadata": {"name": name, "labels": {"app": "fleet"},
             "ownerReferences": [{"apiVersion": "burst.workloadspread.test/v1", "kind": "Fleet",
-                "name": "fleet", "uid": fleet_uid, "controller": true}]},
+                "name": fleet, "uid": fleet_uid, "controller": true}]},
         "spec": {"containers": [{"name": "c", "image": "nginx"}]}
     }))
     .unwrap_or_default()

@@ -1,6 +1,7 @@
 //! Kubewarden's `kubernetes/*` reads: from the watch caches, live on a miss, masked.
 
 use super::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 impl KubeCapabilities {
     pub(super) fn read(&self, operation: &str, payload: &[u8]) -> Result<Vec<u8>, String> {
@@ -213,7 +214,10 @@ fn masked(o: &DynamicObject, resource: &ApiResource, mask: &Mask) -> Value {
     }
     let api_version = Value::String(resource.api_version.clone());
     let kind = Value::String(resource.kind.clone());
-    let metadata = serde_json::to_value(&o.metadata).unwrap_or(Value::Null);
+    let metadata = match mask.child("metadata") {
+        Some(keep) => masked_metadata(&o.metadata, keep),
+        None => Value::Null,
+    };
     let data = o.data.as_object().into_iter().flatten();
     mask.apply_entries(
         [
@@ -224,6 +228,42 @@ fn masked(o: &DynamicObject, resource: &ApiResource, mask: &Mask) -> Value {
         .into_iter()
         .chain(data.map(|(k, v)| (k.as_str(), v))),
     )
+}
+
+/// The metadata entries `keep` names, each serialised alone: a WorkloadSpread's
+/// annotations may hold its whole last-applied manifest, never copied unless asked for.
+fn masked_metadata(meta: &ObjectMeta, keep: &Mask) -> Value {
+    if keep.is_empty() {
+        return serde_json::to_value(meta).unwrap_or(Value::Null);
+    }
+    fn entry<T: serde::Serialize>(v: &Option<T>) -> Option<Value> {
+        v.as_ref().and_then(|v| serde_json::to_value(v).ok())
+    }
+    let mut out = serde_json::Map::new();
+    for name in keep.names() {
+        let value = match name {
+            "annotations" => entry(&meta.annotations),
+            "creationTimestamp" => entry(&meta.creation_timestamp),
+            "deletionGracePeriodSeconds" => entry(&meta.deletion_grace_period_seconds),
+            "deletionTimestamp" => entry(&meta.deletion_timestamp),
+            "finalizers" => entry(&meta.finalizers),
+            "generateName" => entry(&meta.generate_name),
+            "generation" => entry(&meta.generation),
+            "labels" => entry(&meta.labels),
+            "managedFields" => entry(&meta.managed_fields),
+            "name" => entry(&meta.name),
+            "namespace" => entry(&meta.namespace),
+            "ownerReferences" => entry(&meta.owner_references),
+            "resourceVersion" => entry(&meta.resource_version),
+            "selfLink" => entry(&meta.self_link),
+            "uid" => entry(&meta.uid),
+            _ => None,
+        };
+        if let Some(v) = value {
+            out.insert(name.to_string(), v);
+        }
+    }
+    keep.apply(&Value::Object(out))
 }
 
 /// Every item of a List pruned to `mask`.
@@ -251,4 +291,50 @@ fn not_found(api_version: &str, kind: &str, namespace: Option<&str>, name: &str)
         workloadspread_core::hostcall::ErrorCode::NotFound,
         &message,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use workloadspread_core::masks::{PENDING_POD_FIELDS, WORKLOADSPREAD_TARGET_FIELDS};
+
+    /// Masking a cached object entry by entry gives what masking it whole gives, for
+    /// the masks the policy sends and a few others.
+    #[test]
+    fn masked_objects_equal_whole_objects_masked() {
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "apps.kruise.io",
+            "v1beta1",
+            "WorkloadSpread",
+        ));
+        let o: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+            "metadata": {"name": "web", "namespace": "demo", "uid": "u1", "generation": 2,
+                "resourceVersion": "7", "creationTimestamp": "2026-11-24T09:00:00Z",
+                "deletionTimestamp": "2026-11-24T10:00:00Z", "finalizers": ["f"],
+                "labels": {"a": "1", "b": "2"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "ux"}]},
+            "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                "subsets": [{"name": "a"}]},
+            "status": {"observedGeneration": 2}}))
+        .unwrap();
+        let whole = with_type(&o, &resource);
+        let masks: [&[&str]; 6] = [
+            WORKLOADSPREAD_TARGET_FIELDS,
+            PENDING_POD_FIELDS,
+            &["metadata"],
+            &["metadata.labels.a", "spec.subsets.name"],
+            &["status", "metadata.selfLink"],
+            &[],
+        ];
+        for paths in masks {
+            let mask = Mask::new(paths);
+            assert_eq!(
+                masked(&o, &resource, &mask),
+                mask.apply(&whole),
+                "{paths:?}"
+            );
+        }
+    }
 }

@@ -1,0 +1,245 @@
+use super::*;
+use serde_json::json;
+use std::cell::RefCell;
+use workloadspread_core::masks::Mask;
+
+/// A change to the namespace's objects.
+type Change = fn(&mut Vec<Value>);
+
+/// An in-memory namespace `demo` that honours field masks (or not), records its calls,
+/// and can change its objects at the first GET of a WorkloadSpread (a spread updated,
+/// recreated or deleted between the list and the read).
+struct Namespace {
+    objects: RefCell<Vec<Value>>,
+    honour_masks: bool,
+    change_at_get: RefCell<Option<Change>>,
+    calls: RefCell<Vec<String>>,
+}
+
+impl Namespace {
+    fn objects_of(&self, kind: &str) -> Vec<Value> {
+        let objects = self.objects.borrow();
+        objects
+            .iter()
+            .filter(|o| o["kind"] == kind)
+            .cloned()
+            .collect()
+    }
+}
+
+impl Host for Namespace {
+    fn get(&self, _: &str, kind: &str, _: Option<&str>, name: &str) -> Result<Value, HostError> {
+        self.calls.borrow_mut().push(format!("get {kind} {name}"));
+        if let Some(change) = self.change_at_get.borrow_mut().take() {
+            change(&mut self.objects.borrow_mut());
+        }
+        self.objects_of(kind)
+            .into_iter()
+            .find(|o| o["metadata"]["name"] == name)
+            .ok_or_else(|| HostError {
+                what: format!("get {kind} {name}"),
+                reason: "not found".into(),
+            })
+    }
+
+    fn list(&self, _: &str, kind: &str, _: &str, _: Option<&str>) -> Result<Vec<Value>, HostError> {
+        self.calls.borrow_mut().push(format!("list {kind}"));
+        Ok(self.objects_of(kind))
+    }
+
+    fn list_fields(
+        &self,
+        _: &str,
+        kind: &str,
+        _: &str,
+        _: Option<&str>,
+        fields: &[&str],
+    ) -> Result<Vec<Value>, HostError> {
+        self.calls
+            .borrow_mut()
+            .push(format!("list {kind} {fields:?}"));
+        let mask = Mask::new(if self.honour_masks { fields } else { &[] });
+        Ok(self
+            .objects_of(kind)
+            .iter()
+            .map(|o| mask.apply(o))
+            .collect())
+    }
+
+    fn counter(&self, operation: &str, _: &Value) -> Result<Value, HostError> {
+        Err(HostError {
+            what: operation.into(),
+            reason: "no counter".into(),
+        })
+    }
+}
+
+fn spread(name: &str, deployment: &str) -> Value {
+    json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+        "metadata": {"name": name, "namespace": "demo", "uid": format!("uid-{name}")},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment},
+            "subsets": [{"name": "a", "maxReplicas": 2}, {"name": "b"}]},
+        "status": {"observedGeneration": 1, "subsetStatuses": [{"name": "a", "replicas": 1, "missingReplicas": 1}]}})
+}
+
+/// Position of `web-canary` in [`namespace`].
+const CANARY: usize = 200;
+
+/// 200 other spreads, then two of Deployment web: `web-canary` (selects track=canary)
+/// and `web`.
+fn namespace() -> Namespace {
+    let mut objects: Vec<Value> = (0..CANARY)
+        .map(|i| spread(&format!("other-{i}"), &format!("other-{i}")))
+        .collect();
+    let mut canary = spread("web-canary", "web");
+    canary["spec"]["targetFilter"] = json!({"selector": {"matchLabels": {"track": "canary"}}});
+    objects.push(canary);
+    objects.push(spread("web", "web"));
+    Namespace {
+        objects: RefCell::new(objects),
+        honour_masks: true,
+        change_at_get: RefCell::new(None),
+        calls: RefCell::new(vec![]),
+    }
+}
+
+/// A pod of ReplicaSet web-5d (of Deployment web) labelled track=`track`.
+fn lookup(ns: &Namespace, track: &str) -> Result<Option<WorkloadSpread>, LookupError> {
+    let rs = ObjectRef {
+        api_version: "apps/v1".into(),
+        kind: "ReplicaSet".into(),
+        name: "web-5d".into(),
+    };
+    let labels: Labels = [("track".to_string(), track.to_string())].into();
+    let owner_of = |o: &ObjectRef| {
+        ns.calls
+            .borrow_mut()
+            .push(format!("owner of {} {}", o.kind, o.name));
+        Ok((o.kind == "ReplicaSet").then(|| ObjectRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "web".into(),
+        }))
+    };
+    let kinds = WorkloadKinds::default();
+    matching_workloadspread(ns, "demo", &rs, &labels, &kinds, owner_of)
+}
+
+const MASKED_LIST: &str = r#"list WorkloadSpread ["metadata.name", "metadata.deletionTimestamp", "spec.targetRef", "spec.targetFilter"]"#;
+
+/// One masked list, each owner once, one GET of the spread that matched: whole, with
+/// its subsets and status.
+#[test]
+fn the_matched_spread_is_read_whole_after_a_masked_list() {
+    let ns = namespace();
+    let ws = lookup(&ns, "canary").unwrap().unwrap();
+    assert_eq!(ws.name(), "web-canary");
+    assert_eq!(
+        serde_json::to_value(&ws).unwrap()["status"],
+        ns.objects.borrow()[CANARY]["status"]
+    );
+    assert_eq!(
+        *ns.calls.borrow(),
+        [
+            MASKED_LIST,
+            "owner of ReplicaSet web-5d",
+            "owner of Deployment web",
+            "get WorkloadSpread web-canary"
+        ]
+    );
+    assert_eq!(lookup(&ns, "stable").unwrap().unwrap().name(), "web");
+}
+
+/// A host that ignores the mask answers whole spreads: the same one is found.
+#[test]
+fn a_host_ignoring_the_mask_finds_the_same_spread() {
+    let mut ns = namespace();
+    ns.honour_masks = false;
+    assert_eq!(lookup(&ns, "canary").unwrap().unwrap().name(), "web-canary");
+    assert_eq!(lookup(&ns, "stable").unwrap().unwrap().name(), "web");
+}
+
+/// The spread that matched changed between the list and the GET: the rule runs again
+/// on the whole spreads, which see the change. One recreated alike matches alike: it is
+/// taken as read.
+#[test]
+fn a_spread_changed_between_the_two_reads_is_matched_again_whole() {
+    let cases: [(&str, Change, &str, &str, &str); 4] = [
+        (
+            "filter changed",
+            |o| {
+                o[CANARY]["spec"]["targetFilter"]["selector"]["matchLabels"]["track"] =
+                    json!("beta")
+            },
+            "web",
+            "uid-web",
+            "list WorkloadSpread",
+        ),
+        (
+            "being deleted",
+            |o| o[CANARY]["metadata"]["deletionTimestamp"] = json!("2026-11-24T10:00:00Z"),
+            "web",
+            "uid-web",
+            "list WorkloadSpread",
+        ),
+        (
+            "deleted",
+            |o| {
+                o.remove(CANARY);
+            },
+            "web",
+            "uid-web",
+            "list WorkloadSpread",
+        ),
+        (
+            "recreated alike",
+            |o| o[CANARY]["metadata"]["uid"] = json!("uid-again"),
+            "web-canary",
+            "uid-again",
+            "get WorkloadSpread web-canary",
+        ),
+    ];
+    for (case, change, name, uid, last_call) in cases {
+        let ns = namespace();
+        *ns.change_at_get.borrow_mut() = Some(change);
+        let ws = lookup(&ns, "canary").unwrap().unwrap();
+        assert_eq!(
+            (ws.name(), ws.metadata.uid.as_deref()),
+            (name, Some(uid)),
+            "{case}"
+        );
+        assert_eq!(ns.calls.borrow().last().unwrap(), last_call, "{case}");
+    }
+}
+
+/// Nothing in the namespace targets the pod's workload: no spread is read whole.
+#[test]
+fn no_match_reads_no_spread() {
+    let ns = namespace();
+    ns.objects.borrow_mut().truncate(CANARY);
+    assert!(lookup(&ns, "canary").unwrap().is_none());
+    assert_eq!(ns.calls.borrow()[0], MASKED_LIST);
+    assert!(!ns.calls.borrow().iter().any(|c| c.starts_with("get")));
+}
+
+/// A list answer with an item that does not decode still yields the others; an empty
+/// list may say `items: null`; names are borrowed from the answer.
+#[test]
+fn list_answers_decode_item_by_item() {
+    let answer = json!({"items": [
+        {"metadata": {"name": "ok"}, "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}}},
+        {"metadata": {"name": 7}}]});
+    let answer = serde_json::to_vec(&answer).unwrap();
+    let targets = spread_targets(&answer).unwrap();
+    assert_eq!(targets.len(), 1);
+    assert_eq!(targets[0].name(), "ok");
+    let whole = br#"{"items": [{"metadata": {"name": "a"}, "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}}}]}"#;
+    let targets = spread_targets(whole).unwrap();
+    assert!(matches!(
+        targets[0].metadata.name,
+        std::borrow::Cow::Borrowed("a")
+    ));
+    assert!(spread_targets(br#"{"items": null}"#).unwrap().is_empty());
+    assert!(spread_targets(br#"{"kind": "List"}"#).unwrap().is_empty());
+    assert!(spread_targets(b"{").is_err());
+}
