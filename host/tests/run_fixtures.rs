@@ -106,6 +106,17 @@ fn pod_create_exact_and_best_effort() -> Result<()> {
         Ok(pod)
     };
     let mut want = patched(patch)?;
+    // Exact mode writes the pod's planned deletion cost with the claim (#28); best
+    // effort leaves it to the controller and marks the pod pending instead.
+    let cost = want["metadata"]["annotations"]
+        .as_object_mut()
+        .and_then(|a| a.remove("controller.kubernetes.io/pod-deletion-cost"));
+    assert!(
+        cost.as_ref()
+            .and_then(Value::as_str)
+            .is_some_and(|c| c.parse::<i64>().is_ok()),
+        "exact mode wrote no deletion cost: {cost:?}"
+    );
     want["metadata"]["labels"]["workloadspread.io/pending"] = "true".into();
     assert_eq!(patched(best.patch()?)?, want);
     Ok(())
