@@ -11,7 +11,7 @@ use super::tls::{unix_now, CertBundle, CertResolver};
 use anyhow::{bail, Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -384,44 +384,66 @@ fn mark(meta: &mut ObjectMeta, generation: u64) {
         .insert(GENERATION_ANNOTATION.into(), generation.to_string());
 }
 
+/// One webhook configuration (mutating or validating; `parts` gives its metadata and
+/// client configs): replaced with `want`'s bundle if any webhook's is behind. 1 when
+/// written, 0 otherwise.
+async fn ensure_webhook_bundle<K>(
+    api: &Api<K>,
+    name: &str,
+    want: &Published,
+    parts: impl Fn(&mut K) -> (&mut ObjectMeta, Vec<&mut WebhookClientConfig>),
+) -> Result<usize>
+where
+    K: kube::Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let Some(mut c) = bounded(api.get_opt(name)).await?? else {
+        return Ok(0);
+    };
+    let (meta, configs) = parts(&mut c);
+    let generation = generation_of(meta);
+    let stale = configs.iter().any(|w| {
+        let have = w.ca_bundle.as_ref().map_or(&[][..], |b| &b.0);
+        needs_patch(generation, have, want)
+    });
+    if !stale {
+        return Ok(0);
+    }
+    let ca = ByteString(want.bundle.as_bytes().to_vec());
+    for w in configs {
+        w.ca_bundle = Some(ca.clone());
+    }
+    mark(meta, want.generation);
+    bounded(api.replace(name, &PostParams::default(), &c)).await??;
+    Ok(1)
+}
+
 /// Patches every target whose bundle is behind `want` (replace with resourceVersion;
 /// a conflict is retried at the next trigger).
 pub async fn ensure_bundles(client: &Client, targets: &Targets, want: &Published) -> Result<usize> {
-    let ca = ByteString(want.bundle.as_bytes().to_vec());
     let mut patched = 0;
     if let Some(name) = &targets.webhook_config {
-        let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-        if let Some(mut c) = bounded(api.get_opt(name)).await?? {
-            let stale = c.webhooks.iter().flatten().any(|w| {
-                let have = w.client_config.ca_bundle.as_ref().map_or(&[][..], |b| &b.0);
-                needs_patch(generation_of(&c.metadata), have, want)
-            });
-            if stale {
-                c.webhooks
-                    .iter_mut()
-                    .flatten()
-                    .for_each(|w| w.client_config.ca_bundle = Some(ca.clone()));
-                mark(&mut c.metadata, want.generation);
-                bounded(api.replace(name, &PostParams::default(), &c)).await??;
-                patched += 1;
-            }
-        }
-        let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-        if let Some(mut c) = bounded(api.get_opt(name)).await?? {
-            let stale = c.webhooks.iter().flatten().any(|w| {
-                let have = w.client_config.ca_bundle.as_ref().map_or(&[][..], |b| &b.0);
-                needs_patch(generation_of(&c.metadata), have, want)
-            });
-            if stale {
-                c.webhooks
-                    .iter_mut()
-                    .flatten()
-                    .for_each(|w| w.client_config.ca_bundle = Some(ca.clone()));
-                mark(&mut c.metadata, want.generation);
-                bounded(api.replace(name, &PostParams::default(), &c)).await??;
-                patched += 1;
-            }
-        }
+        let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+        patched += ensure_webhook_bundle(&mutating, name, want, |c| {
+            let meta = &mut c.metadata;
+            let configs = c
+                .webhooks
+                .iter_mut()
+                .flatten()
+                .map(|w| &mut w.client_config);
+            (meta, configs.collect())
+        })
+        .await?;
+        let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+        patched += ensure_webhook_bundle(&validating, name, want, |c| {
+            let meta = &mut c.metadata;
+            let configs = c
+                .webhooks
+                .iter_mut()
+                .flatten()
+                .map(|w| &mut w.client_config);
+            (meta, configs.collect())
+        })
+        .await?;
     }
     if let Some(name) = &targets.conversion_crd {
         let api: Api<CustomResourceDefinition> = Api::all(client.clone());
