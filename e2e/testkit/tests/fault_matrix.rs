@@ -13,7 +13,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -23,7 +23,7 @@ use workloadspread_core::admission::reserve::{
 use workloadspread_testkit::faults::{api_server_addr, fault_proxy, kubeconfig_via, Faults};
 use workloadspread_testkit::monitor::{Monitor, Report};
 use workloadspread_testkit::stack::{Replicated, ReplicatedOptions};
-use workloadspread_testkit::{cluster, wait_for};
+use workloadspread_testkit::{cluster, wait_for, TestNamespace};
 
 fn spec() -> Value {
     json!({"targetRef": target("Deployment"), "subsets": [
@@ -98,6 +98,36 @@ async fn placeholders(api: &Api<DynamicObject>) -> Result<Vec<(String, String)>>
     Ok(out)
 }
 
+/// Claims in the status (not placeholders) naming no live pod (by name, or by the id a
+/// pod created with `generateName` carries in its matched-workloadspread annotation).
+async fn ghost_claims(api: &Api<DynamicObject>, ns: &TestNamespace) -> Result<usize> {
+    let status = api.get("web").await?.data["status"].clone();
+    let live: Vec<String> = live_pods(ns)
+        .await?
+        .into_iter()
+        .flat_map(|p| {
+            let generated = workloadspread_core::pods::matched(&p).and_then(|m| m.uid);
+            [p.metadata.name, generated]
+        })
+        .flatten()
+        .collect();
+    let versioned = status["versionedSubsetStatuses"]
+        .as_object()
+        .into_iter()
+        .flat_map(|m| m.values());
+    let ghosts: BTreeSet<String> = versioned
+        .chain([&status["subsetStatuses"]])
+        .flat_map(|subsets| subsets.as_array().cloned().unwrap_or_default())
+        .flat_map(|s| s["creatingPods"].as_object().cloned().unwrap_or_default())
+        .map(|(k, _)| k)
+        .filter(|k| !k.starts_with('~') && !live.contains(k))
+        .collect();
+    if !ghosts.is_empty() {
+        eprintln!("  claims of pods that never appeared: {ghosts:?}");
+    }
+    Ok(ghosts.len())
+}
+
 /// Waits until host `i` has handed a placeholder to a pod (a claim answered without a
 /// write).
 async fn first_hand_out(r: &Replicated, i: usize) -> Result<()> {
@@ -140,12 +170,27 @@ async fn finish(
     total: usize,
     what: &str,
 ) -> Result<Report> {
+    finish_spilling(r, api, monitor, total, what, 0).await
+}
+
+/// As [`finish`], where up to `spill` pods may have gone past a and b while slots there
+/// were held by claims of pods that never appeared (only the controller drops those).
+async fn finish_spilling(
+    r: &Replicated,
+    api: &Api<DynamicObject>,
+    monitor: Monitor,
+    total: usize,
+    what: &str,
+    spill: usize,
+) -> Result<Report> {
     let pods = settled(&r.ns, total).await?;
     let c = counts(&pods);
-    let want: BTreeMap<String, usize> = [("a", 10), ("b", 10), ("c", total - 20)]
-        .map(|(s, n)| (s.to_string(), n))
-        .into();
-    ensure!(c == want, "{what}: pods per subset {c:?}, want {want:?}");
+    let n = |s: &str| c.get(s).copied().unwrap_or(0);
+    let full = n("a") <= 10 && n("b") <= 10 && n("a") + n("b") + spill >= 20;
+    ensure!(
+        full && n("a") + n("b") + n("c") == total,
+        "{what}: pods per subset {c:?}, want a = b = 10 (at most {spill} spilled to c)"
+    );
     status_matches(api, &c).await?;
     let report = monitor.finish().with_context(|| what.to_string())?;
     eprintln!(
@@ -179,6 +224,10 @@ async fn a_killed_hosts_handed_out_placeholders_keep_their_pods_slots() -> Resul
     // admitted into one may still be on its way); its handed-out ones are settled to
     // their pods from the TTL on.
     placeholders_older_than(&api, PLACEHOLDER_DROP_SECONDS + 2).await?;
+    // A claim the dead host wrote for a pod whose create then failed (the host died before
+    // answering) holds its slot until the controller drops it: the next burst may spill
+    // that many pods past a full-looking subset, never over it.
+    let ghosts = ghost_claims(&api, &r.ns).await?;
     scale(&deployments, 40).await?;
     wait_pods(&r.ns, 40).await?;
     let left = placeholders(&api).await?;
@@ -188,12 +237,13 @@ async fn a_killed_hosts_handed_out_placeholders_keep_their_pods_slots() -> Resul
         "the dead holder's placeholders are still there: {left:?}"
     );
     r.start_controller().await?;
-    let report = finish(
+    let report = finish_spilling(
         &r,
         &api,
         monitor,
         40,
         "host killed after hand-outs, no controller",
+        ghosts,
     )
     .await?;
     let settled = r.hosts[1]
