@@ -20,10 +20,12 @@ use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use workloadspread_core::api::v1beta1::WorkloadSpread;
+use workloadspread_core::controller::cost::CostPatch;
+use workloadspread_core::controller::pending::costs_before_status;
 use workloadspread_core::controller::view::status_view;
 use workloadspread_core::controller::{
     reconcile, Event, PlaceholderView, ReconcileInput, ReconcileOptions, ReconcileOutput,
@@ -221,6 +223,9 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &ns, &workloadspread_resource());
     let mut current = object.clone();
+    // Costs this reconcile has written (a retry after a conflict recomputes from a cache
+    // that may not show them yet: they are not written twice).
+    let mut costs_written: BTreeMap<String, i64> = BTreeMap::new();
     for attempt in 0..STATUS_ATTEMPTS {
         if current.metadata.deletion_timestamp.is_some() {
             return Ok(Action::await_change());
@@ -246,15 +251,28 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         })?;
         // The version whose status counts the pods: the one written, or the one read.
         let mut counted_in = current.metadata.resource_version.clone();
-        if written.as_ref() != Some(&output.status) {
+        let status_changed = written.as_ref() != Some(&output.status);
+        let key = (ns.clone(), name.clone());
+        if status_changed {
             // Within the interval after our last write (a burst): everything waits for
             // the next reconcile, which writes what changed meanwhile at once.
-            let key = (ns.clone(), name.clone());
             if let Some(wait) = ctx.pacing.wait(&key, Instant::now()) {
                 tracing::debug!(workloadspread = %name, namespace = %ns, ?wait,
                     "status write deferred: coalescing a burst");
                 return Ok(Action::requeue(wait.max(Duration::from_millis(20))));
             }
+        }
+        // Costs first: a status that counts the pods is written after their costs
+        // (`core::controller::pending::costs_before_status`).
+        let (first, later) = costs_before_status(&output.deletion_costs, &inputs.namespace_pods);
+        let first: Vec<CostPatch> = first
+            .into_iter()
+            .filter(|c| costs_written.get(&c.pod) != Some(&c.cost))
+            .collect();
+        ensure_leading(ctx)?;
+        patch_pod_metadata(&ws, &first, &[], ctx).await?;
+        costs_written.extend(first.into_iter().map(|c| (c.pod, c.cost)));
+        if status_changed {
             let mut updated = current.clone();
             if let Some(map) = updated.data.as_object_mut() {
                 map.insert("status".into(), new_status);
@@ -301,7 +319,7 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         // Only now that the status counts them may admissions stop counting pending pods.
         let pending = crate::converge::pending(&ws, &inputs, counted_in, object, ctx);
         ensure_leading(ctx)?;
-        patch_pod_metadata(&ws, &output, &pending.patches, ctx).await?;
+        patch_pod_metadata(&ws, &later, &pending.patches, ctx).await?;
         ctx.metrics.record_subsets(&ns, &name, &output.status);
         ctx.metrics.record_view(&status_view(
             &ws,

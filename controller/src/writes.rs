@@ -9,6 +9,7 @@ use kube::Api;
 use std::collections::HashSet;
 use std::time::Duration;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
+use workloadspread_core::controller::cost::CostPatch;
 use workloadspread_core::controller::pending::{pod_patches, PendingPatch};
 use workloadspread_core::controller::{Event, ReconcileOutput};
 
@@ -31,28 +32,25 @@ pub(crate) async fn adopt(
     Ok(())
 }
 
-/// Deletion costs and the pending stamps and label removals, one patch per pod (after a
-/// status write that counts the pods).
+/// Deletion costs and the pending stamps and label removals, one patch per pod (costs
+/// alone before the status write, costs of pending pods with their label changes after
+/// the status write that counts the pods).
 pub(crate) async fn patch_pod_metadata(
     ws: &WorkloadSpread,
-    output: &ReconcileOutput,
+    deletion_costs: &[CostPatch],
     pending: &[(String, PendingPatch)],
     ctx: &Context,
 ) -> Result<(), Error> {
     let ns = ws.metadata.namespace.clone().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let pp = PatchParams::default();
-    let costs: HashSet<&str> = output
-        .deletion_costs
-        .iter()
-        .map(|c| c.pod.as_str())
-        .collect();
+    let costs: HashSet<&str> = deletion_costs.iter().map(|c| c.pod.as_str()).collect();
     let unlabelled: HashSet<&str> = pending
         .iter()
         .filter(|(_, p)| *p == PendingPatch::Unlabel)
         .map(|(n, _)| n.as_str())
         .collect();
-    for (pod, patch) in pod_patches(&output.deletion_costs, pending) {
+    for (pod, patch) in pod_patches(deletion_costs, pending) {
         match bounded(pods.patch(&pod, &pp, &Patch::Strategic(&patch))).await? {
             Ok(_) => {}
             // Gone since the cache listed it (a scale-in): nothing left to rank.

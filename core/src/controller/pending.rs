@@ -155,6 +155,43 @@ pub fn plan_pending(input: &PendingInput<'_>) -> PendingPlan {
     plan
 }
 
+/// Whether `pod` is in the pending label's flow (labelled pending, or stamped): its
+/// label changes follow the status write, and its cost goes in the same patch.
+fn in_pending_flow(pod: &Pod) -> bool {
+    let labelled = pod
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(PENDING_LABEL));
+    let stamped = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(COUNTED_ANNOTATION));
+    labelled || stamped
+}
+
+/// Splits the reconcile's deletion costs into those written **before** the status write
+/// and those written with the pending changes after it. A status that counts a pod is
+/// written only once the pod's cost is, so whoever sees the status settled (a user about
+/// to scale in, `status`, a test) sees the costs that decide the scale-in; the pods in
+/// the pending flow (best-effort admissions) keep one patch for cost and label, after
+/// the status as that flow requires.
+pub fn costs_before_status(
+    costs: &[CostPatch],
+    namespace_pods: &[Pod],
+) -> (Vec<CostPatch>, Vec<CostPatch>) {
+    let pending: BTreeSet<&str> = namespace_pods
+        .iter()
+        .filter(|p| in_pending_flow(p))
+        .map(name)
+        .collect();
+    costs
+        .iter()
+        .cloned()
+        .partition(|c| !pending.contains(c.pod.as_str()))
+}
+
 /// One strategic-merge patch per pod: its new deletion cost and/or its pending stamp or
 /// label removal. Sorted by pod name.
 pub fn pod_patches(

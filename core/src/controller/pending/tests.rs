@@ -272,3 +272,35 @@ fn a_cost_and_a_pending_patch_of_one_pod_make_one_patch() {
         ]
     );
 }
+
+/// Costs of pods outside the pending flow go before the status write; those of pods
+/// labelled pending or stamped go after it, with their label change (one patch each).
+#[test]
+fn costs_of_pods_outside_the_pending_flow_go_before_the_status() {
+    let stamped = stamp("ws-uid", "150", 1);
+    let pods = [
+        pod("plain", None, "web", None, "Running", false),
+        pod(
+            "labelled",
+            Some(PENDING_VALUE),
+            "web",
+            None,
+            "Running",
+            false,
+        ),
+        pod("stamped", None, "web", Some(&stamped), "Running", false),
+    ];
+    let cost = |pod: &str, cost: i64| CostPatch {
+        pod: pod.into(),
+        cost,
+    };
+    let costs = [
+        cost("plain", 5),
+        cost("labelled", 4),
+        cost("stamped", 3),
+        cost("not-cached", 2),
+    ];
+    let (before, after) = costs_before_status(&costs, &pods);
+    assert_eq!(before, [cost("plain", 5), cost("not-cached", 2)]);
+    assert_eq!(after, [cost("labelled", 4), cost("stamped", 3)]);
+}
