@@ -533,3 +533,75 @@ async fn a_workloadspread_recreated_during_reservations() -> Result<()> {
     ensure!(report.max_pods["a"] <= 10);
     r.configs.delete().await
 }
+
+/// A release that reaches the status after the controller has recounted without its pod
+/// (the same DELETE admitted twice, or answered late) must not free the pod's slot a
+/// second time. Here: a pod of the full subset a is deleted and replaced (a = 10 again,
+/// recounted), the controller is stopped, and the pod's DELETE review is sent to a host
+/// once more; the next pod must not go to a. (Before the host checked that a release's
+/// pod still runs, it recorded the pod as deleting again and a went to 11 — what the
+/// sequence scenarios hit now and then after a scale-in.)
+#[tokio::test]
+async fn a_late_release_does_not_free_a_slot_twice() -> Result<()> {
+    let kubeconfig = cluster()?.kubeconfig();
+    let o = options([kubeconfig, kubeconfig], [vec![], vec![]], true);
+    let Some(mut r) = Replicated::start("fault-late-release", o).await? else {
+        return Ok(());
+    };
+    let (api, monitor) = setup(&r).await?;
+    let deployments = r.ns.api::<Deployment>();
+    scale(&deployments, 20).await?;
+    let pods = settled(&r.ns, 20).await?;
+    status_matches(&api, &counts(&pods)).await?;
+    // One pod of a deleted as users and controllers delete it; its replacement takes the
+    // freed slot, and the controller recounts.
+    let gone = pods
+        .iter()
+        .find(|p| workloadspread_testkit::pods::subset_of(p).as_deref() == Some("a"))
+        .context("a pod in a")?
+        .clone();
+    let gone_name = gone.metadata.name.clone().unwrap_or_default();
+    r.ns.api::<k8s_openapi::api::core::v1::Pod>()
+        .delete(&gone_name, &DeleteParams::default())
+        .await?;
+    wait_for("the pod gone", SETTLE, || async {
+        let names: Vec<String> =
+            r.ns.api::<k8s_openapi::api::core::v1::Pod>()
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .filter_map(|p| p.metadata.name)
+                .collect();
+        Ok((!names.contains(&gone_name)).then_some(()))
+    })
+    .await?;
+    let pods = settled(&r.ns, 20).await?;
+    ensure!(
+        counts(&pods)["a"] == 10,
+        "after the replacement: {:?}",
+        counts(&pods)
+    );
+    status_matches(&api, &counts(&pods)).await?;
+    // No recount from here on: the late release is all the status sees.
+    if let Some(mut c) = r.controller.take() {
+        c.kill();
+    }
+    let review = serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "late-delete", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": r.ns.name(), "name": gone_name, "operation": "DELETE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
+            "oldObject": gone, "object": null}}))?;
+    let (code, body) = r.hosts[0].post("/mutate", &review).await?;
+    ensure!(
+        code == 200 && body.contains("\"allowed\":true"),
+        "{code} {body}"
+    );
+    scale(&deployments, 21).await?;
+    wait_pods(&r.ns, 21).await?;
+    r.start_controller().await?;
+    finish(&r, &api, monitor, 21, "a late duplicate release").await?;
+    r.configs.delete().await
+}

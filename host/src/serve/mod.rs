@@ -278,10 +278,29 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
         .to_string();
     let request = review["request"].take();
     drop(review);
+    // What the request was about, for the debug line (the request moves into the guest).
+    let about = tracing::enabled!(tracing::Level::DEBUG).then(|| {
+        let field = |k: &str| request[k].as_str().unwrap_or_default().to_string();
+        let object = if request["object"].is_object() {
+            &request["object"]
+        } else {
+            &request["oldObject"]
+        };
+        let deleting = object["metadata"]["deletionTimestamp"].is_string();
+        format!(
+            "{} {}/{} {}{}",
+            field("operation"),
+            field("namespace"),
+            field("name"),
+            request["subResource"].as_str().unwrap_or_default(),
+            if deleting { " (terminating)" } else { "" }
+        )
+    });
     let response = evaluate(&app, request).await;
     let outcome = outcome_of(&response);
     tracing::debug!(
         uid = %response.uid,
+        about = about.as_deref().unwrap_or_default(),
         ?outcome,
         audit = ?response.audit_annotations,
         message = ?response.status.as_ref().map(|s| &s.message),

@@ -87,7 +87,7 @@ pub async fn settled_with(ns: &TestNamespace, total: usize, costs: bool) -> Resu
 }
 
 /// Waits until the status counts exactly the live pods of each subset and holds no
-/// creating/deleting entries; returns the status.
+/// creating/deleting entries (in the versioned counters too); returns the status.
 pub async fn status_matches(
     ws: &Api<DynamicObject>,
     want: &BTreeMap<String, usize>,
@@ -109,7 +109,15 @@ pub async fn status_matches(
                     && empty(&s["creatingPods"])
                     && empty(&s["deletingPods"])
             });
-            Ok((exact && !subsets.is_empty()).then_some(status))
+            // The counters admissions work on (per pod-template version) hold no entry
+            // either.
+            let versioned_clear = status["versionedSubsetStatuses"]
+                .as_object()
+                .into_iter()
+                .flat_map(|m| m.values())
+                .flat_map(|v| v.as_array().cloned().unwrap_or_default())
+                .all(|s| empty(&s["creatingPods"]) && empty(&s["deletingPods"]));
+            Ok((exact && versioned_clear && !subsets.is_empty()).then_some(status))
         }
     })
     .await;

@@ -108,6 +108,12 @@ impl Committer {
                 (read_live, refreshed) = (true, true);
                 continue;
             }
+            // After the copy written on is known: releases of pods no longer running are
+            // left to the controller's recount (`departed.rs`).
+            batch = self.drop_departed(&key.0, batch, budget).await;
+            if batch.is_empty() {
+                return carried;
+            }
             // Decoded and encoded outside the lock claims answered without the queue take.
             let mut ws = match decode(&object) {
                 Ok(ws) => ws,

@@ -20,6 +20,7 @@
 
 mod apply;
 mod attempt;
+mod departed;
 mod fast;
 mod queue;
 

@@ -1,0 +1,82 @@
+//! Releases of pods already gone. A release frees its pod's slot (`deletingPods`) until
+//! the controller recounts. One that reaches the status after the controller has
+//! recounted without the pod — a DELETE admitted twice (the API server's retried update,
+//! a client's retry) or answered late — would free the slot a second time, and the next
+//! burst would put one pod too many into the subset (the scenario suite's sequences saw
+//! a = 5 of 4 after a scale-in). So every attempt checks, once it has the status it
+//! writes on, whether each release's pod is still running, by a consistent read: one
+//! terminating or gone is answered "not released" and left to the controller's recount.
+//! If the recount is in the status the attempt writes on, the controller saw the pod
+//! terminating before that, so the later read sees it too; if the recount lands after,
+//! the write conflicts and the next attempt reads again. A read that fails counts as
+//! gone: the slot is then freed by the recount — later, never twice.
+
+use super::{Answer, Committer, Op, Pending, Work};
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use std::collections::HashSet;
+use std::time::Duration;
+use workloadspread_core::counter::ReleaseResponse;
+
+impl Committer {
+    /// Answers the releases of `batch` whose pods no longer run ("not released") and
+    /// returns the rest.
+    pub(super) async fn drop_departed(
+        &self,
+        namespace: &str,
+        batch: Vec<Pending>,
+        budget: Duration,
+    ) -> Vec<Pending> {
+        let names: HashSet<&str> = batch.iter().filter_map(release_of).collect();
+        if names.is_empty() {
+            return batch;
+        }
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let reads = names.iter().map(|name| {
+            let pods = pods.clone();
+            async move {
+                running(&pods, name, budget)
+                    .await
+                    .then_some(name.to_string())
+            }
+        });
+        let running: HashSet<String> = join_all(reads).await.into_iter().flatten().collect();
+        let mut rest = Vec::with_capacity(batch.len());
+        for p in batch {
+            let departed = release_of(&p).is_some_and(|name| !running.contains(name));
+            if !departed {
+                rest.push(p);
+                continue;
+            }
+            let answer = Answer::Release(ReleaseResponse { released: false });
+            if let Work::Op(op) = &p.work {
+                tracing::debug!(
+                    ?op,
+                    "release of a pod no longer running: left to the recount"
+                );
+                self.record(op, Some(&answer));
+            }
+            if let Some(reply) = p.reply {
+                let _ = reply.send(Ok(answer));
+            }
+        }
+        rest
+    }
+}
+
+fn release_of(p: &Pending) -> Option<&str> {
+    match &p.work {
+        Work::Op(Op::Release(r)) => Some(r.pod.name.as_str()),
+        _ => None,
+    }
+}
+
+/// Whether pod `name` exists and is not being deleted (a consistent read: no
+/// `resourceVersion`); false when the read fails or takes longer than `budget`.
+async fn running(pods: &Api<Pod>, name: &str, budget: Duration) -> bool {
+    match tokio::time::timeout(budget, pods.get_metadata_opt(name)).await {
+        Ok(Ok(Some(pod))) => pod.metadata.deletion_timestamp.is_none(),
+        _ => false,
+    }
+}
