@@ -568,13 +568,20 @@ mod tests {
             (expires, None, Verdict::Failing),
         ] {
             let health = state.bundle_health(now, &l, 10, failing_since);
-            assert_eq!(health.verdict, want, "at {now} failing since {failing_since:?}");
+            assert_eq!(
+                health.verdict, want,
+                "at {now} failing since {failing_since:?}"
+            );
             assert_eq!(health.expires_at, expires);
         }
         let served_until = fresh.serving.not_after;
         let at = |now| fresh.bundle_health(now, &l, 10, None).verdict;
         assert_eq!(at(served_until - 1), Verdict::Current);
-        assert_eq!(at(served_until), Verdict::Failing, "an expired certificate served");
+        assert_eq!(
+            at(served_until),
+            Verdict::Failing,
+            "an expired certificate served"
+        );
     }
 
     #[test]

@@ -321,10 +321,7 @@ const VALIDATING: Kind = (
     "ValidatingWebhookConfiguration",
     "validatingwebhookconfigurations",
 );
-const CRD: Kind = (
-    "CustomResourceDefinition",
-    "customresourcedefinitions",
-);
+const CRD: Kind = ("CustomResourceDefinition", "customresourcedefinitions");
 
 fn target_error(kind: Kind, name: &str, verb: &'static str, e: anyhow::Error) -> TargetError {
     TargetError::new(kind.0, kind.1, name, verb, e)
