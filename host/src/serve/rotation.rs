@@ -239,7 +239,7 @@ async fn rotate_once(
             .is_some_and(|t| now >= t + lifetimes.grace_seconds)
         {
             let outcome = carry(client, targets, next).await;
-            health.checked(now, outcome.as_ref().map(Option::clone));
+            health.checked(now, &outcome);
             carried = Some(matches!(outcome, Ok(None)));
         }
     }
@@ -356,10 +356,12 @@ pub async fn keep_bundles(
     loop {
         let current = published.borrow_and_update().clone();
         let outcome = ensure_bundles(&client, &targets, &current).await;
-        if let Err(e) = &outcome {
-            tracing::warn!("keeping the CA bundle current: {e}");
+        let first = health.written(unix_now(), outcome.as_ref().map(|_| ()));
+        match &outcome {
+            Err(e) if first => tracing::warn!("keeping the CA bundle current: {e}"),
+            Err(e) => tracing::debug!("keeping the CA bundle current: {e}"),
+            Ok(_) => {}
         }
-        health.written(unix_now(), outcome.as_ref().map(|_| ()));
         tokio::select! {
             changed = published.changed() => if changed.is_err() { return },
             Some(()) = changes.next() => {}

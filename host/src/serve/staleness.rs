@@ -34,16 +34,23 @@ impl TargetError {
         verb: &'static str,
         e: anyhow::Error,
     ) -> Self {
-        let forbidden = e.chain().any(|c| {
-            matches!(c.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 403)
-        });
+        // The API server's answer says it all (the Status' debug form repeats it).
+        let status = e
+            .chain()
+            .find_map(|c| match c.downcast_ref::<kube::Error>() {
+                Some(kube::Error::Api(s)) => Some((s.code, s.message.clone())),
+                _ => None,
+            });
         TargetError {
             kind,
             resource,
             name: name.to_string(),
             verb,
-            error: format!("{e:#}"),
-            forbidden,
+            forbidden: status.as_ref().is_some_and(|(code, _)| *code == 403),
+            error: match status {
+                Some((code, message)) => format!("{message} ({code})"),
+                None => format!("{e:#}"),
+            },
         }
     }
 
@@ -115,23 +122,32 @@ impl BundleWatch {
 
     /// The Secret's state as last read (or written) by this replica.
     pub fn observed(&self, state: &TlsState) {
-        self.lock().state = Some(state.clone());
+        let mut inner = self.lock();
+        if state.next_ca.is_none() {
+            // Switched (by any replica): nothing left to check.
+            inner.check = None;
+            inner.lagging = None;
+        }
+        inner.state = Some(state.clone());
     }
 
-    /// The outcome of writing the bundle into the targets.
-    pub fn written(&self, now: i64, outcome: Result<(), &TargetError>) {
+    /// The outcome of writing the bundle into the targets; true for the first failure
+    /// of a streak (later ones are summed up by [`BundleWatch::refresh`]'s warning).
+    pub fn written(&self, now: i64, outcome: Result<(), &TargetError>) -> bool {
         let mut inner = self.lock();
+        let first = outcome.is_err() && inner.write.is_none();
         record(&mut inner.write, now, outcome);
+        first
     }
 
     /// The outcome of checking the targets for the next CA: `Ok(Some(object))` names one
     /// that does not carry it.
-    pub fn checked(&self, now: i64, outcome: Result<Option<String>, &TargetError>) {
+    pub fn checked(&self, now: i64, outcome: &Result<Option<String>, TargetError>) {
         let mut inner = self.lock();
-        if let Ok(lagging) = &outcome {
+        if let Ok(lagging) = outcome {
             inner.lagging = lagging.clone();
         }
-        record(&mut inner.check, now, outcome.map(|_| ()));
+        record(&mut inner.check, now, outcome.as_ref().map(|_| ()));
     }
 
     /// Updates the gauge and logs a warning when the bundle is stale; the reason this
@@ -212,5 +228,68 @@ fn advice(inner: &Inner) -> String {
             "something overwrites the caBundle of {object} (a GitOps tool: let it ignore caBundle)"
         ),
         (None, None) => "check the host's log for certificate rotation errors".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forbidden() -> TargetError {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "code": 403, "message": "update is forbidden"}))
+        .unwrap();
+        let e = anyhow::Error::from(kube::Error::Api(Box::new(status)));
+        TargetError::new(
+            "MutatingWebhookConfiguration",
+            "mutatingwebhookconfigurations",
+            "ws",
+            "update",
+            e,
+        )
+    }
+
+    /// A refused write of a pending next CA: stale (gauge, still ready), then not ready
+    /// naming the object, the error and the grant; a switch by another replica clears it.
+    #[test]
+    fn a_refused_write_is_reported_with_what_to_grant() {
+        let l = Lifetimes {
+            cert_seconds: 300,
+            ca_seconds: 1200,
+            grace_seconds: 30,
+        };
+        let sans = vec!["localhost".to_string()];
+        let s0 = TlsState::generate(&sans, 0, &l).unwrap();
+        let pending = s0.plan(&sans, 800, &l, |_| false).unwrap().unwrap();
+        let gauge = Gauge::default();
+        let watch = BundleWatch::new(l, Duration::from_secs(10), gauge.clone());
+        watch.observed(&pending);
+        assert_eq!(watch.refresh(800), None);
+        watch.written(800, Err(&forbidden()));
+        assert_eq!(
+            watch.refresh(800 + l.stale_after()),
+            None,
+            "stale, still ready"
+        );
+        assert_eq!(gauge.get(), l.stale_after());
+        // The current CA renews the serving certificate meanwhile, up to its own end.
+        let pending = pending.plan(&sans, 1000, &l, |_| false).unwrap().unwrap();
+        assert_eq!(pending.serving.not_after, 1200);
+        watch.observed(&pending);
+        assert_eq!(watch.refresh(1200 - l.fix_lead(10) - 1), None);
+        let reason = watch.refresh(1200 - l.fix_lead(10)).expect("not ready");
+        for part in [
+            "MutatingWebhookConfiguration ws",
+            "update is forbidden",
+            "grant update on mutatingwebhookconfigurations/ws",
+        ] {
+            assert!(reason.contains(part), "{part:?} missing from {reason:?}");
+        }
+        watch.written(1130, Ok(()));
+        watch.checked(1130, &Err(forbidden()));
+        let switched = pending.plan(&sans, 1131, &l, |_| true).unwrap().unwrap();
+        watch.observed(&switched);
+        assert_eq!(watch.refresh(1131), None);
+        assert_eq!(gauge.get(), 0);
     }
 }
