@@ -184,6 +184,8 @@ struct Tls {
     bundle: String,
     /// With generated certificates: the published bundle, kept in the targets.
     published: Option<tokio::sync::watch::Receiver<crate::serve::rotation::Published>>,
+    /// With generated certificates: whether that bundle reaches them.
+    health: Option<Arc<crate::serve::staleness::BundleWatch>>,
 }
 
 fn lifetimes(args: &ServeArgs) -> Result<crate::serve::certs::Lifetimes> {
@@ -209,7 +211,11 @@ fn targets(args: &ServeArgs) -> crate::serve::rotation::Targets {
 
 /// Certificates from files (re-read every --tls-reload-seconds), from the shared
 /// Secret (rotated by whichever replica finds it due), or generated for this process.
-async fn tls(args: &ServeArgs, client: &kube::Client) -> Result<Tls> {
+async fn tls(
+    args: &ServeArgs,
+    client: &kube::Client,
+    stale_gauge: prometheus_client::metrics::gauge::Gauge,
+) -> Result<Tls> {
     use crate::serve::rotation::{self, Published};
     use crate::serve::tls::{CertBundle, CertResolver, FileReloader};
     let client_ca = match &args.client_ca_file {
@@ -230,6 +236,7 @@ async fn tls(args: &ServeArgs, client: &kube::Client) -> Result<Tls> {
             config,
             bundle: bundle.ca_pem,
             published: None,
+            health: None,
         });
     }
     let lifetimes = lifetimes(args)?;
@@ -250,6 +257,17 @@ async fn tls(args: &ServeArgs, client: &kube::Client) -> Result<Tls> {
         )?,
     };
     let bundle = CertBundle::from_state(&state);
+    // Without polling the bundle is still re-checked in its targets every minute.
+    let poll = match args.tls_reload_seconds {
+        0 => 60,
+        s => s,
+    };
+    let health = Arc::new(crate::serve::staleness::BundleWatch::new(
+        lifetimes,
+        Duration::from_secs(poll),
+        stale_gauge,
+    ));
+    health.observed(&state);
     let resolver = Arc::new(CertResolver::new(bundle.certified_key()?));
     let config = crate::serve::tls::server_config(resolver.clone(), client_ca)?;
     let (tx, rx) = tokio::sync::watch::channel(Published {
@@ -264,10 +282,10 @@ async fn tls(args: &ServeArgs, client: &kube::Client) -> Result<Tls> {
             name.to_string(),
             args.tls_sans.clone(),
             lifetimes,
-            Duration::from_secs(args.tls_reload_seconds),
             targets(args),
             resolver,
             tx,
+            health.clone(),
         ));
     } else {
         // Nothing rotates this bundle; the sender lives as long as the process.
@@ -280,6 +298,7 @@ async fn tls(args: &ServeArgs, client: &kube::Client) -> Result<Tls> {
         config,
         bundle: bundle.ca_pem,
         published: Some(rx),
+        health: Some(health),
     })
 }
 
@@ -360,7 +379,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         })
         .await??;
     }
-    let tls = tls(&args, &client).await?;
+    let tls = tls(&args, &client, metrics.ca_bundle_stale.clone()).await?;
     if let Some(out) = &args.ca_bundle_out {
         std::fs::write(out, &tls.bundle).with_context(|| format!("writing {}", out.display()))?;
     }
@@ -376,8 +395,8 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         .await?;
         tracing::info!("conversion webhook enabled on CRD {crd}");
     }
-    match (&tls.published, &args.webhook_config) {
-        (Some(published), _) => {
+    match (&tls.published, &tls.health, &args.webhook_config) {
+        (Some(published), Some(health), _) => {
             // Generated certificates: this host keeps the bundle current everywhere.
             let current = published.borrow().clone();
             let n =
@@ -390,13 +409,14 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
                 client.clone(),
                 targets(&args),
                 published.clone(),
+                health.clone(),
             ));
         }
-        (None, Some(name)) => {
+        (_, _, Some(name)) => {
             let n = crate::serve::tls::patch_ca_bundle(&client, name, &tls.bundle).await?;
             tracing::info!("CA bundle patched into {n} webhook configuration(s) named {name}");
         }
-        (None, None) => {}
+        (_, _, None) => {}
     }
     let listener = crate::serve::bind(args.listen).await?;
     let app = Arc::new(crate::serve::App {
@@ -411,6 +431,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         claims: crate::serve::limits::ClaimLimiter::new(args.claim_rate, args.claim_burst),
         read_timeout: Duration::from_secs(args.request_read_timeout_seconds.max(1)),
         client_auth: args.client_ca_file.is_some(),
+        certificates: tls.health.clone(),
     });
     let options = crate::serve::ServeOptions {
         header_timeout: Duration::from_secs(args.request_read_timeout_seconds.max(1)),

@@ -188,6 +188,95 @@ impl TlsState {
     }
 }
 
+/// Whether the CA bundle reaches the objects it must be in (the webhook configurations,
+/// the CRD's conversion), as one replica sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BundleHealth {
+    /// Seconds the targets have lagged behind the bundle: since this replica's attempts to
+    /// write or check them began failing, or since a pending next CA should have been
+    /// switched to (its grace and one poll passed). 0 when nothing lags.
+    pub stale_seconds: i64,
+    /// When the certificate this host serves (or can renew from its signing CA) stops
+    /// working.
+    pub expires_at: i64,
+    pub verdict: Verdict,
+}
+
+/// What the host says about the bundle (`docs/operations.md`, *Certificate rotation*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Current, or lagging for less than [`Lifetimes::stale_after`] (a conflict, a timeout
+    /// retried at the next poll).
+    Current,
+    /// Lagging longer: a warning and the stale-seconds metric, still ready — every
+    /// replica reads the same Secret, so going not ready now would take every endpoint
+    /// away and start the outage this warns of.
+    Stale,
+    /// Lagging, and the served certificate expires before a fix could take effect (or has
+    /// expired): not ready, the outage is certain now and `/readyz` says why.
+    Failing,
+}
+
+impl Lifetimes {
+    /// How long the bundle may lag before the host warns: long enough to outlast what a
+    /// retry fixes (at least one grace), short against the time left before a lagging
+    /// CA switch turns into an outage (a hundredth of the CA's life: the next CA is
+    /// published a third of that life ahead), and never more than 15 minutes so that an
+    /// operator hears of it the same day.
+    pub fn stale_after(&self) -> i64 {
+        (self.ca_seconds / 100).min(15 * 60).max(self.grace_seconds)
+    }
+
+    /// How long before the served certificate expires a fix must land for the switch to
+    /// the next CA to complete: the bundle re-written (one poll), the switch seen (one
+    /// poll), the API server's grace, every replica loading the new certificate (one poll).
+    pub fn fix_lead(&self, poll_seconds: i64) -> i64 {
+        self.grace_seconds + 3 * poll_seconds
+    }
+}
+
+impl TlsState {
+    /// The bundle's health at `now`, polled every `poll_seconds`; `failing_since`: the
+    /// start of this replica's streak of failed writes or checks of the targets.
+    pub fn bundle_health(
+        &self,
+        now: i64,
+        l: &Lifetimes,
+        poll_seconds: i64,
+        failing_since: Option<i64>,
+    ) -> BundleHealth {
+        let switch_late = match (&self.next_ca, self.next_published_at) {
+            (Some(_), Some(published)) => Some(published + l.grace_seconds + poll_seconds),
+            _ => None,
+        };
+        let since = [switch_late, failing_since]
+            .into_iter()
+            .flatten()
+            .filter(|t| *t <= now)
+            .min();
+        // Renewed up to the signing CA's end, so that is when serving stops working.
+        let expires_at = self.ca.as_ref().map_or(self.serving.not_after, |ca| {
+            ca.not_after.max(self.serving.not_after)
+        });
+        let stale_seconds = since.map_or(0, |t| now - t);
+        // A served certificate past its end (renewals not written) fails every call.
+        let verdict = if now >= self.serving.not_after {
+            Verdict::Failing
+        } else if since.is_none() || stale_seconds < l.stale_after() {
+            Verdict::Current
+        } else if expires_at - now <= l.fix_lead(poll_seconds) {
+            Verdict::Failing
+        } else {
+            Verdict::Stale
+        };
+        BundleHealth {
+            stale_seconds,
+            expires_at,
+            verdict,
+        }
+    }
+}
+
 fn new_ca(now: i64, seconds: i64) -> Result<Issued> {
     // Unique per CA: the bundle may hold two during a switch.
     let name = format!("workloadspread-host CA {now}");
@@ -398,6 +487,101 @@ mod tests {
             );
         }
         assert!(pending_seen, "no next CA was published");
+    }
+
+    /// Walks a CA's life polled every 10 s. Carried everywhere, the bundle is never
+    /// reported; never carried (the host may not patch the configurations), it is
+    /// reported stale within the bound, still ready, and failing (not ready) only from
+    /// the moment a fix could no longer land before the served certificate expires.
+    #[test]
+    fn a_switch_that_never_happens_is_reported_before_the_certificate_expires() {
+        let l = lifetimes();
+        let poll = 10;
+        for carried in [true, false] {
+            let mut state = TlsState::generate(&sans(), 0, &l).unwrap();
+            let first_ca = state.ca.clone().unwrap();
+            let (mut stale_at, mut failing_at) = (None, None);
+            for now in (0..first_ca.not_after + 30).step_by(poll as usize) {
+                if let Some(next) = state.plan(&sans(), now, &l, |_| carried).unwrap() {
+                    state = next;
+                }
+                let health = state.bundle_health(now, &l, poll, None);
+                match health.verdict {
+                    Verdict::Current => {}
+                    Verdict::Stale => {
+                        stale_at.get_or_insert(now);
+                    }
+                    Verdict::Failing => {
+                        failing_at.get_or_insert(now);
+                    }
+                }
+                if carried {
+                    assert_eq!(health.verdict, Verdict::Current, "{now}: {health:?}");
+                    assert_eq!(health.stale_seconds, 0, "{now}");
+                } else if let Some(published) = state.next_published_at {
+                    let late = published + l.grace_seconds + poll;
+                    assert_eq!(health.stale_seconds, (now - late).max(0), "{now}");
+                    if now >= late + l.stale_after() {
+                        assert_ne!(health.verdict, Verdict::Current, "{now}: not reported");
+                    }
+                }
+            }
+            if carried {
+                continue;
+            }
+            let (stale_at, failing_at) = (stale_at.unwrap(), failing_at.unwrap());
+            let published = state.next_published_at.unwrap();
+            assert!(
+                stale_at <= published + l.grace_seconds + poll + l.stale_after(),
+                "stale only at {stale_at} (next CA published at {published})"
+            );
+            // Ready (only warned) until the outage is certain, then not ready.
+            let lead = l.fix_lead(poll);
+            assert!(failing_at > stale_at, "not ready as soon as stale");
+            assert!(
+                failing_at >= first_ca.not_after - lead - poll
+                    && failing_at <= first_ca.not_after - lead + poll,
+                "not ready at {failing_at}: the CA expires at {}, a fix needs {lead} s",
+                first_ca.not_after
+            );
+        }
+    }
+
+    /// Failed writes or checks of the targets (this replica's streak) count the same way;
+    /// a served certificate past its end is failing whatever the bundle.
+    #[test]
+    fn failed_writes_are_stale_after_the_bound_and_an_expired_certificate_fails() {
+        let l = lifetimes();
+        let fresh = TlsState::generate(&sans(), 0, &l).unwrap();
+        let expires = fresh.ca.as_ref().unwrap().not_after;
+        // As renewals leave it near the CA's end: served until the CA expires.
+        let mut state = fresh.clone();
+        state.serving.not_after = expires;
+        let bound = l.stale_after();
+        let lead = l.fix_lead(10);
+        for (now, failing_since, want) in [
+            (100, None, Verdict::Current),
+            (100, Some(100 - bound + 1), Verdict::Current),
+            (100, Some(100 - bound), Verdict::Stale),
+            (expires - lead - 1, Some(0), Verdict::Stale),
+            (expires - lead, Some(0), Verdict::Failing),
+            (expires, None, Verdict::Failing),
+        ] {
+            let health = state.bundle_health(now, &l, 10, failing_since);
+            assert_eq!(
+                health.verdict, want,
+                "at {now} failing since {failing_since:?}"
+            );
+            assert_eq!(health.expires_at, expires);
+        }
+        let served_until = fresh.serving.not_after;
+        let at = |now| fresh.bundle_health(now, &l, 10, None).verdict;
+        assert_eq!(at(served_until - 1), Verdict::Current);
+        assert_eq!(
+            at(served_until),
+            Verdict::Failing,
+            "an expired certificate served"
+        );
     }
 
     #[test]

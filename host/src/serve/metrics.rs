@@ -128,6 +128,8 @@ pub struct Metrics {
     pub holder: Family<HolderLabels, Gauge>,
     /// Requests refused by the host's limits (`serve::limits`).
     pub limits: super::limits::LimitMetrics,
+    /// Seconds the CA bundle has not reached a target (`serve::staleness`); 0 when current.
+    pub ca_bundle_stale: Gauge,
 }
 
 impl Metrics {
@@ -178,6 +180,12 @@ impl Metrics {
             "ready",
             "1 while the host can decide (every required kind served, caches listed): /readyz",
             ready.clone(),
+        );
+        let ca_bundle_stale = Gauge::default();
+        registry.register(
+            "ca_bundle_stale_seconds",
+            "Seconds the generated CA bundle has not reached a webhook configuration or the CRD (a write or check failing, or the next CA not switched to in time); 0 when current. /readyz fails once the serving certificate would expire before a fix could land",
+            ca_bundle_stale.clone(),
         );
         let counter_queues = Gauge::default();
         registry.register(
@@ -238,6 +246,7 @@ impl Metrics {
         Metrics {
             registry,
             limits,
+            ca_bundle_stale,
             reservations,
             counter_queues,
             ready,

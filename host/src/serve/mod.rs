@@ -10,6 +10,7 @@ pub mod limits;
 pub mod metrics;
 pub mod reserve;
 pub mod rotation;
+pub mod staleness;
 pub mod tls;
 
 use crate::capabilities::{AllowList, Capabilities};
@@ -60,6 +61,9 @@ pub struct App {
     /// `/mutate` and `/validate` answer only callers that presented a client certificate
     /// of the configured CA (`--client-ca-file`): the API server.
     pub client_auth: bool,
+    /// Generated certificates: whether their CA bundle reaches the webhook
+    /// configurations (`/readyz` fails once the served certificate would expire first).
+    pub certificates: Option<Arc<staleness::BundleWatch>>,
 }
 
 /// Whether the connection's peer presented a verified client certificate.
@@ -227,7 +231,13 @@ fn body_error(app: &App, e: &axum::Error) -> Response {
 }
 
 async fn readyz(State(app): State<Arc<App>>) -> Response {
-    match app.capabilities.not_ready_reason() {
+    // Not part of `KubeCapabilities::not_ready_reason`: admissions are still answered
+    // (whoever's TLS handshake still succeeds is served).
+    let certificates = app
+        .certificates
+        .as_ref()
+        .and_then(|c| c.refresh(tls::unix_now()));
+    match app.capabilities.not_ready_reason().or(certificates) {
         None => "ok".into_response(),
         Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
     }

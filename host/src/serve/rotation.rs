@@ -7,6 +7,7 @@
 //! every object carries the generation of the bundle it holds.
 
 use super::certs::{Issued, Lifetimes, TlsState};
+use super::staleness::{BundleWatch, TargetError};
 use super::tls::{unix_now, CertBundle, CertResolver};
 use anyhow::{bail, Context, Result};
 use futures::StreamExt;
@@ -165,8 +166,8 @@ async fn bounded<T>(call: impl std::future::Future<Output = T>) -> Result<T> {
         .map_err(|_| anyhow::anyhow!("the API server did not answer within {CALL_TIMEOUT:?}"))
 }
 
-/// Polls the Secret every `period`: rotates what is due, serves its certificate through
-/// `resolver`, publishes its bundle to `published`.
+/// Polls the Secret every `health.poll()`: rotates what is due, serves its certificate
+/// through `resolver`, publishes its bundle to `published`, tells `health` what it saw.
 #[allow(clippy::too_many_arguments)]
 pub async fn keep_rotating(
     client: Client,
@@ -174,16 +175,18 @@ pub async fn keep_rotating(
     name: String,
     sans: Vec<String>,
     lifetimes: Lifetimes,
-    period: Duration,
     targets: Targets,
     resolver: Arc<CertResolver>,
     published: watch::Sender<Published>,
+    health: Arc<BundleWatch>,
 ) {
     let api: Api<Secret> = Api::namespaced(client.clone(), &namespace);
     let mut served = String::new();
     loop {
-        match rotate_once(&client, &api, &name, &sans, &lifetimes, &targets).await {
+        let polled = rotate_once(&client, &api, &name, &sans, &lifetimes, &targets, &health);
+        match polled.await {
             Ok(state) => {
+                health.observed(&state);
                 if state.serving.cert_pem != served {
                     match CertBundle::from_state(&state).certified_key() {
                         Ok(key) => {
@@ -210,7 +213,8 @@ pub async fn keep_rotating(
             }
             Err(e) => tracing::warn!(secret = %name, "certificate rotation: {e:#}"),
         }
-        tokio::time::sleep(period).await;
+        health.refresh(unix_now());
+        tokio::time::sleep(health.poll()).await;
     }
 }
 
@@ -222,17 +226,21 @@ async fn rotate_once(
     sans: &[String],
     lifetimes: &Lifetimes,
     targets: &Targets,
+    health: &BundleWatch,
 ) -> Result<TlsState> {
     let (state, version) = load_or_create(api, name, sans, lifetimes).await?;
     let now = unix_now();
-    // Only asked when a switch to the next CA is due.
+    // Only asked when a switch to the next CA is due. A failed check is "not carried"
+    // (and reported): the serving certificate is still renewed by the current CA.
     let mut carried = None;
     if let Some(next) = &state.next_ca {
         if state
             .next_published_at
             .is_some_and(|t| now >= t + lifetimes.grace_seconds)
         {
-            carried = Some(carry(client, targets, next).await?);
+            let outcome = carry(client, targets, next).await;
+            health.checked(now, &outcome);
+            carried = Some(matches!(outcome, Ok(None)));
         }
     }
     let Some(next) = state.plan(sans, now, lifetimes, |_| carried.unwrap_or(false))? else {
@@ -251,8 +259,13 @@ async fn rotate_once(
     }
 }
 
-/// Whether every object the bundle goes into carries `ca` already.
-async fn carry(client: &Client, targets: &Targets, ca: &Issued) -> Result<bool> {
+/// Whether every object the bundle goes into carries `ca` already: `None` when they
+/// all do, else the first that does not (`KIND NAME`).
+async fn carry(
+    client: &Client,
+    targets: &Targets,
+    ca: &Issued,
+) -> Result<Option<String>, TargetError> {
     let pem = ca.cert_pem.trim_end();
     let holds = |b: &Option<ByteString>| {
         b.as_ref()
@@ -261,60 +274,93 @@ async fn carry(client: &Client, targets: &Targets, ca: &Issued) -> Result<bool> 
     if let Some(n) = &targets.webhook_config {
         let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
         let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-        if let Some(c) = bounded(m.get_opt(n)).await?? {
+        if let Some(c) = get(&m, n, MUTATING).await? {
             if !c
                 .webhooks
                 .iter()
                 .flatten()
                 .all(|w| holds(&w.client_config.ca_bundle))
             {
-                return Ok(false);
+                return Ok(Some(format!("{} {n}", MUTATING.0)));
             }
         }
-        if let Some(c) = bounded(v.get_opt(n)).await?? {
+        if let Some(c) = get(&v, n, VALIDATING).await? {
             if !c
                 .webhooks
                 .iter()
                 .flatten()
                 .all(|w| holds(&w.client_config.ca_bundle))
             {
-                return Ok(false);
+                return Ok(Some(format!("{} {n}", VALIDATING.0)));
             }
         }
     }
     if let Some(n) = &targets.conversion_crd {
         let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-        if let Some(crd) = bounded(api.get_opt(n)).await?? {
+        if let Some(crd) = get(&api, n, CRD).await? {
             let webhook = crd.spec.conversion.and_then(|c| c.webhook);
             if !holds(
                 &webhook
                     .and_then(|w| w.client_config)
                     .and_then(|c| c.ca_bundle),
             ) {
-                return Ok(false);
+                return Ok(Some(format!("{} {n}", CRD.0)));
             }
         }
     }
-    Ok(true)
+    Ok(None)
+}
+
+/// A target kind: its name and its RBAC resource.
+type Kind = (&'static str, &'static str);
+const MUTATING: Kind = (
+    "MutatingWebhookConfiguration",
+    "mutatingwebhookconfigurations",
+);
+const VALIDATING: Kind = (
+    "ValidatingWebhookConfiguration",
+    "validatingwebhookconfigurations",
+);
+const CRD: Kind = ("CustomResourceDefinition", "customresourcedefinitions");
+
+fn target_error(kind: Kind, name: &str, verb: &'static str, e: anyhow::Error) -> TargetError {
+    TargetError::new(kind.0, kind.1, name, verb, e)
+}
+
+/// GET of a target (`None`: it does not exist), failures named after it.
+async fn get<K>(api: &Api<K>, name: &str, kind: Kind) -> Result<Option<K>, TargetError>
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let got = bounded(api.get_opt(name))
+        .await
+        .and_then(|r| r.map_err(anyhow::Error::from));
+    got.map_err(|e| target_error(kind, name, "get", e))
 }
 
 /// Keeps the targets' CA bundle equal to the published one: re-checked whenever the
-/// bundle changes, a watch sees a target change, or a minute passes.
+/// bundle changes, a watch sees a target change, or a poll period (a minute at most)
+/// passes; failures go to `health`.
 pub async fn keep_bundles(
     client: Client,
     targets: Targets,
     mut published: watch::Receiver<Published>,
+    health: Arc<BundleWatch>,
 ) {
     let mut changes = futures::stream::select_all(vec![
         watch_named::<MutatingWebhookConfiguration>(&client, targets.webhook_config.as_deref()),
         watch_named::<ValidatingWebhookConfiguration>(&client, targets.webhook_config.as_deref()),
         watch_named::<CustomResourceDefinition>(&client, targets.conversion_crd.as_deref()),
     ]);
-    let mut tick = tokio::time::interval(Duration::from_secs(60));
+    let mut tick = tokio::time::interval(health.poll().min(Duration::from_secs(60)));
     loop {
         let current = published.borrow_and_update().clone();
-        if let Err(e) = ensure_bundles(&client, &targets, &current).await {
-            tracing::warn!("keeping the CA bundle current: {e:#}");
+        let outcome = ensure_bundles(&client, &targets, &current).await;
+        let first = health.written(unix_now(), outcome.as_ref().map(|_| ()));
+        match &outcome {
+            Err(e) if first => tracing::warn!("keeping the CA bundle current: {e}"),
+            Err(e) => tracing::debug!("keeping the CA bundle current: {e}"),
+            Ok(_) => {}
         }
         tokio::select! {
             changed = published.changed() => if changed.is_err() { return },
@@ -390,13 +436,14 @@ fn mark(meta: &mut ObjectMeta, generation: u64) {
 async fn ensure_webhook_bundle<K>(
     api: &Api<K>,
     name: &str,
+    kind: Kind,
     want: &Published,
     parts: impl Fn(&mut K) -> (&mut ObjectMeta, Vec<&mut WebhookClientConfig>),
-) -> Result<usize>
+) -> Result<usize, TargetError>
 where
     K: kube::Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
-    let Some(mut c) = bounded(api.get_opt(name)).await?? else {
+    let Some(mut c) = get(api, name, kind).await? else {
         return Ok(0);
     };
     let (meta, configs) = parts(&mut c);
@@ -413,17 +460,24 @@ where
         w.ca_bundle = Some(ca.clone());
     }
     mark(meta, want.generation);
-    bounded(api.replace(name, &PostParams::default(), &c)).await??;
+    bounded(api.replace(name, &PostParams::default(), &c))
+        .await
+        .and_then(|r| r.map_err(anyhow::Error::from))
+        .map_err(|e| target_error(kind, name, "update", e))?;
     Ok(1)
 }
 
 /// Patches every target whose bundle is behind `want` (replace with resourceVersion;
 /// a conflict is retried at the next trigger).
-pub async fn ensure_bundles(client: &Client, targets: &Targets, want: &Published) -> Result<usize> {
+pub async fn ensure_bundles(
+    client: &Client,
+    targets: &Targets,
+    want: &Published,
+) -> Result<usize, TargetError> {
     let mut patched = 0;
     if let Some(name) = &targets.webhook_config {
         let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-        patched += ensure_webhook_bundle(&mutating, name, want, |c| {
+        patched += ensure_webhook_bundle(&mutating, name, MUTATING, want, |c| {
             let meta = &mut c.metadata;
             let configs = c
                 .webhooks
@@ -434,7 +488,7 @@ pub async fn ensure_bundles(client: &Client, targets: &Targets, want: &Published
         })
         .await?;
         let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-        patched += ensure_webhook_bundle(&validating, name, want, |c| {
+        patched += ensure_webhook_bundle(&validating, name, VALIDATING, want, |c| {
             let meta = &mut c.metadata;
             let configs = c
                 .webhooks
@@ -447,7 +501,7 @@ pub async fn ensure_bundles(client: &Client, targets: &Targets, want: &Published
     }
     if let Some(name) = &targets.conversion_crd {
         let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-        if let Some(crd) = bounded(api.get_opt(name)).await?? {
+        if let Some(crd) = get(&api, name, CRD).await? {
             let generation = generation_of(&crd.metadata);
             let config = crd
                 .spec
@@ -470,7 +524,10 @@ pub async fn ensure_bundles(client: &Client, targets: &Targets, want: &Published
                             base64::engine::general_purpose::STANDARD.encode(&want.bundle)}}}},
                     });
                     let params = kube::api::PatchParams::default();
-                    bounded(api.patch(name, &params, &kube::api::Patch::Merge(&patch))).await??;
+                    bounded(api.patch(name, &params, &kube::api::Patch::Merge(&patch)))
+                        .await
+                        .and_then(|r| r.map_err(anyhow::Error::from))
+                        .map_err(|e| target_error(CRD, name, "patch", e))?;
                     patched += 1;
                 }
             }

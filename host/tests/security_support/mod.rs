@@ -224,3 +224,110 @@ pub fn secret_generation(secret: &Secret) -> Option<u64> {
     .ok()?;
     state["generation"].as_u64()
 }
+
+/// A copy of `kubeconfig` acting as `user` (impersonation): that user may do what RBAC
+/// grants it, nothing more.
+pub fn impersonating_kubeconfig(kubeconfig: &Path, user: &str) -> Result<PathBuf> {
+    let mut config: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(kubeconfig)?)?;
+    let users = config["users"]
+        .as_sequence_mut()
+        .context("kubeconfig without users")?;
+    for u in users {
+        u["user"]["as"] = user.into();
+    }
+    let path = std::env::temp_dir().join(format!("{}.kubeconfig", unique_name("as")));
+    std::fs::write(&path, serde_yaml::to_string(&config)?)?;
+    Ok(path)
+}
+
+/// Cluster roles for a host running as `user`: everything it reads and writes, with
+/// writing the webhook configurations `name` in a binding of its own (revocable).
+pub struct HostRbac {
+    client: kube::Client,
+    user: String,
+    read: String,
+    write: String,
+}
+
+impl HostRbac {
+    pub async fn grant(client: &kube::Client, user: &str, name: &str) -> Result<Self> {
+        use k8s_openapi::api::rbac::v1::ClusterRole;
+        let rbac = HostRbac {
+            client: client.clone(),
+            user: user.to_string(),
+            read: unique_name("ws-host-read"),
+            write: unique_name("ws-host-write"),
+        };
+        let configs = json!([
+            "mutatingwebhookconfigurations",
+            "validatingwebhookconfigurations"
+        ]);
+        let roles = [
+            (
+                &rbac.read,
+                json!([
+                    {"apiGroups": ["", "apps", "batch", "apps.kruise.io", "apiextensions.k8s.io",
+                        "coordination.k8s.io", "events.k8s.io"],
+                     "resources": ["*"], "verbs": ["*"]},
+                    {"apiGroups": ["admissionregistration.k8s.io"], "resources": configs,
+                     "verbs": ["get", "list", "watch"]},
+                ]),
+            ),
+            (
+                &rbac.write,
+                json!([{"apiGroups": ["admissionregistration.k8s.io"], "resources": configs,
+                    "resourceNames": [name], "verbs": ["update", "patch"]}]),
+            ),
+        ];
+        let api: Api<ClusterRole> = Api::all(client.clone());
+        for (role, rules) in roles {
+            let role: ClusterRole =
+                serde_json::from_value(json!({"metadata": {"name": role}, "rules": rules}))?;
+            api.create(&PostParams::default(), &role).await?;
+        }
+        rbac.bind(&rbac.read).await?;
+        rbac.bind(&rbac.write).await?;
+        Ok(rbac)
+    }
+
+    async fn bind(&self, role: &str) -> Result<()> {
+        use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+        let binding: ClusterRoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": self.user}],
+        }))?;
+        Api::<ClusterRoleBinding>::all(self.client.clone())
+            .create(&PostParams::default(), &binding)
+            .await?;
+        Ok(())
+    }
+
+    /// Takes the right to write the webhook configurations away.
+    pub async fn revoke_write(&self) -> Result<()> {
+        use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+        Api::<ClusterRoleBinding>::all(self.client.clone())
+            .delete(&self.write, &Default::default())
+            .await?;
+        Ok(())
+    }
+
+    /// Gives it back.
+    pub async fn grant_write(&self) -> Result<()> {
+        self.bind(&self.write).await
+    }
+
+    pub async fn delete(self) -> Result<()> {
+        use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+        for name in [&self.read, &self.write] {
+            let _ = Api::<ClusterRoleBinding>::all(self.client.clone())
+                .delete(name, &Default::default())
+                .await;
+            Api::<ClusterRole>::all(self.client.clone())
+                .delete(name, &Default::default())
+                .await?;
+        }
+        Ok(())
+    }
+}
