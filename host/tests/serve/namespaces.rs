@@ -1,0 +1,252 @@
+//! Per-namespace work: pods of namespaces without a WorkloadSpread skip the guest, and
+//! only namespaces holding one are cached.
+
+use crate::support::{host_bin, ws_crd, ws_resource, MATCHED};
+use anyhow::{ensure, Result};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DynamicObject, PostParams};
+use kube::Api;
+use serde_json::{json, Value};
+use std::time::Duration;
+use workloadspread_testkit::webhook::{policy_wasm, HostProcess};
+use workloadspread_testkit::{cluster, wait_for, TestNamespace};
+
+/// A pod admission request (create, delete or eviction) as the API server sends it.
+fn pod_review(uid: &str, namespace: &str, operation: &str, sub: &str, object: Value) -> Vec<u8> {
+    let kind = if sub == "eviction" { "Eviction" } else { "Pod" };
+    let (group, version) = if sub == "eviction" {
+        ("policy", "v1")
+    } else {
+        ("", "v1")
+    };
+    let name = object["metadata"]["name"].clone();
+    let mut request = json!({"uid": uid, "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": namespace, "name": name, "operation": operation,
+        "userInfo": {"username": "test"}});
+    if sub == "eviction" {
+        request["subResource"] = json!("eviction");
+    }
+    match operation {
+        "DELETE" => request["oldObject"] = object,
+        _ => request["object"] = object,
+    }
+    serde_json::to_vec(
+        &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": request}),
+    )
+    .expect("static review")
+}
+
+/// Issue #19 (2): pods of a namespace without a WorkloadSpread are answered without the
+/// guest — and the answer is the guest's. A host with `--evaluate-unrelated` runs the
+/// module on the same requests; both answers must be equal, byte for byte, and only the
+/// default host counts them as skipped. Once a WorkloadSpread exists in the namespace,
+/// its pods go to the guest again.
+#[tokio::test]
+async fn unrelated_pods_skip_the_guest_with_the_guests_answer() -> Result<()> {
+    let Some(policy) = policy_wasm()? else {
+        return Ok(());
+    };
+    let cluster = cluster()?;
+    let unrelated = cluster.namespace("unrelated").await?;
+    let spread = cluster.namespace("spread").await?;
+    ws_crd(&unrelated.client()).await?;
+    let target = json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"});
+    let spreads: Api<DynamicObject> =
+        Api::namespaced_with(spread.client(), spread.name(), &ws_resource());
+    let ws = |ns: &str| -> Result<DynamicObject> {
+        Ok(serde_json::from_value(
+            json!({"apiVersion": "apps.kruise.io/v1beta1",
+            "kind": "WorkloadSpread", "metadata": {"name": "web", "namespace": ns},
+            "spec": {"targetRef": target, "subsets": [{"name": "a"}]}}),
+        )?)
+    };
+    spreads
+        .create(&PostParams::default(), &ws(spread.name())?)
+        .await?;
+    let args = |extra: &[&str]| -> Vec<String> {
+        let mut a = vec!["--policy".to_string(), policy.display().to_string()];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let skipping = HostProcess::start(host_bin(), cluster.kubeconfig(), &args(&[])).await?;
+    let evaluating = HostProcess::start(
+        host_bin(),
+        cluster.kubeconfig(),
+        &args(&["--evaluate-unrelated"]),
+    )
+    .await?;
+    for host in [&skipping, &evaluating] {
+        host.wait_sees_workloadspread(spread.name(), "web", &target)
+            .await?;
+    }
+    let owned = |name: &str| {
+        json!({"metadata": {"name": name, "ownerReferences": [{"apiVersion": "apps/v1",
+            "kind": "ReplicaSet", "name": "web-1", "uid": "rs-uid", "controller": true}],
+            "annotations": {MATCHED: "{\"name\":\"web\",\"subset\":\"a\"}"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    };
+    let bare = json!({"metadata": {"name": "bare"}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
+    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+        "metadata": {"name": "gone"}});
+    let ns = unrelated.name();
+    let corpus = [
+        pod_review("create-owned", ns, "CREATE", "", owned("p1")),
+        pod_review("create-bare", ns, "CREATE", "", bare.clone()),
+        pod_review("delete-matched", ns, "DELETE", "", owned("p2")),
+        pod_review("evict", ns, "CREATE", "eviction", eviction),
+    ];
+    let skipped = "workloadspread_host_unrelated_pod_requests_total";
+    for review in &corpus {
+        let (code_s, fast) = skipping.post("/mutate", review).await?;
+        let (code_e, guest) = evaluating.post("/mutate", review).await?;
+        ensure!(
+            code_s == 200 && code_e == 200 && fast == guest,
+            "answers differ:\n skipped: {fast}\n guest:   {guest}"
+        );
+        ensure!(
+            serde_json::from_str::<Value>(&fast)?["response"]["allowed"] == true,
+            "{fast}"
+        );
+    }
+    ensure!(skipping.metric(skipped).await? == corpus.len() as f64);
+    ensure!(evaluating.metric(skipped).await? == 0.0);
+
+    // A pod of the namespace that has a WorkloadSpread is the guest's, on both hosts.
+    let (_, fast) = skipping
+        .post(
+            "/mutate",
+            &pod_review("spread-ns", spread.name(), "CREATE", "", bare.clone()),
+        )
+        .await?;
+    ensure!(
+        skipping.metric(skipped).await? == corpus.len() as f64,
+        "{fast}"
+    );
+    // And so is every pod of the unrelated namespace once it has one.
+    let unrelated_spreads: Api<DynamicObject> =
+        Api::namespaced_with(unrelated.client(), ns, &ws_resource());
+    unrelated_spreads
+        .create(&PostParams::default(), &ws(ns)?)
+        .await?;
+    skipping
+        .wait_sees_workloadspread(ns, "web", &target)
+        .await?;
+    let (_, body) = skipping
+        .post("/mutate", &pod_review("after", ns, "CREATE", "", bare))
+        .await?;
+    ensure!(
+        skipping.metric(skipped).await? == corpus.len() as f64,
+        "skipped after a WorkloadSpread appeared: {body}"
+    );
+    Ok(())
+}
+
+/// The host's `workloadspread_host_cached_objects` for `kind` in `namespace` (`None`:
+/// no such series, the namespace is not cached).
+async fn cached_objects(host: &HostProcess, kind: &str, namespace: &str) -> Result<Option<f64>> {
+    let text = host.get("/metrics").await?;
+    let wanted = [
+        format!("kind=\"{kind}\""),
+        format!("namespace=\"{namespace}\""),
+    ];
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("workloadspread_host_cached_objects{"))
+        .filter(|l| wanted.iter().all(|w| l.contains(w.as_str())))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok()))
+}
+
+/// Issue #19 (3): the host caches pods (and every other namespaced kind) only in the
+/// namespaces that hold a WorkloadSpread — memory follows what is spread, not the
+/// cluster. A namespace's caches start when its first WorkloadSpread appears and stop a
+/// grace period after the last one went.
+#[tokio::test]
+async fn only_namespaces_holding_a_workloadspread_are_cached() -> Result<()> {
+    let Some(policy) = policy_wasm()? else {
+        return Ok(());
+    };
+    let cluster = cluster()?;
+    let plain = cluster.namespace("plain").await?;
+    let spread = cluster.namespace("spread").await?;
+    ws_crd(&plain.client()).await?;
+    let pod = |name: String| -> Result<Pod> {
+        Ok(serde_json::from_value(json!({"metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}}))?)
+    };
+    for i in 0..20 {
+        plain
+            .api::<Pod>()
+            .create(&PostParams::default(), &pod(format!("p{i}"))?)
+            .await?;
+    }
+    for i in 0..5 {
+        spread
+            .api::<Pod>()
+            .create(&PostParams::default(), &pod(format!("s{i}"))?)
+            .await?;
+    }
+    let target = json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"});
+    let ws = |ns: &str| -> Result<DynamicObject> {
+        Ok(serde_json::from_value(
+            json!({"apiVersion": "apps.kruise.io/v1beta1",
+            "kind": "WorkloadSpread", "metadata": {"name": "web", "namespace": ns},
+            "spec": {"targetRef": target, "subsets": [{"name": "a"}]}}),
+        )?)
+    };
+    let spreads = |ns: &TestNamespace| -> Api<DynamicObject> {
+        Api::namespaced_with(ns.client(), ns.name(), &ws_resource())
+    };
+    spreads(&spread)
+        .create(&PostParams::default(), &ws(spread.name())?)
+        .await?;
+    let args = [
+        "--policy".to_string(),
+        policy.display().to_string(),
+        "--namespace-cache-grace-seconds".into(),
+        "1".into(),
+    ];
+    let host = HostProcess::start(host_bin(), cluster.kubeconfig(), &args).await?;
+    let pods_cached = |ns: &'static str, want: Option<f64>| {
+        let host = &host;
+        let namespace = if ns == "plain" {
+            plain.name()
+        } else {
+            spread.name()
+        }
+        .to_string();
+        move || {
+            let namespace = namespace.clone();
+            async move { Ok((cached_objects(host, "Pod", &namespace).await? == want).then_some(())) }
+        }
+    };
+    wait_for(
+        "5 pods cached in the spread namespace",
+        Duration::from_secs(30),
+        pods_cached("spread", Some(5.0)),
+    )
+    .await?;
+    ensure!(
+        cached_objects(&host, "Pod", plain.name()).await?.is_none(),
+        "the namespace without a WorkloadSpread is cached"
+    );
+    spreads(&plain)
+        .create(&PostParams::default(), &ws(plain.name())?)
+        .await?;
+    wait_for(
+        "its 20 pods cached once it has one",
+        Duration::from_secs(30),
+        pods_cached("plain", Some(20.0)),
+    )
+    .await?;
+    spreads(&plain).delete("web", &Default::default()).await?;
+    wait_for(
+        "its cache dropped after the grace period",
+        Duration::from_secs(30),
+        pods_cached("plain", None),
+    )
+    .await?;
+    ensure!(cached_objects(&host, "Pod", spread.name()).await? == Some(5.0));
+    Ok(())
+}
