@@ -7,8 +7,10 @@
 //! reachable. A pod's cost is `PLANNED_COST_BASE − level`, `level` being the number of
 //! pods left when it is removed: costs depend neither on the workload's replica count
 //! nor on the pods above, so adding or removing pods rewrites no other pod's cost
-//! unless its place in the path changes. While the pod count differs from the workload's
-//! replicas (a scale in flight) only pods without a cost get one.
+//! unless its place in the path changes; a pod whose cost lies anywhere in the band of
+//! its run of steps (consecutive removals from its subset, [`Planned`]) keeps it. While
+//! the pod count differs from the workload's replicas (a scale in flight) only pods
+//! without a cost get one.
 //!
 //! [`Rules::Reference`]: reference §4.5 (100·(n−i) within the maximum, −100·(i+1) over
 //! it, −100·(n+1) outside every subset), plus the `minReplicas` extension. Versions
@@ -82,7 +84,7 @@ pub fn deletion_costs(
     // again once the pod count reaches the replica count (which rewrites nothing where
     // the path did not move).
     let settled = !scale_in_flight(pods, input);
-    let mut costs: Vec<(usize, i64, bool)> = Vec::new();
+    let mut costs: Vec<(usize, Planned, bool)> = Vec::new();
     for (version, groups) in versioned {
         let latest = version == latest_version;
         if latest && rules == Rules::Planned {
@@ -90,18 +92,43 @@ pub fn deletion_costs(
             costs.extend(planned.into_iter().map(|(i, c)| (i, c, !settled)));
         } else {
             let reference = version_costs(ws, pods, groups, !latest, workload_replicas);
-            costs.extend(reference.into_iter().map(|(i, c)| (i, c, false)));
+            costs.extend(
+                reference
+                    .into_iter()
+                    .map(|(i, c)| (i, Planned::exact(c), false)),
+            );
         }
     }
     costs
         .into_iter()
         .filter(|&(i, _, keep_existing)| !keep_existing || current_cost(pods[i]).is_none())
-        .filter(|&(i, cost, _)| needs_patch(pods[i], cost))
-        .map(|(i, cost, _)| CostPatch {
+        .filter(|(i, planned, _)| needs_patch(pods[*i], planned))
+        .map(|(i, planned, _)| CostPatch {
             pod: name(pods[i]).to_string(),
-            cost,
+            cost: planned.cost,
         })
         .collect()
+}
+
+/// A pod's cost on the path, and the band of costs that keeps it in place: the costs of
+/// the run of consecutive steps that remove pods from its subset. Any cost in the band
+/// removes the same number of pods from each subset at every step (the runs' bands do
+/// not overlap, and which pod of the run goes first does not change the spread), so a
+/// pod whose cost is in its band is not patched (#28: a burst's admission costs, decided
+/// on counts that lag — an unlimited subset's — stay where they are).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Planned {
+    cost: i64,
+    band: (i64, i64),
+}
+
+impl Planned {
+    fn exact(cost: i64) -> Self {
+        Planned {
+            cost,
+            band: (cost, cost),
+        }
+    }
 }
 
 /// Whether the workload is still creating or removing pods for a new replica count:
@@ -129,15 +156,22 @@ fn current_cost(pod: &Pod) -> Option<&String> {
         .and_then(|a| a.get(POD_DELETION_COST_ANNOTATION))
 }
 
-fn needs_patch(pod: &Pod, cost: i64) -> bool {
+fn needs_patch(pod: &Pod, planned: &Planned) -> bool {
+    let (low, high) = planned.band;
     match current_cost(pod) {
-        Some(v) => *v != cost.to_string(),
-        None => cost != 0,
+        Some(v) => {
+            // The canonical form of a number in the band (the ReplicaSet parses it so).
+            let in_band = v
+                .parse::<i64>()
+                .is_ok_and(|c| c.to_string() == *v && (low..=high).contains(&c));
+            !in_band
+        }
+        None => planned.cost != 0,
     }
 }
 
-/// [`Rules::Planned`] costs of one version's pods (module doc).
-fn planned_costs(ws: &WorkloadSpread, pods: &[&Pod], groups: &SubsetPods) -> Vec<(usize, i64)> {
+/// [`Rules::Planned`] costs of one version's pods (module doc), with their bands.
+fn planned_costs(ws: &WorkloadSpread, pods: &[&Pod], groups: &SubsetPods) -> Vec<(usize, Planned)> {
     // Spec subsets in order, then the fake subset; each a stack whose top is the pod
     // that subset gives up next (the ReplicaSet's own order within a subset).
     let names = ws.spec.subsets.iter().map(|s| s.name.as_str());
@@ -146,8 +180,17 @@ fn planned_costs(ws: &WorkloadSpread, pods: &[&Pod], groups: &SubsetPods) -> Vec
         .map(|n| removal_stack(pods, groups.get(n).map(Vec::as_slice).unwrap_or_default()))
         .collect();
     let sizes: Vec<usize> = stacks.iter().map(Vec::len).collect();
-    planned_path(ws, &sizes)
-        .filter_map(|(g, cost)| Some((stacks[g].pop()?, cost)))
+    let path: Vec<(usize, i64)> = planned_path(ws, &sizes).collect();
+    // Each run of steps from one group and the band of its costs (the path's costs rise
+    // step by step: the first of a run is its lowest).
+    let mut bands: Vec<(i64, i64)> = Vec::with_capacity(path.len());
+    for run in path.chunk_by(|a, b| a.0 == b.0) {
+        let band = (run[0].1, run[run.len() - 1].1);
+        bands.extend(std::iter::repeat_n(band, run.len()));
+    }
+    path.into_iter()
+        .zip(bands)
+        .filter_map(|((g, cost), band)| Some((stacks[g].pop()?, Planned { cost, band })))
         .collect()
 }
 

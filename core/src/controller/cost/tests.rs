@@ -161,3 +161,58 @@ fn no_admission_cost_outside_the_planned_rules() {
         Some(PLANNED_COST_BASE - 1)
     );
 }
+
+/// An unlimited subset's claims are not tracked, so a burst's pods there get their
+/// admission cost on a count that lags: several share one cost. Their costs stay in the
+/// band of the path's run of steps from that subset, so nothing is patched (#28), and a
+/// scale-in by any number of pods — the ReplicaSet taking the lowest costs, ties in any
+/// order — still leaves the path's counts. A cost outside its pod's band is patched.
+#[test]
+fn costs_within_their_subsets_run_are_kept() {
+    let ws = spread(
+        json!([{"name": "a", "maxReplicas": 2}, {"name": "b", "maxReplicas": 3}, {"name": "c"}]),
+    );
+    let apart = |i: usize| (now() + SignedDuration::from_secs(i as i64)).to_string();
+    let mut pods = admit(&ws, &["a", "a", "b", "b", "b"], apart, |i| format!("p{i}"));
+    // Four pods into c while the status still counted none there: one cost for all.
+    let stale = admission_cost(&ws, Rules::Planned, &[2, 3, 1], "c").unwrap();
+    for i in 5..9 {
+        pods.push(pod(&format!("p{i}"), "c", &apart(i), Some(stale)));
+    }
+    assert_eq!(settled_patches(&ws, &pods), vec![]);
+    // Every scale-in removes what the path removes from each subset.
+    let sizes = [2, 3, 4, 0];
+    let path: Vec<usize> = planned_path(&ws, &sizes).map(|(g, _)| g).collect();
+    for ties_newest_first in [true, false] {
+        let mut order: Vec<&Pod> = pods.iter().collect();
+        order.sort_by(|x, y| {
+            let by_name = name(x).cmp(name(y));
+            cost_value(x)
+                .cmp(&cost_value(y))
+                .then(if ties_newest_first {
+                    by_name.reverse()
+                } else {
+                    by_name
+                })
+        });
+        for k in 0..=pods.len() {
+            let mut left = sizes.to_vec();
+            for &g in &path[..k] {
+                left[g] -= 1;
+            }
+            let mut kept = [0usize; 4];
+            for p in &order[k..] {
+                let subset = crate::pods::matched(p).unwrap().subset;
+                kept[["a", "b", "c"].iter().position(|s| *s == subset).unwrap()] += 1;
+            }
+            assert_eq!(kept.to_vec(), left, "scale-in by {k}");
+        }
+    }
+    // A pod of a carrying a cost from c's band is out of place: patched.
+    pods[0] = pod("p0", "a", &apart(0), Some(stale));
+    let patched: Vec<String> = settled_patches(&ws, &pods)
+        .into_iter()
+        .map(|c| c.pod)
+        .collect();
+    assert!(patched.contains(&"p0".to_string()), "{patched:?}");
+}
