@@ -8,7 +8,7 @@
 //! pods left when it is removed: costs depend neither on the workload's replica count
 //! nor on the pods above, so adding or removing pods rewrites no other pod's cost
 //! unless its place in the path changes; a pod whose cost lies anywhere in the band of
-//! its run of steps (consecutive removals from its subset, [`Planned`]) keeps it. While
+//! its run of steps (consecutive removals from its subset, `Planned`) keeps it. While
 //! the pod count differs from the workload's replicas (a scale in flight) only pods
 //! without a cost get one.
 //!
