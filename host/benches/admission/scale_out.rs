@@ -10,7 +10,7 @@
 use super::{apiserver_metrics, bench_node, start_admission, Webhook};
 use anyhow::Result;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
 use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::Api;
 use serde_json::json;
@@ -48,6 +48,24 @@ pub async fn run(policy: &Path) -> Result<()> {
     spreads.create(&PostParams::default(), &spread).await?;
     let admission = start_admission(policy, &ns, Webhook::HostAndController).await?;
     let node = bench_node(&client).await?;
+    // The earlier rows' namespaces are torn down in the background; their pods' DELETEs
+    // (the namespace controller's, KWOK's) are not ours, and `apiserver_request_total`
+    // has no namespace: the count starts once those namespaces are gone.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    wait_for(
+        "the earlier rows' namespaces gone",
+        Duration::from_secs(600),
+        || async {
+            let terminating = namespaces
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .any(|n| n.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Terminating"));
+            Ok((!terminating).then_some(()))
+        },
+    )
+    .await?;
     let before = Writes::from_metrics(&apiserver_metrics(&client).await?);
     let deployment: Deployment = serde_json::from_value(json!({
         "metadata": {"name": "web"},
