@@ -270,8 +270,16 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
             .filter(|c| costs_written.get(&c.pod) != Some(&c.cost))
             .collect();
         ensure_leading(ctx)?;
-        patch_pod_metadata(&ws, &first, &[], ctx).await?;
-        costs_written.extend(first.into_iter().map(|c| (c.pod, c.cost)));
+        // A cost that cannot be written (no pod write right in this namespace, say) does
+        // not hold the status back, the count admissions work from: its error is returned
+        // after the status write, where cost errors were returned before costs came first.
+        let costs_failed = match patch_pod_metadata(&ws, &first, &[], ctx).await {
+            Ok(()) => {
+                costs_written.extend(first.into_iter().map(|c| (c.pod, c.cost)));
+                None
+            }
+            Err(e) => Some(e),
+        };
         if status_changed {
             let mut updated = current.clone();
             if let Some(map) = updated.data.as_object_mut() {
@@ -320,6 +328,9 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         let pending = crate::converge::pending(&ws, &inputs, counted_in, object, ctx);
         ensure_leading(ctx)?;
         patch_pod_metadata(&ws, &later, &pending.patches, ctx).await?;
+        if let Some(e) = costs_failed {
+            return Err(e);
+        }
         ctx.metrics.record_subsets(&ns, &name, &output.status);
         ctx.metrics.record_view(&status_view(
             &ws,
