@@ -6,5 +6,6 @@
 mod counting;
 mod leader;
 mod percentages;
+mod refused_costs;
 mod reschedule;
 mod support;
