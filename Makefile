@@ -53,12 +53,15 @@ unit:
 	$(CARGO) test --workspace --locked --lib --bins
 
 ## Integration tests against a fresh local control plane, stopped afterwards even on failure.
+## Every test binary runs (--no-fail-fast); the invariant monitor's verdict per scenario
+## (highest occupancy of each subset against its maximum) is printed at the end.
 integration: annotated-policy
 	@env="$$(bash $(CLUSTER) up)" || exit 1; eval "$$env"; \
-	trap 'bash $(CLUSTER) down' EXIT; \
+	monitor_log="$$(mktemp)"; \
+	trap 'echo "[integration] invariant monitor, highest occupancy per scenario:"; sort "$$monitor_log"; rm -f "$$monitor_log"; bash $(CLUSTER) down' EXIT; \
 	$(CARGO) build --workspace --locked --bins && \
-	WS_TEST_KUBECONFIG="$$KUBECONFIG" WS_REQUIRE_WASM=1 \
-	  $(CARGO) test --workspace --locked --test '*' && \
+	WS_TEST_KUBECONFIG="$$KUBECONFIG" WS_REQUIRE_WASM=1 WS_MONITOR_LOG="$$monitor_log" \
+	  $(CARGO) test --workspace --locked --no-fail-fast --test '*' && \
 	python3 e2e/chart/test_chart.py apply
 	$(MAKE) --no-print-directory kwctl-suite
 

@@ -81,9 +81,19 @@ async fn status_shows_a_spread_on_plan_and_off_plan() -> Result<()> {
         .await?;
     let bin = controller_bin();
     // 6 replicas: a 2 (30 %), b 3 (50 %), c 1.
+    // On plan, and settled: no entries left creating (reserved slots given back) or
+    // deleting, no pod outside every subset.
+    let settled = |v: &Value| {
+        v["outside"] == 0
+            && v["subsets"].as_array().is_some_and(|subsets| {
+                subsets
+                    .iter()
+                    .all(|s| s["creating"] == 0 && s["deleting"] == 0)
+            })
+    };
     let view = wait_for("the spread on plan", Duration::from_secs(90), || async {
         let v: Value = serde_json::from_str(&status(bin, ns.name(), "json")?)?;
-        Ok((v["onPlan"] == true).then_some(v))
+        Ok((v["onPlan"] == true && settled(&v)).then_some(v))
     })
     .await?;
     let shape: Vec<(Value, Value, Value)> = view["subsets"]
@@ -110,18 +120,21 @@ async fn status_shows_a_spread_on_plan_and_off_plan() -> Result<()> {
         table.contains("on plan") && table.contains("next removed on scale-in"),
         "{table}"
     );
-    // a's maximum lowered to 10 % (1 of 6) under its 2 pods: off plan, a over it.
+    // a's maximum lowered to 10 % (1 of 6) under its 2 pods, and subset c removed under
+    // its pod: off plan, a over its maximum, one pod outside every subset (the plan puts
+    // 2 there: 1 in a, 3 in b).
     let lower = json!({"spec": {"subsets": [zone("a", "zone-a", json!("10%")),
-        zone("b", "zone-b", json!("50%")), zone("c", "zone-c", Value::Null)]}});
+        zone("b", "zone-b", json!("50%"))]}});
     spreads
         .patch("web", &PatchParams::default(), &Patch::Merge(&lower))
         .await?;
     let view = wait_for("the spread off plan", Duration::from_secs(60), || async {
         let v: Value = serde_json::from_str(&status(bin, ns.name(), "json")?)?;
-        Ok((v["onPlan"] == false).then_some(v))
+        Ok((v["onPlan"] == false && v["outside"] == 1).then_some(v))
     })
     .await?;
     ensure!(view["overMaximum"] == json!(["a"]), "{view}");
+    ensure!(view["plannedOutside"] == 2, "{view}");
     let table = status(bin, ns.name(), "table")?;
     ensure!(table.contains("off plan, over the maximum: a"), "{table}");
     // The same as a kubectl plugin: `kubectl workloadspread -n NS web`.

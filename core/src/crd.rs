@@ -1,7 +1,9 @@
 //! The CustomResourceDefinition for WorkloadSpread (both versions, v1beta1 stored),
 //! generated from this crate's types. Enabled by the `crd` feature.
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, SelectableField,
+};
 use kube::core::crd::merge_crds;
 use kube::CustomResourceExt;
 use serde_json::Value;
@@ -64,6 +66,12 @@ pub fn workloadspread_crd() -> Result<CustomResourceDefinition, String> {
     // Same order as the reference CRD (oldest first).
     crd.spec.versions.sort_by(|a, b| a.name.cmp(&b.name));
     for version in &mut crd.spec.versions {
+        // WorkloadSpreads can be listed by their target's name (`fieldSelector=
+        // spec.targetRef.name=web`): how the policy finds a pod's candidates without
+        // listing every spread of the namespace (`spreadLookup: target-name`).
+        version.selectable_fields = Some(vec![SelectableField {
+            json_path: format!(".{}", crate::workload::TARGET_NAME_FIELD),
+        }]);
         let Some(schema) = version
             .schema
             .as_mut()

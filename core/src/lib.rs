@@ -20,6 +20,7 @@ pub mod counter;
 #[cfg(feature = "crd")]
 pub mod crd;
 pub mod field;
+pub mod fields;
 pub mod hostcall;
 pub mod inject;
 #[cfg(feature = "yaml")]

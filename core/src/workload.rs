@@ -392,6 +392,37 @@ pub fn owned_by_target<W: Targeting>(
     refers_to(target, &mut owners)
 }
 
+/// The pod's controller and every controller above it through known owner kinds: the
+/// chain [`find_matching_workloadspread`] walks, looked up whole (empty when the pod's
+/// controller is not a kind a WorkloadSpread can reach). A WorkloadSpread can match the
+/// pod only if its `targetRef` names one of them, which lets a host narrow the candidates
+/// by `spec.targetRef.name` before the rule runs on them.
+pub fn owner_chain(
+    pod_controller: &ObjectRef,
+    kinds: &WorkloadKinds,
+    controller_of: impl FnMut(&ObjectRef) -> Result<Option<ObjectRef>, OwnerLookupError>,
+) -> Result<Vec<ObjectRef>, OwnerLookupError> {
+    if !kinds.is_owner_kind(pod_controller) {
+        return Ok(vec![]);
+    }
+    let mut owners = Owners {
+        kinds,
+        chain: vec![pod_controller.clone()],
+        complete: false,
+        controller_of,
+    };
+    let mut i = 0;
+    while i < OWNER_CHAIN_MAX && owners.get(i)?.is_some() {
+        i += 1;
+    }
+    owners.chain.truncate(OWNER_CHAIN_MAX);
+    Ok(owners.chain)
+}
+
+/// The field a WorkloadSpread's candidates are selected by (a selectable field of the
+/// CRD): its target's name.
+pub const TARGET_NAME_FIELD: &str = "spec.targetRef.name";
+
 /// Owner chains are short; the bound guards against reference cycles.
 const OWNER_CHAIN_MAX: usize = 16;
 

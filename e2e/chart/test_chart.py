@@ -121,8 +121,8 @@ def check_webhooks(name, docs, values):
         settings = policy[0]["spec"]["settings"]
         if isinstance(settings, str):
             settings = json.loads(settings)
-        if settings["mode"] != "best-effort":
-            fail(f"{name}: kubewarden settings {settings} (want mode best-effort)")
+        if settings["mode"] != "best-effort" or settings["spreadLookup"] != "list":
+            fail(f"{name}: kubewarden settings {settings} (want mode best-effort, spreadLookup list)")
         return
     if len(hooks) != 2:
         fail(f"{name}: expected a mutating and a validating configuration, got {len(hooks)}")
@@ -168,7 +168,8 @@ def check_webhooks(name, docs, values):
     host = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "ws-host"][0]
     args = host["spec"]["template"]["spec"]["containers"][0]["args"]
     settings = json.loads(next(a for a in args if a.startswith("--settings-json=")).split("=", 1)[1])
-    if settings["mode"] != "auto" or settings["onLookupFailure"] != "reject":
+    if (settings["mode"] != "auto" or settings["onLookupFailure"] != "reject"
+            or settings["spreadLookup"] != "target-name"):
         fail(f"{name}: host settings {settings}")
     # The policy and the controller must follow the same rules.
     want = values.get("settings", {}).get("rules", "planned")

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 
+import helm_python
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -91,6 +92,10 @@ def promtool(rules):
 
 
 def lint():
+    result = helm_python.lint(CHART, ON, strict=True)
+    problems = [m for m in result["messages"] if m["severity"] >= 2] + result.get("errors", [])
+    if problems:
+        fail(f"helm lint with monitoring on: {problems}")
     docs = render(ON)
     monitors = by_kind(docs, "ServiceMonitor")
     components = sorted(m["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] for m in monitors)
@@ -119,6 +124,9 @@ def lint():
     for kind in ("ServiceMonitor", "PrometheusRule"):
         if by_kind(off, kind):
             fail(f"{kind} rendered with monitoring off")
+    if [d for d in by_kind(off, "ConfigMap")
+            if d["metadata"].get("labels", {}).get("grafana_dashboard")]:
+        fail("the dashboard ConfigMap rendered with monitoring off")
     print(f"monitoring: 2 ServiceMonitors, {sum(len(g['rules']) for g in rules['groups'])} alert rules "
           f"(promtool check + unit tests), dashboard with {len(dashboard['panels'])} panels, "
           f"{len(used)} metrics")

@@ -36,6 +36,8 @@ pub enum KubeRead {
         kind: String,
         namespace: Option<String>,
         label_selector: Option<String>,
+        /// Kubewarden's `field_selector` (`workloadspread_core::fields`).
+        field_selector: Option<String>,
         field_masks: Vec<String>,
     },
 }
@@ -66,6 +68,7 @@ impl KubeRead {
                 kind: required("kind")?,
                 namespace: Some(required("namespace")?),
                 label_selector: s("label_selector"),
+                field_selector: s("field_selector"),
                 field_masks,
             }),
             "list_resources_all" => Ok(KubeRead::List {
@@ -73,6 +76,7 @@ impl KubeRead {
                 kind: required("kind")?,
                 namespace: None,
                 label_selector: s("label_selector"),
+                field_selector: s("field_selector"),
                 field_masks,
             }),
             other => Err(format!("unknown operation kubernetes/{other}")),

@@ -1,22 +1,31 @@
 //! A waPC host on wasmtime: the module is compiled once (with an on-disk compilation
-//! cache), instantiated fresh for every evaluation (like Kubewarden's policy-server),
-//! under an epoch deadline and a memory cap. A trapping or runaway guest yields an
-//! error; the engine stays usable.
+//! cache) and instantiated under an epoch deadline and a memory cap. Fresh for every
+//! evaluation, like Kubewarden's policy-server, unless [`EngineOptions::reuse`] keeps
+//! instances between evaluations (waPC's own model: `__guest_call` again on the same
+//! instance; the policy keeps no state between calls): an instance that trapped, ran out
+//! of time or grew past [`REUSE_MEMORY_BYTES`] is dropped, and none serves more than
+//! [`REUSE_CALLS`] evaluations. A trapping or runaway guest yields an error; the engine
+//! stays usable.
 
 use crate::capabilities::Capabilities;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use thiserror::Error;
 use wasmtime::{
     Caller, Config, Engine, InstanceAllocationStrategy, InstancePre, Linker, Module,
-    PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder,
+    PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder, TypedFunc,
 };
 use wasmtime_wasi::p1::{self, WasiP1Ctx};
 use wasmtime_wasi::WasiCtxBuilder;
 
 /// Epoch tick; deadlines are whole ticks.
 const TICK: Duration = Duration::from_millis(50);
+/// A kept instance whose linear memory grew past this is dropped after its evaluation
+/// (a large request once should not hold its memory for good).
+pub const REUSE_MEMORY_BYTES: usize = 32 << 20;
+/// Evaluations one kept instance serves at most (allocator fragmentation stays bounded).
+pub const REUSE_CALLS: u32 = 10_000;
 
 /// Engine settings.
 #[derive(Clone, Debug)]
@@ -29,6 +38,8 @@ pub struct EngineOptions {
     pub pool_instances: u32,
     /// Directory for wasmtime's compilation cache; `None` disables it.
     pub cache_dir: Option<std::path::PathBuf>,
+    /// Idle instances kept for the next evaluations; 0 = a fresh one for each.
+    pub reuse: usize,
 }
 
 impl Default for EngineOptions {
@@ -38,6 +49,7 @@ impl Default for EngineOptions {
             max_memory_bytes: 256 << 20,
             pool_instances: 0,
             cache_dir: None,
+            reuse: 0,
         }
     }
 }
@@ -71,11 +83,22 @@ pub struct State {
     deadline_ticks: u64,
 }
 
+/// An instance between evaluations: its store, the guest's entry point, and how many
+/// evaluations it served.
+struct Warm {
+    store: Store<State>,
+    guest_call: TypedFunc<(i32, i32), i32>,
+    memory: Option<wasmtime::Memory>,
+    served: u32,
+}
+
 /// A compiled policy module, ready to instantiate.
 pub struct PolicyEngine {
     engine: Engine,
     pre: InstancePre<State>,
     options: EngineOptions,
+    /// Idle instances, at most `options.reuse`.
+    warm: Mutex<Vec<Warm>>,
 }
 
 impl PolicyEngine {
@@ -92,6 +115,7 @@ impl PolicyEngine {
             engine,
             pre,
             options,
+            warm: Mutex::new(Vec::new()),
         })
     }
 
@@ -108,13 +132,57 @@ impl PolicyEngine {
         Self::new(&wasm, options)
     }
 
-    /// Runs waPC operation `operation` on a fresh instance.
+    /// Runs waPC operation `operation` on a kept instance, or a fresh one.
     pub fn call(
         &self,
         operation: &str,
         payload: &[u8],
         capabilities: Arc<dyn Capabilities>,
     ) -> Result<Vec<u8>, EvalError> {
+        let kept = self.take_warm();
+        let mut warm = match kept {
+            Some(w) => w,
+            None => self.instantiate(capabilities.clone())?,
+        };
+        let data = warm.store.data_mut();
+        data.capabilities = capabilities;
+        data.operation.clear();
+        data.operation.push_str(operation);
+        data.payload.clear();
+        data.payload.extend_from_slice(payload);
+        data.guest_response = None;
+        data.guest_error = None;
+        data.host_response = None;
+        data.host_error = None;
+        warm.store.set_epoch_deadline(self.deadline_ticks());
+        let lens = (len_i32(operation.len()), len_i32(payload.len()));
+        // A trap or a timeout leaves the instance in no known state: it is not kept.
+        let ok = warm
+            .guest_call
+            .call(&mut warm.store, lens)
+            .map_err(|e| self.classify(e))?;
+        let data = warm.store.data_mut();
+        let answer = match ok {
+            1 => Ok(data.guest_response.take().unwrap_or_default()),
+            _ => Err(EvalError::Guest(
+                data.guest_error
+                    .take()
+                    .unwrap_or_else(|| "no error message".into()),
+            )),
+        };
+        self.keep(warm);
+        answer
+    }
+
+    fn classify(&self, e: wasmtime::Error) -> EvalError {
+        match e.downcast_ref::<wasmtime::Trap>() {
+            Some(wasmtime::Trap::Interrupt) => EvalError::Timeout(self.options.timeout),
+            _ => EvalError::Trap(format!("{e:#}")),
+        }
+    }
+
+    /// A new instance, initialised (`_start`, `wapc_init`).
+    fn instantiate(&self, capabilities: Arc<dyn Capabilities>) -> Result<Warm, EvalError> {
         let state = State {
             wasi: WasiCtxBuilder::new().build_p1(),
             limits: StoreLimitsBuilder::new()
@@ -122,8 +190,8 @@ impl PolicyEngine {
                 .instances(1)
                 .build(),
             capabilities,
-            operation: operation.to_string(),
-            payload: payload.to_vec(),
+            operation: String::new(),
+            payload: Vec::new(),
             guest_response: None,
             guest_error: None,
             host_response: None,
@@ -133,11 +201,6 @@ impl PolicyEngine {
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         store.set_epoch_deadline(self.deadline_ticks());
-        let timeout = self.options.timeout;
-        let classify = |e: wasmtime::Error| match e.downcast_ref::<wasmtime::Trap>() {
-            Some(wasmtime::Trap::Interrupt) => EvalError::Timeout(timeout),
-            _ => EvalError::Trap(format!("{e:#}")),
-        };
         let instance = self
             .pre
             .instantiate(&mut store)
@@ -150,7 +213,7 @@ impl PolicyEngine {
                         .downcast_ref::<wasmtime_wasi::I32Exit>()
                         .is_some_and(|c| c.0 == 0);
                     if !exited_ok {
-                        return Err(classify(e));
+                        return Err(self.classify(e));
                     }
                 }
             }
@@ -158,18 +221,55 @@ impl PolicyEngine {
         let guest_call = instance
             .get_typed_func::<(i32, i32), i32>(&mut store, "__guest_call")
             .map_err(|e| EvalError::NotWapc(e.to_string()))?;
-        let lens = (len_i32(operation.len()), len_i32(payload.len()));
-        let ok = guest_call.call(&mut store, lens).map_err(classify)?;
-        let state = store.into_data();
-        if ok == 1 {
-            Ok(state.guest_response.unwrap_or_default())
-        } else {
-            Err(EvalError::Guest(
-                state
-                    .guest_error
-                    .unwrap_or_else(|| "no error message".into()),
-            ))
+        let memory = instance.get_memory(&mut store, "memory");
+        Ok(Warm {
+            store,
+            guest_call,
+            memory,
+            served: 0,
+        })
+    }
+
+    fn take_warm(&self) -> Option<Warm> {
+        if self.options.reuse == 0 {
+            return None;
         }
+        self.warm.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    }
+
+    /// Keeps `warm` for a later evaluation if reuse is on, there is room, and it is neither
+    /// worn (served [`REUSE_CALLS`]) nor grown past [`REUSE_MEMORY_BYTES`].
+    fn keep(&self, mut warm: Warm) {
+        if self.options.reuse == 0 {
+            return;
+        }
+        warm.served += 1;
+        let size = warm.memory.map_or(0, |m| m.data_size(&warm.store));
+        if warm.served >= REUSE_CALLS || size > REUSE_MEMORY_BYTES {
+            return;
+        }
+        // The capabilities of the evaluation that ended (caches, a request's state) are
+        // not held by an idle instance.
+        warm.store.data_mut().capabilities = Arc::new(Idle);
+        let mut idle = self.warm.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < self.options.reuse {
+            idle.push(warm);
+        }
+    }
+
+    /// Instances kept idle now.
+    #[cfg(test)]
+    fn idle_instances(&self) -> usize {
+        self.warm.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+/// What an idle instance holds in place of a request's capabilities.
+struct Idle;
+
+impl Capabilities for Idle {
+    fn call(&self, b: &str, n: &str, o: &str, _: &[u8]) -> Result<Vec<u8>, String> {
+        Err(format!("host call {b}/{n}/{o} outside an evaluation"))
     }
 }
 
@@ -344,6 +444,83 @@ mod tests {
             let payload = [b'a' + i, b'z'];
             assert_eq!(call(&e, &payload).unwrap(), [b'z', b'a' + i]);
         }
+    }
+
+    fn reusing(body: &str, reuse: usize) -> PolicyEngine {
+        let wat = format!("(module {IMPORTS} {body})");
+        let wasm = wat::parse_str(&wat).expect("test module");
+        let options = EngineOptions {
+            max_memory_bytes: 64 << 20,
+            timeout: Duration::from_millis(300),
+            reuse,
+            ..EngineOptions::default()
+        };
+        PolicyEngine::new(&wasm, options).expect("compiles")
+    }
+
+    /// Counts its calls in a global (instance state) and answers the count: a kept
+    /// instance answers 1, 2, 3…; a fresh one always 1. Payload "loop" runs for ever,
+    /// "grow" grows the memory by 40 MiB first.
+    const COUNTING: &str = r#"
+      (global $calls (mut i32) (i32.const 0))
+      (func (export "__guest_call") (param $op_len i32) (param $len i32) (result i32)
+        (call $guest_request (i32.const 512) (i32.const 1024))
+        (if (i32.eq (i32.load8_u (i32.const 1024)) (i32.const 108)) ;; 'l'
+          (then (loop (br 0))))
+        (if (i32.eq (i32.load8_u (i32.const 1024)) (i32.const 103)) ;; 'g'
+          (then (drop (memory.grow (i32.const 640)))))
+        (global.set $calls (i32.add (global.get $calls) (i32.const 1)))
+        (i32.store8 (i32.const 2048) (i32.add (i32.const 48) (global.get $calls)))
+        (call $guest_response (i32.const 2048) (i32.const 1))
+        (i32.const 1))
+    "#;
+
+    /// With reuse the same instance serves evaluation after evaluation (up to the number
+    /// kept); one that timed out or grew large is not kept; without reuse every
+    /// evaluation starts fresh.
+    #[test]
+    fn instances_are_reused_until_they_fail_or_grow() {
+        let e = reusing(COUNTING, 1);
+        let answers: Vec<Vec<u8>> = (0..3).map(|_| call(&e, b"x").unwrap()).collect();
+        assert_eq!(
+            answers,
+            [b"1", b"2", b"3"],
+            "one kept instance served all three"
+        );
+        assert_eq!(e.idle_instances(), 1);
+        assert!(matches!(call(&e, b"loop"), Err(EvalError::Timeout(_))));
+        assert_eq!(
+            e.idle_instances(),
+            0,
+            "an instance that timed out is dropped"
+        );
+        assert_eq!(call(&e, b"x").unwrap(), b"1", "a fresh one after it");
+        assert_eq!(call(&e, b"grow").unwrap(), b"2");
+        assert_eq!(e.idle_instances(), 0, "one grown past the limit is dropped");
+        assert_eq!(call(&e, b"x").unwrap(), b"1");
+        let fresh = reusing(COUNTING, 0);
+        for _ in 0..3 {
+            assert_eq!(call(&fresh, b"x").unwrap(), b"1");
+        }
+        assert_eq!(fresh.idle_instances(), 0);
+    }
+
+    /// A kept instance answers host calls with the capabilities of the evaluation it
+    /// serves, never those of an earlier one.
+    #[test]
+    fn a_kept_instance_calls_the_current_capabilities() {
+        struct Fixed(&'static [u8]);
+        impl Capabilities for Fixed {
+            fn call(&self, _: &str, _: &str, _: &str, _: &[u8]) -> Result<Vec<u8>, String> {
+                Ok(self.0.to_vec())
+            }
+        }
+        let e = reusing(ECHO_THROUGH_HOST, 2);
+        for answer in [&b"first"[..], b"second", b"third"] {
+            let got = e.call("validate", b"p", Arc::new(Fixed(answer))).unwrap();
+            assert_eq!(got, answer);
+        }
+        assert_eq!(e.idle_instances(), 1);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use workloadspread_core::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
 use workloadspread_core::counter;
+use workloadspread_core::fields::FieldSelector;
 use workloadspread_core::hostcall;
 use workloadspread_core::manifests::objects_from_yaml;
 use workloadspread_core::workload::parse_group;
@@ -118,15 +119,18 @@ impl ClusterState {
                 kind,
                 namespace,
                 label_selector,
+                field_selector,
                 ..
             } => {
                 let selector = parse_selector(label_selector.as_deref())?;
+                let fields = FieldSelector::parse(field_selector.as_deref())?;
                 // Written straight from the stored objects: nothing pruned is copied.
                 let items: Vec<_> = self
                     .index
                     .positions(api_version, kind, namespace.as_deref())
                     .map(|i| &objects[i])
                     .filter(|o| selector.as_ref().is_none_or(|s| s.matches_value(o)))
+                    .filter(|o| fields.matches_object(o))
                     .map(|o| mask.masked(o))
                     .collect();
                 let list = json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}});

@@ -7,7 +7,9 @@
 //! uninstall step removes what points at the host; a CRD that is not ours is left alone.
 
 use anyhow::{ensure, Context, Result};
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::Api;
@@ -383,8 +385,9 @@ async fn claims_whose_pods_never_appear_are_dropped_early() -> Result<()> {
 
 /// Issue #30 (4): two replicas share a Secret whose certificates live seconds (serving 8 s,
 /// CA 24 s, grace 2 s); for 40 s pods are admitted through both without one failure while
-/// the serving certificate is renewed and the CA replaced. Then a re-applied webhook
-/// configuration without the CA bundle gets it back within seconds.
+/// the serving certificate is renewed and the CA replaced. Then re-applied mutating and
+/// validating configurations with a stale CA bundle get the current one back within
+/// seconds.
 #[tokio::test]
 async fn generated_certificates_rotate_without_refusing_admissions() -> Result<()> {
     let Some(policy) = policy_wasm()? else {
@@ -453,25 +456,45 @@ async fn generated_certificates_rotate_without_refusing_admissions() -> Result<(
         generations.iter().max().copied().unwrap_or(0) >= 3,
         "no CA replacement seen (generations {generations:?})"
     );
-    // A GitOps tool re-applies the configuration: no caBundle, no generation annotation.
+    // A GitOps tool re-applies both configurations: a stale caBundle, no generation
+    // annotation.
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let patch = json!({"metadata": {"annotations": {"workloadspread.io/ca-bundle-generation": null}},
-        "webhooks": [{"name": "mutate.workloadspread.test", "clientConfig": {"caBundle": "Zm9v"}}]});
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let stale = |webhook: &str| {
+        json!({"metadata": {"annotations": {"workloadspread.io/ca-bundle-generation": null}},
+            "webhooks": [{"name": webhook, "clientConfig": {"caBundle": "Zm9v"}}]})
+    };
     let broken_at = Instant::now();
     mutating
-        .patch(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Strategic(&stale("mutate.workloadspread.test")),
+        )
         .await?;
+    validating
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Strategic(&stale("validate.workloadspread.test")),
+        )
+        .await?;
+    let current = |b: &Option<k8s_openapi::ByteString>| b.as_ref().is_some_and(|b| b.0 != b"foo");
     let restored = wait_for(
-        "the CA bundle re-patched",
+        "the CA bundles re-patched",
         Duration::from_secs(15),
         || async {
-            let c = mutating.get(&name).await?;
-            let ok = c.webhooks.iter().flatten().all(|w| {
-                w.client_config
-                    .ca_bundle
-                    .as_ref()
-                    .is_some_and(|b| b.0 != b"foo")
-            });
+            let m = mutating.get(&name).await?;
+            let v = validating.get(&name).await?;
+            let ok = m
+                .webhooks
+                .iter()
+                .flatten()
+                .all(|w| current(&w.client_config.ca_bundle))
+                && v.webhooks
+                    .iter()
+                    .flatten()
+                    .all(|w| current(&w.client_config.ca_bundle));
             Ok(ok.then_some(broken_at.elapsed()))
         },
     )

@@ -76,6 +76,24 @@ pub trait Host {
             reason: e.to_string(),
         })
     }
+    /// [`Host::list_fields_json`] of the objects `field_selector` selects (Kubewarden's
+    /// `field_selector`). A host that cannot answer it fails, and callers list without
+    /// one; a host that ignores it answers more objects than selected, which callers
+    /// must tolerate.
+    fn list_fields_json_selected(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        field_selector: &str,
+        fields: &[&str],
+    ) -> Result<Vec<u8>, HostError> {
+        let _ = (fields, field_selector);
+        Err(HostError {
+            what: format!("list {api_version} {kind} in {namespace}"),
+            reason: "field selectors are not supported by this host".into(),
+        })
+    }
     /// Calls the counter capability (binding `workloadspread`, namespace `counter`).
     fn counter(&self, operation: &str, payload: &Value) -> Result<Value, HostError>;
 }
@@ -230,6 +248,25 @@ impl Host for CallHost<'_> {
             "list_resources_by_namespace",
             &payload,
             &format!("list {api_version} {kind} in {namespace}"),
+        )
+    }
+
+    fn list_fields_json_selected(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        field_selector: &str,
+        fields: &[&str],
+    ) -> Result<Vec<u8>, HostError> {
+        let mut payload = Self::masked_list_payload(api_version, kind, namespace, None, fields);
+        payload["field_selector"] = Value::String(field_selector.to_string());
+        self.call_bytes(
+            "kubewarden",
+            "kubernetes",
+            "list_resources_by_namespace",
+            &payload,
+            &format!("list {api_version} {kind} in {namespace} where {field_selector}"),
         )
     }
 

@@ -1,21 +1,28 @@
 //! Finding a pod's WorkloadSpread, and the spreads a new one may conflict with, without
-//! copying every WorkloadSpread of the namespace (#31): the namespace's spreads are
-//! listed pruned to what matching reads (one fixed field mask,
-//! `masks::WORKLOADSPREAD_TARGET_FIELDS`, so policy-server keeps one cache for them),
-//! core's rule picks one, and only that one is read whole.
+//! copying every WorkloadSpread of the namespace (#31): the candidates are listed pruned
+//! to what matching reads (one fixed field mask, `masks::WORKLOADSPREAD_TARGET_FIELDS`),
+//! core's rule picks one, and only that one is read whole. The candidates are either the
+//! namespace's every spread (`SpreadLookup::List`: one stable request, so policy-server
+//! keeps one cache for them) or, where the host answers field selectors from its cache,
+//! only those whose `spec.targetRef.name` is a name on the pod's owner chain
+//! (`SpreadLookup::TargetName`: the cost does not grow with the spreads in the
+//! namespace). Both run the same rule on candidates in name order; a spread targeting
+//! none of those names cannot match.
 
 use crate::host::{Host, HostError};
+use crate::settings::SpreadLookup;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
 use workloadspread_core::api::v1beta1::{WorkloadSpread, API_VERSION};
 use workloadspread_core::api::KIND;
+use workloadspread_core::fields::FieldSelector;
 use workloadspread_core::masks::WORKLOADSPREAD_TARGET_FIELDS;
 use workloadspread_core::selector::Labels;
 use workloadspread_core::workload::{
-    find_matching_workloadspread, ObjectRef, OwnerLookupError, SpreadTarget, Targeting as _,
-    WorkloadKinds,
+    find_matching_workloadspread, owner_chain, ObjectRef, OwnerLookupError, SpreadTarget,
+    Targeting as _, WorkloadKinds, TARGET_NAME_FIELD,
 };
 
 /// Why a pod's WorkloadSpread could not be told.
@@ -62,6 +69,49 @@ pub fn list_spread_targets(host: &dyn Host, namespace: &str) -> Result<Vec<u8>, 
     )
 }
 
+/// The host's answers holding the candidates among the WorkloadSpreads of `namespace`
+/// for targets named `names`: with [`SpreadLookup::TargetName`] one list per name,
+/// selected by `spec.targetRef.name`, or — when the host cannot answer a field selector,
+/// or with [`SpreadLookup::List`] — the one list of them all.
+pub fn candidate_answers(
+    host: &dyn Host,
+    namespace: &str,
+    names: &[&str],
+    lookup: SpreadLookup,
+) -> Result<Vec<Vec<u8>>, HostError> {
+    if lookup == SpreadLookup::TargetName {
+        let selected: Result<Vec<Vec<u8>>, HostError> = names
+            .iter()
+            .map(|name| {
+                let selector = FieldSelector::equals(TARGET_NAME_FIELD, name);
+                host.list_fields_json_selected(
+                    API_VERSION,
+                    KIND,
+                    namespace,
+                    &selector,
+                    WORKLOADSPREAD_TARGET_FIELDS,
+                )
+            })
+            .collect();
+        if let Ok(answers) = selected {
+            return Ok(answers);
+        }
+    }
+    Ok(vec![list_spread_targets(host, namespace)?])
+}
+
+/// The candidates of several answers, each once, in name order (the API server's list
+/// order): a host that ignored a field selector answered some twice.
+pub fn merged_targets(answers: &[Vec<u8>]) -> Result<Vec<SpreadTarget<'_>>, String> {
+    let mut all = Vec::new();
+    for answer in answers {
+        all.extend(spread_targets(answer)?);
+    }
+    all.sort_by(|a, b| a.name().cmp(b.name()));
+    all.dedup_by(|a, b| a.name() == b.name());
+    Ok(all)
+}
+
 /// The items of a WorkloadSpread `List` answer as [`SpreadTarget`]s borrowing from it;
 /// should one not decode (a structural CRD schema makes that unlikely), the others
 /// still are, item by item.
@@ -103,16 +153,19 @@ fn whole_workloadspreads(
         .collect())
 }
 
-/// The WorkloadSpread a pod belongs to (core's rule on the masked list), read whole.
-/// Should the one that matched have changed or been deleted between the two reads, the
-/// rule runs again on the whole spreads, as one list (the pod's owners are not looked
-/// up again).
+/// The WorkloadSpread a pod belongs to (core's rule on the masked candidates), read
+/// whole. Should the one that matched have changed or been deleted between the two
+/// reads, the rule runs again on the whole spreads, as one list (the pod's owners are not
+/// looked up again). With [`SpreadLookup::TargetName`] the owner chain is looked up
+/// first; should that fail, the candidates are every spread and the rule meets the
+/// failure where it did before (only if a spread needs that owner).
 pub fn matching_workloadspread(
     host: &dyn Host,
     namespace: &str,
     controller: &ObjectRef,
     labels: &Labels,
     kinds: &WorkloadKinds,
+    lookup: SpreadLookup,
     mut owner_of: impl FnMut(&ObjectRef) -> Result<Option<ObjectRef>, OwnerLookupError>,
 ) -> Result<Option<WorkloadSpread>, LookupError> {
     // Each owner is looked up once for both matches (a failed lookup is not remembered:
@@ -126,8 +179,21 @@ pub fn matching_workloadspread(
         known.insert(o.clone(), controller.clone());
         Ok(controller)
     };
-    let answer = list_spread_targets(host, namespace).map_err(LookupError::Listing)?;
-    let targets = spread_targets(&answer).map_err(|reason| {
+    let answers = match lookup {
+        SpreadLookup::TargetName => match owner_chain(controller, kinds, &mut owner_of) {
+            Ok(chain) if chain.is_empty() => return Ok(None),
+            Ok(chain) => {
+                let mut names: Vec<&str> = chain.iter().map(|o| o.name.as_str()).collect();
+                names.sort_unstable();
+                names.dedup();
+                candidate_answers(host, namespace, &names, lookup)
+            }
+            Err(_) => candidate_answers(host, namespace, &[], SpreadLookup::List),
+        },
+        SpreadLookup::List => candidate_answers(host, namespace, &[], lookup),
+    }
+    .map_err(LookupError::Listing)?;
+    let targets = merged_targets(&answers).map_err(|reason| {
         LookupError::Listing(HostError {
             what: format!("list {API_VERSION} {KIND} in {namespace}"),
             reason,

@@ -75,12 +75,19 @@ fn decide_create(ctx: &Ctx<'_>, object: &Value, namespace: &str) -> Outcome {
     let no_labels = BTreeMap::new();
     let labels = pod.metadata.labels.as_ref().unwrap_or(&no_labels);
     let owner_of = |r: &ObjectRef| controller_ref_of(ctx.host, namespace, r);
-    let ws =
-        match matching_workloadspread(ctx.host, namespace, &controller, labels, &kinds, owner_of) {
-            Ok(Some(ws)) => ws,
-            Ok(None) => return Outcome::accept(),
-            Err(e) => return Outcome::lookup_failure(ctx.settings, e.context(), &e),
-        };
+    let ws = match matching_workloadspread(
+        ctx.host,
+        namespace,
+        &controller,
+        labels,
+        &kinds,
+        ctx.settings.spread_lookup,
+        owner_of,
+    ) {
+        Ok(Some(ws)) => ws,
+        Ok(None) => return Outcome::accept(),
+        Err(e) => return Outcome::lookup_failure(ctx.settings, e.context(), &e),
+    };
     let ws = &ws;
     let replicas = match workload_replicas(ctx, ws, namespace) {
         Ok(r) => r,

@@ -27,6 +27,23 @@ pub enum LookupFailure {
     AdmitUnmodified,
 }
 
+/// How the WorkloadSpreads a pod or a new WorkloadSpread may concern are found (#31).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SpreadLookup {
+    /// One list of the namespace's WorkloadSpreads pruned by a fixed field mask: one
+    /// stable request, so Kubewarden's policy-server keeps one reflector for it; the
+    /// cost grows with the WorkloadSpreads in the namespace.
+    #[default]
+    List,
+    /// One list per name on the pod's owner chain, selected by `spec.targetRef.name` (a
+    /// selectable field of the CRD): the cost does not grow with the WorkloadSpreads in
+    /// the namespace. For hosts that answer field selectors from one cache (the bundled
+    /// host); policy-server would keep a reflector per workload name. A host that cannot
+    /// answer one gets the list instead.
+    TargetName,
+}
+
 use workloadspread_core::rules::Rules;
 use workloadspread_core::version::VersionedKinds;
 use workloadspread_core::workload::WorkloadKinds;
@@ -52,6 +69,8 @@ pub struct Settings {
     /// API server would prune a v1alpha1 object's node selector terms, so such objects
     /// are refused.
     pub conversion_webhook: bool,
+    /// How WorkloadSpreads are found: `list` (default) or `target-name`.
+    pub spread_lookup: SpreadLookup,
 }
 
 impl Default for Settings {
@@ -63,6 +82,7 @@ impl Default for Settings {
             custom_workloads: Vec::new(),
             rules: Rules::default(),
             conversion_webhook: false,
+            spread_lookup: SpreadLookup::List,
         }
     }
 }
@@ -156,6 +176,14 @@ mod tests {
         let s = parse(r#"{"rules":"reference"}"#).unwrap();
         assert_eq!(s.rules, Rules::Reference);
         assert!(parse(r#"{"rules":"kruise"}"#).is_err());
+    }
+
+    #[test]
+    fn spread_lookup_defaults_to_the_list_and_parses() {
+        assert_eq!(parse("{}").unwrap().spread_lookup, SpreadLookup::List);
+        let s = parse(r#"{"spreadLookup":"target-name"}"#).unwrap();
+        assert_eq!(s.spread_lookup, SpreadLookup::TargetName);
+        assert!(parse(r#"{"spreadLookup":"index"}"#).is_err());
     }
 
     #[test]

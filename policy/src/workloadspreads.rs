@@ -1,7 +1,7 @@
 //! WorkloadSpread CREATE and UPDATE: validation with every field error in one message.
 
 use crate::host::Host;
-use crate::lookup::{list_spread_targets, spread_targets};
+use crate::lookup::{candidate_answers, merged_targets};
 use crate::outcome::Outcome;
 use crate::settings::Settings;
 use serde_json::Value;
@@ -44,11 +44,13 @@ pub fn validate(
         Err(e) => return Outcome::reject(format!("invalid old WorkloadSpread: {e}"), 400),
     };
     let namespace = ws.namespace().to_string();
-    let answer = match list_spread_targets(host, &namespace) {
-        Ok(answer) => answer,
+    // Only spreads targeting a workload of the same name can conflict with this one.
+    let target: Vec<&str> = ws.spec.target_ref.iter().map(|t| t.name.as_str()).collect();
+    let answers = match candidate_answers(host, &namespace, &target, settings.spread_lookup) {
+        Ok(answers) => answers,
         Err(e) => return Outcome::reject(FieldError::internal("", e.to_string()).to_string(), 500),
     };
-    let others = match spread_targets(&answer) {
+    let others = match merged_targets(&answers) {
         Ok(others) => others,
         Err(e) => return Outcome::reject(FieldError::internal("", e).to_string(), 500),
     };

@@ -62,7 +62,11 @@ capabilities: {drop: [ALL]}
      error for every request, so the ClusterAdmissionPolicy says best-effort outright. */ -}}
 {{- $mode := .Values.settings.mode -}}
 {{- if and (eq .Values.mode "kubewarden") (eq $mode "auto") }}{{ $mode = "best-effort" }}{{ end -}}
-{{- $s := dict "mode" $mode "conversionWebhook" (eq .Values.mode "bundled") "onLookupFailure" .Values.settings.onLookupFailure "rules" .Values.settings.rules "versionedStatusKinds" .Values.controller.versionedStatusKinds "customWorkloads" (include "ws.customWorkloads" . | fromJsonArray) -}}
+{{- /* The bundled host answers field selectors from its cache: WorkloadSpreads are found by
+     their target's name (cost independent of how many a namespace holds). policy-server
+     would keep a reflector per name: there, the one masked list. */ -}}
+{{- $lookup := ternary "target-name" "list" (eq .Values.mode "bundled") -}}
+{{- $s := dict "mode" $mode "spreadLookup" $lookup "conversionWebhook" (eq .Values.mode "bundled") "onLookupFailure" .Values.settings.onLookupFailure "rules" .Values.settings.rules "versionedStatusKinds" .Values.controller.versionedStatusKinds "customWorkloads" (include "ws.customWorkloads" . | fromJsonArray) -}}
 {{- toJson $s -}}
 {{- end -}}
 {{- define "ws.webhookRules.pods" -}}

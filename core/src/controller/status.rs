@@ -229,10 +229,29 @@ impl<'a> StatusCalc<'a> {
         (!left.is_negative()).then_some(left)
     }
 
+    /// Time left for a pod's claim `key` stamped `at`: measured from when this controller
+    /// first saw it, on its own clock, when it has (that is never earlier than the claim
+    /// was written, so a host's clock behind this one cannot expire it early); by the
+    /// host's stamp only for a reconcile with no history (offline).
+    fn claim_left(&self, key: &str, at: &Time) -> Option<SignedDuration> {
+        let window = self.options.creating_window;
+        match self
+            .placeholders
+            .sightings
+            .seen_for(key, self.placeholders.now)
+        {
+            Some(seen) => {
+                let left = window - seen;
+                (!left.is_negative()).then_some(left)
+            }
+            None => self.remaining(at, window),
+        }
+    }
+
     fn track_creating(&mut self, status: &mut WorkloadSpreadSubsetStatus, key: &str, at: Time) {
         let left = match is_placeholder(key) {
             true => self.placeholder_left(key),
-            false => self.remaining(&at, self.options.creating_window),
+            false => self.claim_left(key, &at),
         };
         match left {
             // A dead holder's unused slot: no pod was expected.

@@ -332,7 +332,10 @@ impl Monitor {
                     if is_ws {
                         s.workloadspread(&v);
                     } else {
-                        s.workload_replicas(v["spec"]["replicas"].as_i64().unwrap_or(0));
+                        // A Job's pods at once are its parallelism.
+                        let spec = &v["spec"];
+                        let replicas = spec["replicas"].as_i64().or(spec["parallelism"].as_i64());
+                        s.workload_replicas(replicas.unwrap_or(0));
                     }
                 },
             )));
@@ -366,12 +369,15 @@ impl Monitor {
         report
     }
 
-    /// Stops watching; fails when any moment was over a maximum.
+    /// Stops watching; fails when any moment was over a maximum. The verdict is also
+    /// appended to the file `WS_MONITOR_LOG` names, under the test's name, so a run
+    /// shows each scenario's highest occupancy whether it passed or not.
     pub fn finish(self) -> Result<Report> {
         for t in &self.tasks {
             t.abort();
         }
         let report = self.report();
+        log_verdict(&report);
         if !report.violations.is_empty() {
             let first: Vec<String> = report
                 .violations
@@ -386,6 +392,25 @@ impl Monitor {
             );
         }
         Ok(report)
+    }
+}
+
+/// One line per finished monitor in `WS_MONITOR_LOG`: the test (the test harness names
+/// each test's thread after it) and the report.
+fn log_verdict(report: &Report) {
+    let Some(path) = std::env::var_os("WS_MONITOR_LOG") else {
+        return;
+    };
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("(unnamed test)");
+    let line = format!("{test}: {report}\n");
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+    if let Err(e) = written {
+        eprintln!("monitor: cannot append to {}: {e}", path.to_string_lossy());
     }
 }
 

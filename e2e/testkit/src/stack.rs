@@ -91,6 +91,7 @@ impl Stack {
             name.clone(),
         ];
         args.extend(host_args.iter().map(|s| s.to_string()));
+        with_bundled_settings(&mut args);
         let host = HostProcess::start_on(&bins.host, host_kubeconfig, port, &args).await?;
         configs.enroll(ns.name()).await?;
         let mut args = vec!["--namespace".to_string(), ns.name().to_string()];
@@ -176,6 +177,7 @@ impl Replicated {
             .map(str::to_string)
             .to_vec();
             args.extend(extra);
+            with_bundled_settings(&mut args);
             hosts.push(HostProcess::start_on(&bins.host, kubeconfig, port, &args).await?);
         }
         configs.enroll(ns.name()).await?;
@@ -204,5 +206,18 @@ impl Replicated {
                 .context("starting the controller")?;
         self.controller = Some(controller);
         Ok(())
+    }
+}
+
+/// The policy settings the chart gives the bundled host (`spreadLookup: target-name`:
+/// WorkloadSpreads found by their target's name, which the host answers from its cache),
+/// unless `args` name settings of their own (those tests decide, e.g. the list
+/// Kubewarden's policy-server gets).
+fn with_bundled_settings(args: &mut Vec<String>) {
+    if !args.iter().any(|a| a.starts_with("--settings")) {
+        args.extend([
+            "--settings-json".to_string(),
+            r#"{"spreadLookup":"target-name"}"#.to_string(),
+        ]);
     }
 }

@@ -271,3 +271,97 @@ async fn generated_crd_is_accepted_and_enforced() -> Result<()> {
     }
     Ok(())
 }
+
+/// `workloadspread_core::fields` (how the bundled host answers field selectors from its
+/// cache) against the API server's own field selection on the CRD's selectable fields:
+/// the same WorkloadSpreads for every selector of the table — equality, inequality, both
+/// forms of `=`, several requirements, escapes, a target without a name.
+#[tokio::test]
+async fn field_selectors_select_what_the_api_server_selects() -> Result<()> {
+    use kube::api::ListParams;
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+    use workloadspread_core::fields::FieldSelector;
+    let cluster = cluster()?;
+    let ns = cluster.namespace("fields").await?;
+    let client = ns.client();
+    let crd = workloadspread_core::crd::workloadspread_crd().map_err(anyhow::Error::msg)?;
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    crds.patch(
+        "workloadspreads.apps.kruise.io",
+        &PatchParams::apply("workloadspread-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await?;
+    let gvk = GroupVersionKind::gvk("apps.kruise.io", "v1beta1", "WorkloadSpread");
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client, ns.name(), &ApiResource::from_gvk(&gvk));
+    // (name, target name; None: a targetRef without one is refused, so no targetRef)
+    let spreads: [(&str, Option<&str>); 5] = [
+        ("web", Some("web")),
+        ("web-canary", Some("web")),
+        ("api", Some("api")),
+        ("odd", Some("a-b.c")),
+        ("untargeted", None),
+    ];
+    for (name, target) in spreads {
+        let mut spec = json!({"subsets": [{"name": "a"}]});
+        if let Some(t) = target {
+            spec["targetRef"] = json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": t});
+        }
+        let ws: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+            "metadata": {"name": name}, "spec": spec}))?;
+        workloadspread_testkit::wait_for("CRD serving", std::time::Duration::from_secs(30), || {
+            let (api, ws) = (api.clone(), ws.clone());
+            async move { Ok(Some(api.create(&PostParams::default(), &ws).await?)) }
+        })
+        .await?;
+    }
+    let all = api.list(&ListParams::default()).await?.items;
+    let selectors = [
+        "spec.targetRef.name=web".to_string(),
+        "spec.targetRef.name==web".into(),
+        "spec.targetRef.name!=web".into(),
+        "spec.targetRef.name=".into(),
+        "spec.targetRef.name!=".into(),
+        "spec.targetRef.name=web,metadata.name!=web".into(),
+        "metadata.name=api,spec.targetRef.name=api".into(),
+        FieldSelector::equals("spec.targetRef.name", "a-b.c"),
+        "spec.targetRef.name=nothing".into(),
+    ];
+    let mut checked = 0;
+    for selector in &selectors {
+        let theirs = workloadspread_testkit::wait_for(
+            "the field selectable",
+            std::time::Duration::from_secs(30),
+            || async {
+                let listed = api.list(&ListParams::default().fields(selector)).await?;
+                Ok(Some(listed))
+            },
+        )
+        .await?;
+        let mut theirs: Vec<String> = theirs
+            .items
+            .into_iter()
+            .filter_map(|o| o.metadata.name)
+            .collect();
+        let ours = FieldSelector::parse(Some(selector)).map_err(anyhow::Error::msg)?;
+        let mut mine: Vec<String> = all
+            .iter()
+            .filter(|o| {
+                let v = serde_json::to_value(o).unwrap_or(Value::Null);
+                ours.matches_object(&v)
+            })
+            .filter_map(|o| o.metadata.name.clone())
+            .collect();
+        theirs.sort();
+        mine.sort();
+        if theirs != mine {
+            bail!("{selector}: the API server selects {theirs:?}, ours {mine:?}");
+        }
+        checked += 1;
+    }
+    println!("{checked} field selectors select as the API server does");
+    Ok(())
+}

@@ -18,7 +18,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use workloadspread_core::admission::reserve::{
-    holder_of, PLACEHOLDER_DROP_SECONDS, PLACEHOLDER_TTL_SECONDS,
+    holder_of, PLACEHOLDER_DROP_SECONDS, PLACEHOLDER_TTL_SECONDS, RESERVATION_ANNOTATION,
 };
 use workloadspread_testkit::faults::{api_server_addr, fault_proxy, kubeconfig_via, Faults};
 use workloadspread_testkit::monitor::{Monitor, Report};
@@ -28,6 +28,16 @@ use workloadspread_testkit::{cluster, wait_for, TestNamespace};
 fn spec() -> Value {
     json!({"targetRef": target("Deployment"), "subsets": [
         zone("a", "zone-a", json!(10)), zone("b", "zone-b", json!(10)), zone("c", "zone-c", Value::Null)]})
+}
+
+/// A fault proxy that passes everything through until a fault is switched on.
+fn quiet() -> Faults {
+    Faults {
+        delay: Duration::ZERO,
+        reset_every: 0,
+        reset_after: Duration::ZERO,
+        ..Faults::default()
+    }
 }
 
 fn deployment_resource() -> ApiResource {
@@ -141,6 +151,27 @@ async fn first_hand_out(r: &Replicated, i: usize) -> Result<()> {
     .await
 }
 
+/// Placeholders of `holder` that a pod names (it was admitted into one) while the status
+/// still holds them under the placeholder's key: handed out, not settled.
+async fn unsettled_hand_outs(
+    api: &Api<DynamicObject>,
+    ns: &TestNamespace,
+    holder: &str,
+) -> Result<Vec<String>> {
+    let in_status: BTreeSet<String> = placeholders(api)
+        .await?
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    Ok(live_pods(ns)
+        .await?
+        .iter()
+        .filter_map(|p| workloadspread_testkit::pods::annotation(p, RESERVATION_ANNOTATION))
+        .filter(|k| holder_of(k) == Some(holder) && in_status.contains(*k))
+        .cloned()
+        .collect())
+}
+
 /// Waits until every placeholder in the status is older than `seconds` by its stamp:
 /// past the TTL, any replica would find it stale; past the drop time, any replica would
 /// drop it if no pod names it.
@@ -206,10 +237,17 @@ async fn finish_spilling(
 /// drops the unused ones past the drop time, so the next burst cannot put more pods into
 /// a full subset. (Dropping them all, as before, freed slots whose pods exist: a went
 /// over 10.)
+///
+/// So that the kill surely lands before a settle, the doomed replica is cut off from the
+/// API server (its connections hang) from its first hand-out on: it keeps answering
+/// claims from its placeholders, none of which can be settled, and is killed once a pod
+/// names a placeholder the status still holds — the fault is checked to have happened.
 #[tokio::test]
 async fn a_killed_hosts_handed_out_placeholders_keep_their_pods_slots() -> Result<()> {
     let kubeconfig = cluster()?.kubeconfig();
-    let o = options([kubeconfig, kubeconfig], [vec![], vec![]], false);
+    let (via, stats) = fault_proxy(api_server_addr(kubeconfig)?, quiet()).await?;
+    let faulty = kubeconfig_via(kubeconfig, via)?;
+    let o = options([&faulty, kubeconfig], [vec![], vec![]], false);
     let Some(mut r) = Replicated::start("fault-kill-handed", o).await? else {
         return Ok(());
     };
@@ -218,7 +256,22 @@ async fn a_killed_hosts_handed_out_placeholders_keep_their_pods_slots() -> Resul
     scale(&deployments, 15).await?;
     let dead = r.hosts[0].holder().await?;
     first_hand_out(&r, 0).await?;
+    stats.hang.store(true, Ordering::SeqCst);
+    let unsettled = wait_for(
+        "a pod admitted into an unsettled placeholder",
+        SETTLE,
+        || async {
+            let keys = unsettled_hand_outs(&api, &r.ns, &dead).await?;
+            Ok((!keys.is_empty()).then_some(keys))
+        },
+    )
+    .await?;
     r.hosts[0].kill();
+    stats.hang.store(false, Ordering::SeqCst);
+    eprintln!(
+        "  killed holding {} handed-out, unsettled placeholders: {unsettled:?}",
+        unsettled.len()
+    );
     wait_pods(&r.ns, 15).await?;
     // The dead holder's unused placeholders are dropped only past the drop time (a pod
     // admitted into one may still be on its way); its handed-out ones are settled to
@@ -253,6 +306,10 @@ async fn a_killed_hosts_handed_out_placeholders_keep_their_pods_slots() -> Resul
         )
         .await?;
     eprintln!("  stale placeholders settled to their pods by the survivor: {settled}");
+    ensure!(
+        settled >= 1.0,
+        "the survivor settled none of the dead holder's handed-out placeholders {unsettled:?}"
+    );
     ensure!(report.max_pods["a"] <= 10);
     r.configs.delete().await
 }
@@ -264,13 +321,7 @@ async fn a_killed_hosts_handed_out_placeholders_keep_their_pods_slots() -> Resul
 #[tokio::test]
 async fn an_api_outage_after_hand_outs_keeps_the_pods_slots() -> Result<()> {
     let kubeconfig = cluster()?.kubeconfig();
-    let quiet = Faults {
-        delay: Duration::ZERO,
-        reset_every: 0,
-        reset_after: Duration::ZERO,
-        ..Faults::default()
-    };
-    let (via, stats) = fault_proxy(api_server_addr(kubeconfig)?, quiet).await?;
+    let (via, stats) = fault_proxy(api_server_addr(kubeconfig)?, quiet()).await?;
     let faulty = kubeconfig_via(kubeconfig, via)?;
     let o = options([&faulty, kubeconfig], [vec![], vec![]], false);
     let Some(mut r) = Replicated::start("fault-outage", o).await? else {
@@ -284,6 +335,17 @@ async fn an_api_outage_after_hand_outs_keeps_the_pods_slots() -> Result<()> {
     // The fault's length, not a wait for a condition: 8 s without the API server.
     tokio::time::sleep(Duration::from_secs(8)).await;
     stats.hang.store(false, Ordering::SeqCst);
+    // The fault happened: a settle write of the cut-off replica failed.
+    let failed = r.hosts[0]
+        .metric_with(
+            "workloadspread_host_reservations_total",
+            "event=\"SettleFailed\"",
+        )
+        .await?;
+    ensure!(
+        failed >= 1.0,
+        "no settle of the cut-off replica failed: the outage did not hit a settle"
+    );
     wait_pods(&r.ns, 15).await?;
     placeholders_older_than(&api, PLACEHOLDER_TTL_SECONDS + 2).await?;
     scale(&deployments, 40).await?;
@@ -298,7 +360,7 @@ async fn an_api_outage_after_hand_outs_keeps_the_pods_slots() -> Result<()> {
     )
     .await?;
     eprintln!(
-        "  proxy: {} connections hung",
+        "  proxy: {} connections hung; placeholders whose settle failed: {failed}",
         stats.hung.load(Ordering::Relaxed)
     );
     r.configs.delete().await
@@ -312,13 +374,7 @@ async fn an_api_outage_after_hand_outs_keeps_the_pods_slots() -> Result<()> {
 #[tokio::test]
 async fn slow_writes_leave_reserved_slots_usable() -> Result<()> {
     let kubeconfig = cluster()?.kubeconfig();
-    let quiet = Faults {
-        delay: Duration::ZERO,
-        reset_every: 0,
-        reset_after: Duration::ZERO,
-        ..Faults::default()
-    };
-    let (via, stats) = fault_proxy(api_server_addr(kubeconfig)?, quiet).await?;
+    let (via, stats) = fault_proxy(api_server_addr(kubeconfig)?, quiet()).await?;
     let faulty = kubeconfig_via(kubeconfig, via)?;
     let o = options([&faulty, kubeconfig], [vec![], vec![]], true);
     let Some(r) = Replicated::start("fault-slow-write", o).await? else {
@@ -335,9 +391,19 @@ async fn slow_writes_leave_reserved_slots_usable() -> Result<()> {
             "event=\"Reserved\"",
         )
         .await?;
+    let unanswered = r.hosts[0]
+        .metric("workloadspread_host_counter_unanswered_writes_total")
+        .await?;
+    let left = stats.slow_large.load(Ordering::SeqCst);
     eprintln!(
-        "  slow writes left: {}; placeholders the slowed replica reserved: {reserved}",
-        stats.slow_large.load(Ordering::SeqCst)
+        "  slow writes left: {left}; status writes unanswered in time: {unanswered}; \
+         placeholders the slowed replica reserved: {reserved}"
+    );
+    // The fault happened: both slowed writes went through, at least one was a status
+    // write answered past its timeout, and the replica reserved placeholders.
+    ensure!(
+        left == 0 && unanswered >= 1.0 && reserved >= 1.0,
+        "the slow writes did not hit the replica's status writes"
     );
     r.configs.delete().await
 }
@@ -487,7 +553,13 @@ async fn one_admission_review_sent_to_two_replicas_holds_one_slot() -> Result<()
     .await
     .with_context(|| format!("answers {answers:?}"))?;
     eprintln!("retried review: answers (subset, placeholder) {answers:?}; one creatingPods entry");
-    monitor.finish()?;
+    // Whichever answer the API server uses, the pod lands where its slot is held.
+    ensure!(
+        answers[0].0.is_some() && answers[0].0 == answers[1].0,
+        "the replicas answered different subsets: {answers:?}"
+    );
+    let report = monitor.finish()?;
+    eprintln!("  monitor: {report}");
     r.configs.delete().await
 }
 

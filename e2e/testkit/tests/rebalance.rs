@@ -29,6 +29,9 @@ use workloadspread_testkit::faults::{api_server_addr, fault_proxy, kubeconfig_vi
 use workloadspread_testkit::stack::Stack;
 use workloadspread_testkit::wait_for;
 
+/// How long the events of evictions already made may take to be recorded.
+const SETTLE_EVENTS: Duration = Duration::from_secs(30);
+
 /// A best-effort burst 0 → 60 over a = 10 / b = 10 / c = rest overshoots; rebalancing
 /// brings every subset to plan, a PodDisruptionBudget never violated: first it allows no
 /// disruption (every eviction is refused, retried each interval, nothing moves), then one
@@ -140,14 +143,26 @@ async fn best_effort_burst_is_rebalanced_within_a_disruption_budget() -> Result<
         evicted as usize == surplus,
         "{evicted} evictions for a surplus of {surplus} ({landed:?})"
     );
+    // Each eviction, and each refusal, is an Event on the WorkloadSpread.
+    let recorded = wait_for(
+        "an event per eviction and refusal",
+        SETTLE_EVENTS,
+        || async {
+            let e = events(&stack.ns, "web", "RebalanceEvicted").await?;
+            let r = events(&stack.ns, "web", "RebalanceEvictionRefused").await?;
+            Ok((e == evicted as usize && r >= refused_first as usize).then_some((e, r)))
+        },
+    )
+    .await
+    .with_context(|| format!("{evicted} evicted, {refused} refused"))?;
     left_alone(&stack, &twin_pods, &twin_watch, &twin_landed).await?;
     let names = ["a", "b", "c"];
     eprintln!(
         "rebalance burst 0 → 60 (a=10/b=10/c=rest, best effort, first fit): landed {}, plan {}; \
          {evicted} evictions ({refused_first} refused while the budget allowed none, {refused} \
          in all), on plan {:.1} s after the scale ({:.1} s once the budget allowed one); fewest \
-         healthy pods {:?} of 60 (budget: 59) over {moments} observed moments; twin landed {} \
-         and was left alone",
+         healthy pods {:?} of 60 (budget: 59) over {moments} observed moments; events \
+         (evicted, refused) {recorded:?}; twin landed {} and was left alone",
         shape(&landed, &names),
         shape(&want, &names),
         started.elapsed().as_secs_f64(),

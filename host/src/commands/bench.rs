@@ -23,6 +23,9 @@ pub struct BenchArgs {
     /// Pooling-allocator instance slots, as for `serve` (0 = allocate on demand).
     #[arg(long, default_value_t = 0)]
     pub pool_instances: u32,
+    /// Instances kept between evaluations, as for `serve` (0: a fresh one for each).
+    #[arg(long, default_value_t = 0)]
+    pub reuse_instances: usize,
     /// Answer the policy's reads with whole objects, ignoring its `field_masks` (what a
     /// Kubewarden host older than the masks does), to compare.
     #[arg(long)]
@@ -45,7 +48,10 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         &args.policy_args,
         args.policy.as_ref(),
         &args.cluster_state,
-        args.pool_instances,
+        super::Instances {
+            pool: args.pool_instances,
+            reuse: args.reuse_instances,
+        },
     )?;
     let bench_input = crate::bench::BenchInput {
         engine: &engine,

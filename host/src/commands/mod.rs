@@ -114,7 +114,15 @@ pub fn skewed_now() -> workloadspread_core::Timestamp {
     now() + k8s_openapi::jiff::SignedDuration::from_secs(offset)
 }
 
-pub fn engine_options(args: &PolicyArgs, pool_instances: u32) -> Result<EngineOptions> {
+/// How instances are allocated and kept: pooling-allocator slots (0: on demand) and
+/// idle instances kept between evaluations (0: a fresh one for each).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Instances {
+    pub pool: u32,
+    pub reuse: usize,
+}
+
+pub fn engine_options(args: &PolicyArgs, instances: Instances) -> Result<EngineOptions> {
     if !(args.timeout.is_finite() && args.timeout > 0.0) {
         anyhow::bail!("--timeout must be a positive number of seconds");
     }
@@ -122,8 +130,9 @@ pub fn engine_options(args: &PolicyArgs, pool_instances: u32) -> Result<EngineOp
     Ok(EngineOptions {
         timeout: Duration::from_secs_f64(args.timeout),
         max_memory_bytes: args.max_memory_mib << 20,
-        pool_instances,
+        pool_instances: instances.pool,
         cache_dir,
+        reuse: instances.reuse,
     })
 }
 
@@ -142,7 +151,7 @@ impl Offline {
         policy_args: &PolicyArgs,
         policy: Option<&PathBuf>,
         cluster_state: &[PathBuf],
-        pool_instances: u32,
+        instances: Instances,
     ) -> Result<Self> {
         let input: Value =
             serde_json::from_str(&read_input(request_path)?).context("request is not JSON")?;
@@ -154,7 +163,7 @@ impl Offline {
         Ok(Offline {
             request: crate::run::admission_request(&input)?,
             settings: settings(policy_args)?,
-            engine: PolicyEngine::from_file(&policy, engine_options(policy_args, pool_instances)?)?,
+            engine: PolicyEngine::from_file(&policy, engine_options(policy_args, instances)?)?,
             objects,
         })
     }

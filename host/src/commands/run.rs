@@ -69,7 +69,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         &args.policy_args,
         args.policy.as_ref(),
         &args.cluster_state,
-        0,
+        super::Instances::default(),
     )?;
     let allow = AllowList {
         capabilities: vec![],

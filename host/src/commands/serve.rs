@@ -120,6 +120,11 @@ pub struct ServeArgs {
     /// Pooling-allocator instance slots (0 = allocate on demand).
     #[arg(long, default_value_t = 0)]
     pub pool_instances: u32,
+    /// Policy instances kept idle between evaluations and reused (waPC's model; the policy
+    /// keeps no state between calls): no instantiation per admission. 0 instantiates a
+    /// fresh one for each, as Kubewarden's policy-server does. At most --max-concurrency.
+    #[arg(long, default_value_t = 8)]
+    pub reuse_instances: usize,
     /// CRD whose conversion (v1alpha1 ⇄ v1beta1) this host serves on `/convert`: the host
     /// sets the CRD's conversion strategy to Webhook with its CA (e.g.
     /// workloadspreads.apps.kruise.io). Needs --conversion-url or --conversion-service.
@@ -338,7 +343,18 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
     }
     let settings = settings(&args.policy_args)?;
     let policy = args.policy.clone().unwrap_or_else(default_policy);
-    let options = engine_options(&args.policy_args, args.pool_instances)?;
+    anyhow::ensure!(
+        args.reuse_instances <= args.max_concurrency,
+        "--reuse-instances {} exceeds --max-concurrency {}: idle instances would hold memory \
+         the concurrency limit does not account for",
+        args.reuse_instances,
+        args.max_concurrency
+    );
+    let instances = super::Instances {
+        pool: args.pool_instances,
+        reuse: args.reuse_instances,
+    };
+    let options = engine_options(&args.policy_args, instances)?;
     let engine = Arc::new(
         tokio::task::spawn_blocking(move || PolicyEngine::from_file(&policy, options)).await??,
     );

@@ -90,6 +90,9 @@ pub enum ReservationEvent {
     StaleSettled,
     /// Stale placeholders no pod names, dropped: their slots freed.
     StaleDropped,
+    /// Handed-out placeholders whose settle write failed: kept, and settled by the next
+    /// write (or, given up, by whoever finds them stale).
+    SettleFailed,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -111,6 +114,9 @@ pub struct Metrics {
     pub batch_size: Histogram,
     pub status_writes: Counter,
     pub conflicts: Counter,
+    /// Status writes not answered within the call timeout (they may have landed: the
+    /// object is read again before the next attempt).
+    pub unanswered_writes: Counter,
     /// 1 while the API server does not serve a kind the policy reads.
     pub kind_not_served: Family<KindLabels, Gauge>,
     /// Counter operations dropped because their waiter had given up.
@@ -143,6 +149,7 @@ impl Metrics {
         let batch_size = Histogram::new(exponential_buckets(1.0, 2.0, 10));
         let status_writes = Counter::default();
         let conflicts = Counter::default();
+        let unanswered_writes = Counter::default();
         let kind_not_served = Family::<KindLabels, Gauge>::default();
         let abandoned = Counter::default();
         let unrelated = Counter::default();
@@ -157,6 +164,7 @@ impl Metrics {
             ReservationEvent::Waited,
             ReservationEvent::StaleSettled,
             ReservationEvent::StaleDropped,
+            ReservationEvent::SettleFailed,
         ] {
             reservations
                 .get_or_create(&ReservationLabels { event })
@@ -243,6 +251,11 @@ impl Metrics {
             "Status writes rejected with 409 Conflict (re-read and re-applied)",
             conflicts.clone(),
         );
+        registry.register(
+            "counter_unanswered_writes",
+            "Status writes with no answer within the call timeout (they may have landed: the object is read again)",
+            unanswered_writes.clone(),
+        );
         Metrics {
             registry,
             limits,
@@ -259,6 +272,7 @@ impl Metrics {
             batch_size,
             status_writes,
             conflicts,
+            unanswered_writes,
             kind_not_served,
             abandoned,
         }

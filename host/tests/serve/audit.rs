@@ -22,7 +22,7 @@ async fn audit_annotations_reach_the_audit_log() -> Result<()> {
             "SKIP: no audit log at {} (WS_TEST_KUBECONFIG is another cluster)",
             log.display()
         );
-        return s.configs.delete().await;
+        return s.finish().await;
     }
     ensure!(s.create_pod("fleet-0").await?.as_deref() == Some("a"));
     let ns = s.ns.name().to_string();
@@ -47,5 +47,5 @@ async fn audit_annotations_reach_the_audit_log() -> Result<()> {
         annotations[key("mode")] == "exact" && annotations[key("subset")] == "spread/a",
         "audit annotations {annotations}"
     );
-    s.configs.delete().await
+    s.finish().await
 }

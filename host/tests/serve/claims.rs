@@ -41,7 +41,7 @@ async fn a_recreated_workloadspread_admits_its_pods_at_once() -> Result<()> {
         "{:?}",
         s.creating(0).await?
     );
-    s.configs.delete().await
+    s.finish().await
 }
 
 /// Issue #17 (2): the host's API connection hangs (bytes swallowed, socket open) while a
@@ -91,7 +91,7 @@ async fn a_hung_status_write_does_not_stall_the_queue() -> Result<()> {
         proxy.hung.load(std::sync::atomic::Ordering::Relaxed)
     );
     ensure!(subset.as_deref() == Some("a"), "admitted into {subset:?}");
-    s.configs.delete().await
+    s.finish().await
 }
 
 /// Issue #17 (3): a pod the guest refuses after claiming its slot (subset a's patch cannot
@@ -145,7 +145,7 @@ async fn a_slot_claimed_for_a_refused_pod_is_free_at_once() -> Result<()> {
         },
     )
     .await?;
-    s.configs.delete().await
+    s.finish().await
 }
 
 /// Reserved slots at shutdown: a host stopped with SIGTERM right after admitting pods
@@ -185,5 +185,5 @@ async fn a_stopped_host_gives_its_reserved_slots_back() -> Result<()> {
         left == ["fleet-0", "fleet-1", "fleet-2"],
         "after shutdown subset a holds {left:?}"
     );
-    s.configs.delete().await
+    s.finish().await
 }

@@ -2,7 +2,8 @@
 
 use crate::support::{host_bin, ws_crd};
 use anyhow::{ensure, Result};
-use kube::api::{ApiResource, DynamicObject, PostParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::json;
 use std::time::Duration;
@@ -11,7 +12,10 @@ use workloadspread_testkit::{cluster, wait_for};
 
 /// v1alpha1 manifests keep their node selectors: the host serves the CRD's conversion
 /// (`--conversion-crd`), so an object written as v1alpha1 reads back as v1beta1 with
-/// `requiredNodeSelector` and as v1alpha1 with `requiredNodeSelectorTerm`.
+/// `requiredNodeSelector` and as v1alpha1 with `requiredNodeSelectorTerm`. The CRD asks
+/// cert-manager's cainjector for its CA (`--crd-ca-injection-from`), and a CA bundle
+/// overwritten by a re-applied CRD (issue #30 item 4) is written back by the host:
+/// conversion works again without a restart.
 #[tokio::test]
 async fn v1alpha1_objects_convert_through_the_host() -> Result<()> {
     let Some(policy) = policy_wasm()? else {
@@ -23,6 +27,7 @@ async fn v1alpha1_objects_convert_through_the_host() -> Result<()> {
     ws_crd(&client).await?;
     let crd = "workloadspreads.apps.kruise.io";
     let port = workloadspread_testkit::webhook::free_port()?;
+    let injection = format!("{}/workloadspread-serving", ns.name());
     let args: Vec<String> = [
         "--policy",
         &policy.display().to_string(),
@@ -30,6 +35,8 @@ async fn v1alpha1_objects_convert_through_the_host() -> Result<()> {
         crd,
         "--conversion-url",
         &format!("https://127.0.0.1:{port}/convert"),
+        "--crd-ca-injection-from",
+        &injection,
     ]
     .map(str::to_string)
     .to_vec();
@@ -78,8 +85,34 @@ async fn v1alpha1_objects_convert_through_the_host() -> Result<()> {
         },
     )
     .await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let result = async {
         created?;
+        let annotated = crds.get(crd).await?.metadata.annotations.unwrap_or_default();
+        ensure!(
+            annotated.get("cert-manager.io/inject-ca-from") == Some(&injection),
+            "no cert-manager injection annotation on the CRD: {annotated:?}"
+        );
+        // A GitOps tool re-applies the CRD with a stale CA bundle and no generation.
+        let stale = json!({"metadata": {"annotations": {"workloadspread.io/ca-bundle-generation": null}},
+            "spec": {"conversion": {"webhook": {"clientConfig": {"caBundle": "Zm9v"}}}}});
+        let broken_at = std::time::Instant::now();
+        crds.patch(crd, &PatchParams::default(), &Patch::Merge(&stale))
+            .await?;
+        let restored = wait_for("the CRD's CA bundle written back", Duration::from_secs(30), || async {
+            let now = crds.get(crd).await?;
+            let bundle = now
+                .spec
+                .conversion
+                .and_then(|c| c.webhook)
+                .and_then(|w| w.client_config)
+                .and_then(|c| c.ca_bundle)
+                .map(|b| b.0)
+                .unwrap_or_default();
+            Ok((!bundle.is_empty() && bundle != b"foo").then_some(broken_at.elapsed()))
+        })
+        .await?;
+        eprintln!("re-applied CRD: CA bundle written back after {restored:?}");
         alpha
             .create(&PostParams::default(), &object("legacy")?)
             .await?;
@@ -99,14 +132,9 @@ async fn v1alpha1_objects_convert_through_the_host() -> Result<()> {
     }
     .await;
     // Other tests share the CRD: hand conversion back before the host goes away.
-    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-        Api::all(client.clone());
-    let none = json!({"spec": {"conversion": {"strategy": "None", "webhook": null}}});
-    crds.patch(
-        crd,
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(&none),
-    )
-    .await?;
+    let none = json!({"metadata": {"annotations": {"cert-manager.io/inject-ca-from": null}},
+        "spec": {"conversion": {"strategy": "None", "webhook": null}}});
+    crds.patch(crd, &PatchParams::default(), &Patch::Merge(&none))
+        .await?;
     result
 }

@@ -8,6 +8,7 @@ use kube::Api;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
+use workloadspread_testkit::monitor::Monitor;
 use workloadspread_testkit::webhook::{apply_crd, policy_wasm, HostProcess, WebhookConfigs};
 use workloadspread_testkit::{cluster, unique_name};
 
@@ -73,6 +74,9 @@ pub struct FleetSetup {
     pub configs: WebhookConfigs,
     pub fleet_uid: String,
     pub spreads: Api<DynamicObject>,
+    /// The invariant monitor on `spread` and the fleet (#26 item 8), judged by
+    /// [`FleetSetup::finish`].
+    monitor: Monitor,
 }
 
 impl FleetSetup {
@@ -116,17 +120,28 @@ impl FleetSetup {
             "apiVersion": "burst.workloadspread.test/v1", "kind": "Fleet",
             "metadata": {"name": "fleet"}, "spec": {"replicas": 10}}))?;
         let fleet = fleets.create(&PostParams::default(), &fleet).await?;
-        let spreads = Api::namespaced_with(client, ns.name(), &ws_resource());
+        let spreads = Api::namespaced_with(client.clone(), ns.name(), &ws_resource());
+        let monitor =
+            Monitor::start(client, ns.name(), "spread", fleet_resource(), "fleet").await?;
         let setup = FleetSetup {
             ns,
             host,
             configs,
             fleet_uid: fleet.metadata.uid.context("fleet uid")?,
             spreads,
+            monitor,
         };
         setup.create_spread_with(patch).await?;
         setup.configs.enroll(setup.ns.name()).await?;
         Ok(Some(setup))
+    }
+
+    /// The monitor's verdict (no subset over its maximum at any observed moment), then
+    /// the webhook configurations removed.
+    pub async fn finish(self) -> Result<()> {
+        let report = self.monitor.finish()?;
+        eprintln!("monitor: {report}");
+        self.configs.delete().await
     }
 
     pub fn target() -> Value {

@@ -1,17 +1,29 @@
 use super::*;
 use serde_json::json;
 use std::cell::RefCell;
+use workloadspread_core::fields::FieldSelector;
 use workloadspread_core::masks::Mask;
 
 /// A change to the namespace's objects.
 type Change = fn(&mut Vec<Value>);
 
-/// An in-memory namespace `demo` that honours field masks (or not), records its calls,
-/// and can change its objects at the first GET of a WorkloadSpread (a spread updated,
-/// recreated or deleted between the list and the read).
+/// What a host does with a field selector.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Selectors {
+    Honour,
+    /// Answers every object (a host predating them).
+    Ignore,
+    /// Fails the call.
+    Refuse,
+}
+
+/// An in-memory namespace `demo` that honours field masks and selectors (or not),
+/// records its calls, and can change its objects at the first GET of a WorkloadSpread (a
+/// spread updated, recreated or deleted between the list and the read).
 struct Namespace {
     objects: RefCell<Vec<Value>>,
     honour_masks: bool,
+    selectors: Selectors,
     change_at_get: RefCell<Option<Change>>,
     calls: RefCell<Vec<String>>,
 }
@@ -66,6 +78,37 @@ impl Host for Namespace {
             .collect())
     }
 
+    fn list_fields_json_selected(
+        &self,
+        _: &str,
+        kind: &str,
+        _: &str,
+        field_selector: &str,
+        fields: &[&str],
+    ) -> Result<Vec<u8>, HostError> {
+        self.calls
+            .borrow_mut()
+            .push(format!("list {kind} where {field_selector}"));
+        let selector = match self.selectors {
+            Selectors::Refuse => {
+                return Err(HostError {
+                    what: "list".into(),
+                    reason: "field selectors are not supported".into(),
+                })
+            }
+            Selectors::Ignore => FieldSelector::default(),
+            Selectors::Honour => FieldSelector::parse(Some(field_selector)).unwrap(),
+        };
+        let mask = Mask::new(if self.honour_masks { fields } else { &[] });
+        let items: Vec<Value> = self
+            .objects_of(kind)
+            .iter()
+            .filter(|o| selector.matches_object(o))
+            .map(|o| mask.apply(o))
+            .collect();
+        Ok(serde_json::to_vec(&json!({ "items": items })).unwrap())
+    }
+
     fn counter(&self, operation: &str, _: &Value) -> Result<Value, HostError> {
         Err(HostError {
             what: operation.into(),
@@ -82,29 +125,39 @@ fn spread(name: &str, deployment: &str) -> Value {
         "status": {"observedGeneration": 1, "subsetStatuses": [{"name": "a", "replicas": 1, "missingReplicas": 1}]}})
 }
 
-/// Position of `web-canary` in [`namespace`].
+/// Position of `canary` in [`namespace`].
 const CANARY: usize = 200;
 
-/// 200 other spreads, then two of Deployment web: `web-canary` (selects track=canary)
+/// 200 other spreads, then two of Deployment web: `canary` (selects track=canary)
 /// and `web`.
 fn namespace() -> Namespace {
     let mut objects: Vec<Value> = (0..CANARY)
         .map(|i| spread(&format!("other-{i}"), &format!("other-{i}")))
         .collect();
-    let mut canary = spread("web-canary", "web");
+    let mut canary = spread("canary", "web");
     canary["spec"]["targetFilter"] = json!({"selector": {"matchLabels": {"track": "canary"}}});
     objects.push(canary);
     objects.push(spread("web", "web"));
     Namespace {
         objects: RefCell::new(objects),
         honour_masks: true,
+        selectors: Selectors::Honour,
         change_at_get: RefCell::new(None),
         calls: RefCell::new(vec![]),
     }
 }
 
-/// A pod of ReplicaSet web-5d (of Deployment web) labelled track=`track`.
+/// A pod of ReplicaSet web-5d (of Deployment web) labelled track=`track`, looked up
+/// with the whole list.
 fn lookup(ns: &Namespace, track: &str) -> Result<Option<WorkloadSpread>, LookupError> {
+    lookup_by(ns, track, SpreadLookup::List)
+}
+
+fn lookup_by(
+    ns: &Namespace,
+    track: &str,
+    how: SpreadLookup,
+) -> Result<Option<WorkloadSpread>, LookupError> {
     let rs = ObjectRef {
         api_version: "apps/v1".into(),
         kind: "ReplicaSet".into(),
@@ -122,18 +175,19 @@ fn lookup(ns: &Namespace, track: &str) -> Result<Option<WorkloadSpread>, LookupE
         }))
     };
     let kinds = WorkloadKinds::default();
-    matching_workloadspread(ns, "demo", &rs, &labels, &kinds, owner_of)
+    matching_workloadspread(ns, "demo", &rs, &labels, &kinds, how, owner_of)
 }
 
 const MASKED_LIST: &str = r#"list WorkloadSpread ["metadata.name", "metadata.deletionTimestamp", "spec.targetRef", "spec.targetFilter"]"#;
 
-/// One masked list, each owner once, one GET of the spread that matched: whole, with
-/// its subsets and status.
+/// One masked list, each owner once and only as far as needed (canary, first by name,
+/// matches through the ReplicaSet's owner), one GET of the spread that matched: whole,
+/// with its subsets and status.
 #[test]
 fn the_matched_spread_is_read_whole_after_a_masked_list() {
     let ns = namespace();
     let ws = lookup(&ns, "canary").unwrap().unwrap();
-    assert_eq!(ws.name(), "web-canary");
+    assert_eq!(ws.name(), "canary");
     assert_eq!(
         serde_json::to_value(&ws).unwrap()["status"],
         ns.objects.borrow()[CANARY]["status"]
@@ -143,8 +197,7 @@ fn the_matched_spread_is_read_whole_after_a_masked_list() {
         [
             MASKED_LIST,
             "owner of ReplicaSet web-5d",
-            "owner of Deployment web",
-            "get WorkloadSpread web-canary"
+            "get WorkloadSpread canary"
         ]
     );
     assert_eq!(lookup(&ns, "stable").unwrap().unwrap().name(), "web");
@@ -155,7 +208,7 @@ fn the_matched_spread_is_read_whole_after_a_masked_list() {
 fn a_host_ignoring_the_mask_finds_the_same_spread() {
     let mut ns = namespace();
     ns.honour_masks = false;
-    assert_eq!(lookup(&ns, "canary").unwrap().unwrap().name(), "web-canary");
+    assert_eq!(lookup(&ns, "canary").unwrap().unwrap().name(), "canary");
     assert_eq!(lookup(&ns, "stable").unwrap().unwrap().name(), "web");
 }
 
@@ -194,9 +247,9 @@ fn a_spread_changed_between_the_two_reads_is_matched_again_whole() {
         (
             "recreated alike",
             |o| o[CANARY]["metadata"]["uid"] = json!("uid-again"),
-            "web-canary",
+            "canary",
             "uid-again",
-            "get WorkloadSpread web-canary",
+            "get WorkloadSpread canary",
         ),
     ];
     for (case, change, name, uid, last_call) in cases {
@@ -208,8 +261,92 @@ fn a_spread_changed_between_the_two_reads_is_matched_again_whole() {
             (name, Some(uid)),
             "{case}"
         );
-        assert_eq!(ns.calls.borrow().last().unwrap(), last_call, "{case}");
+        // The last read: the whole list (the rule ran again), or the GET (taken as read);
+        // owner lookups the second run needed may follow.
+        let calls = ns.calls.borrow();
+        let last_read = calls.iter().rev().find(|c| !c.starts_with("owner of"));
+        assert_eq!(last_read.unwrap(), last_call, "{case}");
     }
+}
+
+/// By target name: the owner chain first, one selected list per name on it, one GET of
+/// the spread that matched; the spreads of other workloads are never listed.
+#[test]
+fn by_target_name_lists_only_the_chains_targets() {
+    let ns = namespace();
+    let ws = lookup_by(&ns, "canary", SpreadLookup::TargetName)
+        .unwrap()
+        .unwrap();
+    assert_eq!(ws.name(), "canary");
+    assert_eq!(
+        *ns.calls.borrow(),
+        [
+            "owner of ReplicaSet web-5d",
+            "owner of Deployment web",
+            "list WorkloadSpread where spec.targetRef.name=web",
+            "list WorkloadSpread where spec.targetRef.name=web-5d",
+            "get WorkloadSpread canary"
+        ]
+    );
+}
+
+/// Both lookups pick the same spread (or none), whatever the host does with the
+/// selector, for pods of each track, with either spread changed between the reads or
+/// gone; a host refusing field selectors is answered by the whole list.
+#[test]
+fn by_target_name_picks_what_the_list_picks() {
+    let changes: [Option<Change>; 4] = [
+        None,
+        Some(|o| o.truncate(CANARY)),
+        Some(|o| {
+            o.remove(CANARY);
+        }),
+        Some(|o| o[CANARY]["spec"]["targetRef"]["name"] = json!("api")),
+    ];
+    for (c, change) in changes.into_iter().enumerate() {
+        for selectors in [Selectors::Honour, Selectors::Ignore, Selectors::Refuse] {
+            for track in ["canary", "stable"] {
+                let picked = |how| {
+                    let mut ns = namespace();
+                    ns.selectors = selectors;
+                    if let Some(change) = change {
+                        change(&mut ns.objects.borrow_mut());
+                    }
+                    let ws = lookup_by(&ns, track, how).unwrap();
+                    let listed_all = ns.calls.borrow().iter().any(|c| c == MASKED_LIST);
+                    (ws.map(|w| w.name().to_string()), listed_all)
+                };
+                let (by_list, _) = picked(SpreadLookup::List);
+                let (by_name, listed_all) = picked(SpreadLookup::TargetName);
+                assert_eq!(by_name, by_list, "change {c}, track {track}");
+                assert_eq!(listed_all, selectors == Selectors::Refuse, "change {c}");
+            }
+        }
+    }
+}
+
+/// The owner chain cannot be looked up: the candidates are every spread, and the rule
+/// meets the failure only where a spread needs that owner, as with the list.
+#[test]
+fn a_failed_owner_lookup_falls_back_to_the_list() {
+    let ns = namespace();
+    let rs = ObjectRef {
+        api_version: "apps/v1".into(),
+        kind: "ReplicaSet".into(),
+        name: "web-5d".into(),
+    };
+    let failing = |_: &ObjectRef| Err(OwnerLookupError::Other("apiserver unavailable".into()));
+    let kinds = WorkloadKinds::default();
+    let labels = Labels::new();
+    let how = SpreadLookup::TargetName;
+    let found = matching_workloadspread(&ns, "demo", &rs, &labels, &kinds, how, failing).unwrap();
+    assert!(found.is_none());
+    assert_eq!(ns.calls.borrow()[0], MASKED_LIST);
+    // A spread of the ReplicaSet itself needs no owner: found through the list.
+    ns.objects.borrow_mut().push(spread("rs-direct", "web-5d"));
+    ns.objects.borrow_mut().last_mut().unwrap()["spec"]["targetRef"]["kind"] = json!("ReplicaSet");
+    let found = matching_workloadspread(&ns, "demo", &rs, &labels, &kinds, how, failing).unwrap();
+    assert_eq!(found.unwrap().name(), "rs-direct");
 }
 
 /// Nothing in the namespace targets the pod's workload: no spread is read whole.

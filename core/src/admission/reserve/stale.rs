@@ -72,9 +72,12 @@ impl Sightings {
 
     /// How long `key` has been seen (zero when never).
     pub fn age(&self, key: &str, now: Timestamp) -> SignedDuration {
-        self.first
-            .get(key)
-            .map_or(SignedDuration::ZERO, |at| now.duration_since(*at))
+        self.seen_for(key, now).unwrap_or(SignedDuration::ZERO)
+    }
+
+    /// How long `key` has been seen; `None` when it never was.
+    pub fn seen_for(&self, key: &str, now: Timestamp) -> Option<SignedDuration> {
+        self.first.get(key).map(|at| now.duration_since(*at))
     }
 
     /// Placeholders remembered.

@@ -53,6 +53,57 @@ fn run_seeing(ws: &WorkloadSpread, pods: &[Pod], view: PlaceholderView<'_>) -> R
     }
 }
 
+/// #26 item 4: a pod's claim is aged from when this controller first saw it, on its own
+/// clock, not by the host's stamp: a host whose clock is behind (its stamp looks old)
+/// cannot make the controller drop a claim whose pod may still be on its way, and one
+/// whose clock is ahead (a stamp in the future) does not keep a claim past its window.
+/// With no sighting (an offline reconcile), the stamp decides, as before.
+#[test]
+fn claims_are_aged_by_this_controllers_sightings_whatever_the_hosts_clock() {
+    use crate::admission::reserve::stale::Sightings;
+    // (what, the host's stamp relative to now (− behind), seen this long ago or never,
+    // kept)
+    let cases: [(&str, i64, Option<i64>, bool); 6] = [
+        ("stamp 40 s old, seen 10 s ago: kept", -40, Some(10), true),
+        ("stamp 35 s old, seen just now: kept", -35, Some(0), true),
+        (
+            "stamp 5 s ahead, seen 31 s ago: expired",
+            5,
+            Some(31),
+            false,
+        ),
+        (
+            "stamp 10 s old, seen 31 s ago: expired",
+            -10,
+            Some(31),
+            false,
+        ),
+        ("never seen, stamp 10 s old: kept", -10, None, true),
+        ("never seen, stamp 31 s old: expired", -31, None, false),
+    ];
+    for (what, stamp, seen, kept) in cases {
+        let at = (now() + stamp.seconds()).to_string();
+        let w = ws(
+            one_subset(json!(5)),
+            status_with(json!({"test-pod-9": at}), json!({})),
+        );
+        let mut sightings = Sightings::default();
+        if let Some(ago) = seen {
+            sightings.observe_creating(w.status.as_ref().unwrap(), now() - ago.seconds());
+        }
+        let view = PlaceholderView {
+            sightings: &sightings,
+            now: now(),
+        };
+        let r = run_seeing(&w, &[], view);
+        let a = r.subset("subset-a");
+        assert_eq!(a.creating_pods.contains_key("test-pod-9"), kept, "{what}");
+        assert_eq!(a.missing_replicas, if kept { 4 } else { 5 }, "{what}");
+        let failed = r.out.events.iter().any(|e| e.reason == "CreatePodFailed");
+        assert_eq!(failed, !kept, "{what}: {:?}", r.out.events);
+    }
+}
+
 /// #26 items 1, 4, 5, 7: the controller ages a placeholder from when it first saw it (a
 /// stamp an hour old from a host whose clock is behind expires nothing) and expires it
 /// only after the drop window (a pod admitted into it may still be on its way); a pod

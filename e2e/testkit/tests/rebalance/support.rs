@@ -198,14 +198,19 @@ pub async fn evictions(stack: &Stack) -> Result<(u64, u64)> {
     Ok((count("evicted"), count("refused")))
 }
 
-/// Events with `reason` recorded on WorkloadSpread `name`.
+/// Occurrences of events with `reason` recorded on WorkloadSpread `name`: repeats are
+/// folded into one Event's series by the recorder, so each counts its series' count.
 pub async fn events(ns: &TestNamespace, name: &str, reason: &str) -> Result<usize> {
     let list = ns.api::<Event>().list(&ListParams::default()).await?.items;
     Ok(list
         .iter()
         .filter(|e| e.involved_object.name.as_deref() == Some(name))
         .filter(|e| e.reason.as_deref() == Some(reason))
-        .count())
+        .map(|e| {
+            let series = e.series.as_ref().and_then(|s| s.count);
+            usize::try_from(series.unwrap_or(1)).unwrap_or(1).max(1)
+        })
+        .sum())
 }
 
 /// The twin was left alone: the same pods as when it settled, still where they were,

@@ -1,7 +1,7 @@
 //! Subset options: `minReplicas` served first, preferred-only subsets adopting pods.
 
 use crate::common::*;
-use crate::support::{create_deployment, create_ws, expect, planned};
+use crate::support::{create_deployment, create_ws, expect, monitor, planned};
 use anyhow::{ensure, Result};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Patch, PatchParams};
@@ -23,6 +23,7 @@ async fn min_replicas_are_served_first() -> Result<()> {
     b["minReplicas"] = json!(2);
     let spec = json!({"targetRef": target("Deployment"), "subsets": [a, b, zone("c", "zone-c", Value::Null)]});
     let ws = create_ws(&stack, spec.clone()).await?;
+    let monitor = monitor(&stack.ns).await?;
     let plan = planned(&spec, &[4, 10])?;
     ensure!(
         plan[0] == expect(&[("a", 2), ("b", 2)]),
@@ -41,6 +42,7 @@ async fn min_replicas_are_served_first() -> Result<()> {
         plan[1]
     );
     status_matches(&ws, &counts(&pods)).await?;
+    monitor.finish()?;
     stack.finish().await
 }
 
@@ -65,6 +67,7 @@ async fn preferred_only_subsets_adopt_existing_pods() -> Result<()> {
     let spec = json!({"targetRef": target("Deployment"),
         "subsets": [pref("a", 20, 10, json!(3)), pref("b", 10, 20, Value::Null)]});
     let ws = create_ws(&stack, spec).await?;
+    let monitor = monitor(&stack.ns).await?;
     let adopted = wait_for("3 pods adopted into b with cost 100", SETTLE, || async {
         let pods = live_pods(&stack.ns).await?;
         let ok = pods.len() == 3
@@ -83,5 +86,6 @@ async fn preferred_only_subsets_adopt_existing_pods() -> Result<()> {
         Ok(pods.iter().all(|p| cost_of(p) == Some(-200)).then_some(()))
     })
     .await?;
+    monitor.finish()?;
     stack.finish().await
 }

@@ -184,7 +184,17 @@ pub async fn scale_in(stack: &Stack, before: &[Pod], replicas: usize) -> Result<
     Ok(after)
 }
 
+/// The invariant monitor on WorkloadSpread `web` and Deployment `web`.
 pub async fn monitor(ns: &TestNamespace) -> Result<Monitor> {
-    let deployments = ApiResource::erase::<Deployment>(&());
-    Monitor::start(ns.client(), ns.name(), "web", deployments, "web").await
+    monitor_of::<Deployment>(ns).await
+}
+
+/// The invariant monitor on WorkloadSpread `web` and the workload of kind `K` named
+/// `web` (which may not exist yet).
+pub async fn monitor_of<K>(ns: &TestNamespace) -> Result<Monitor>
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    let workload = ApiResource::erase::<K>(&());
+    Monitor::start(ns.client(), ns.name(), "web", workload, "web").await
 }

@@ -3,7 +3,8 @@
 
 use crate::common::*;
 use crate::support::{
-    costs_settle, create_deployment, create_ws, expect, missing, planned, planned_costs, scale_in,
+    costs_settle, create_deployment, create_ws, expect, missing, monitor, monitor_of, planned,
+    planned_costs, scale_in,
 };
 use anyhow::{ensure, Context, Result};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
@@ -29,6 +30,7 @@ async fn two_zones_three_each_then_a_rolling_update() -> Result<()> {
     let spec = json!({"targetRef": target("Deployment"),
         "subsets": [zone("a", "zone-a", json!(3)), zone("b", "zone-b", json!(3))]});
     let ws = create_ws(&stack, spec.clone()).await?;
+    let monitor = monitor(&stack.ns).await?;
     create_deployment(&stack, 6, json!({})).await?;
     let pods = settled(&stack.ns, 6).await?;
     ensure!(
@@ -105,6 +107,7 @@ async fn two_zones_three_each_then_a_rolling_update() -> Result<()> {
     })
     .await
     .with_context(|| format!("last status {status}"))?;
+    monitor.finish()?;
     stack.finish().await
 }
 
@@ -170,6 +173,7 @@ async fn elastic_two_then_unlimited() -> Result<()> {
     let spec = json!({"targetRef": target("Deployment"),
         "subsets": [zone("a", "zone-a", json!(2)), zone("b", "zone-b", Value::Null)]});
     let ws = create_ws(&stack, spec.clone()).await?;
+    let monitor = monitor(&stack.ns).await?;
     let plan = planned(&spec, &[2, 6])?;
     create_deployment(&stack, 2, json!({})).await?;
     let pods = settled(&stack.ns, 2).await?;
@@ -192,6 +196,7 @@ async fn elastic_two_then_unlimited() -> Result<()> {
         counts(&pods)
     );
     status_matches(&ws, &counts(&pods)).await?;
+    monitor.finish()?;
     stack.finish().await
 }
 
@@ -213,6 +218,8 @@ async fn single_subset_with_a_priority_class_patch() -> Result<()> {
     classes.create(&PostParams::default(), &pc).await?;
     let spec = json!({"targetRef": target("Deployment"), "subsets": [{"name": "only", "maxReplicas": 2,
         "patch": {"spec": {"priorityClassName": class}}}]});
+    // No invariant monitor here: the controller adopts the 4 pods admitted outside the
+    // subset into it (§4.4), so it holds 6 over its maximum of 2 by design.
     let ws = create_ws(&stack, spec.clone()).await?;
     create_deployment(&stack, 6, json!({})).await?;
     let pods = settled(&stack.ns, 6).await?;
@@ -253,6 +260,7 @@ async fn statefulset_fills_subsets_by_ordinal() -> Result<()> {
     let spec = json!({"targetRef": target("StatefulSet"), "subsets": [
         zone("a", "zone-a", json!(2)), zone("b", "zone-b", json!(2)), zone("c", "zone-c", Value::Null)]});
     let ws = create_ws(&stack, spec).await?;
+    let monitor = monitor_of::<StatefulSet>(&stack.ns).await?;
     let sts: StatefulSet = serde_json::from_value(json!({"metadata": {"name": "web"},
         "spec": {"replicas": 5, "serviceName": "web", "selector": {"matchLabels": {"app": "web"}},
             "template": pod_template(json!({}))}}))?;
@@ -282,6 +290,7 @@ async fn statefulset_fills_subsets_by_ordinal() -> Result<()> {
     .into();
     ensure!(by_pod == want, "{by_pod:?}");
     status_matches(&ws, &counts(&pods)).await?;
+    monitor.finish()?;
     stack.finish().await
 }
 
@@ -294,6 +303,7 @@ async fn job_pods_are_spread() -> Result<()> {
     let spec = json!({"targetRef": target("Job"),
         "subsets": [zone("a", "zone-a", json!(1)), zone("b", "zone-b", Value::Null)]});
     let ws = create_ws(&stack, spec).await?;
+    let monitor = monitor_of::<Job>(&stack.ns).await?;
     let job: Job = serde_json::from_value(json!({"metadata": {"name": "web"},
         "spec": {"parallelism": 4, "completions": 4, "template": {"metadata": {"labels": {"app": "web"}},
             "spec": {"restartPolicy": "Never", "containers": [{"name": "web", "image": "busybox"}]}}}}))?;
@@ -309,5 +319,6 @@ async fn job_pods_are_spread() -> Result<()> {
         counts(&pods)
     );
     status_matches(&ws, &counts(&pods)).await?;
+    monitor.finish()?;
     stack.finish().await
 }

@@ -160,6 +160,7 @@ impl Committer {
             let write = api.replace_status(name, &params, &updated);
             let Ok(written) = tokio::time::timeout(budget, write).await else {
                 // It may have landed: the next attempt reads the object again.
+                self.metrics.unanswered_writes.inc();
                 failure = Failure::Other(format!(
                     "writing WorkloadSpread {name} status: no answer in {budget:?}"
                 ));
@@ -406,6 +407,8 @@ impl Committer {
                 Work::Reserve { slot, keys, .. } => shared.pool.reserve_failed(slot, keys.clone()),
                 Work::Settle(done) if gone => shared.pool.settled(done),
                 Work::Settle(done) => {
+                    self.metrics
+                        .reservation(ReservationEvent::SettleFailed, done.len());
                     shared
                         .pool
                         .settle_failed(done, Instant::now(), SETTLE_GIVE_UP)

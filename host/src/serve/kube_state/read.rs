@@ -2,6 +2,7 @@
 
 use super::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use workloadspread_core::fields::FieldSelector;
 
 impl KubeCapabilities {
     pub(super) fn read(&self, operation: &str, payload: &[u8]) -> Result<Vec<u8>, String> {
@@ -25,6 +26,7 @@ impl KubeCapabilities {
                 KubeRead::List {
                     namespace,
                     label_selector,
+                    field_selector,
                     ..
                 },
                 Some(r),
@@ -33,7 +35,7 @@ impl KubeCapabilities {
                     &store,
                     &r.resource,
                     namespace.as_deref(),
-                    label_selector.as_deref(),
+                    (label_selector.as_deref(), field_selector.as_deref()),
                     &mask,
                 )?,
                 None => masked_list(
@@ -45,8 +47,9 @@ impl KubeCapabilities {
                         namespace.as_deref(),
                         label_selector.as_deref(),
                     )?,
+                    field_selector.as_deref(),
                     &mask,
-                ),
+                )?,
             },
             (
                 KubeRead::Get {
@@ -61,14 +64,16 @@ impl KubeCapabilities {
                 KubeRead::List {
                     namespace,
                     label_selector,
+                    field_selector,
                     ..
                 },
                 None,
             ) => match self.discover(api_version, kind)? {
                 Some(r) => masked_list(
                     self.live_list(&r, namespace.as_deref(), label_selector.as_deref())?,
+                    field_selector.as_deref(),
                     &mask,
-                ),
+                )?,
                 None => {
                     json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}, "items": []})
                 }
@@ -181,14 +186,19 @@ impl KubeCapabilities {
     }
 }
 
+/// The cached objects `(label selector, field selector)` select, masked. The field
+/// selector is applied here, from the cache, for any field (the API server would need the
+/// CRD to declare it selectable): one scan of the namespace's objects, no copy of what
+/// it drops.
 fn list(
     store: &Store<DynamicObject>,
     resource: &ApiResource,
     namespace: Option<&str>,
-    selector: Option<&str>,
+    (labels, fields): (Option<&str>, Option<&str>),
     mask: &Mask,
 ) -> Result<Value, String> {
-    let selector = crate::state::parse_selector(selector)?;
+    let selector = crate::state::parse_selector(labels)?;
+    let fields = FieldSelector::parse(fields)?;
     let items: Vec<Value> = store
         .state()
         .iter()
@@ -199,6 +209,7 @@ fn list(
                 s.matches(|k| labels.get(k).map(String::as_str))
             })
         })
+        .filter(|o| fields.is_empty() || fields.matches(|path| field_of(o, path)))
         .map(|o| masked(o, resource, mask))
         .collect();
     let (api_version, kind) = (&resource.api_version, &resource.kind);
@@ -267,13 +278,26 @@ fn masked_metadata(meta: &ObjectMeta, keep: &Mask) -> Value {
 }
 
 /// Every item of a List pruned to `mask`.
-fn masked_list(mut list: Value, mask: &Mask) -> Value {
+/// A live list's items `fields` selects, masked.
+fn masked_list(mut list: Value, fields: Option<&str>, mask: &Mask) -> Result<Value, String> {
+    let fields = FieldSelector::parse(fields)?;
     if let Some(items) = list["items"].as_array_mut() {
+        items.retain(|item| fields.matches_object(item));
         for item in items {
             *item = mask.apply(item);
         }
     }
-    list
+    Ok(list)
+}
+
+/// The string at a dotted path of a cached object (its metadata's name and namespace,
+/// or a path into its data).
+fn field_of<'a>(o: &'a DynamicObject, path: &str) -> Option<&'a str> {
+    match path {
+        "metadata.name" => o.metadata.name.as_deref(),
+        "metadata.namespace" => o.metadata.namespace.as_deref(),
+        _ => workloadspread_core::fields::at_path(&o.data, path),
+    }
 }
 
 /// Objects from list/watch carry no apiVersion/kind; the policy expects them.
