@@ -120,11 +120,11 @@ async fn status_shows_a_spread_on_plan_and_off_plan() -> Result<()> {
         table.contains("on plan") && table.contains("next removed on scale-in"),
         "{table}"
     );
-    // a's maximum lowered to 10 % (1 of 6) under its 2 pods, and subset c removed under
-    // its pod: off plan, a over its maximum, one pod outside every subset (the plan puts
-    // 2 there: 1 in a, 3 in b).
-    let lower = json!({"spec": {"subsets": [zone("a", "zone-a", json!("10%")),
-        zone("b", "zone-b", json!("50%"))]}});
+    // a's maximum lowered to 1 under its 2 pods, b's set to the 3 it holds, and subset c
+    // removed under its pod: off plan, a over its maximum, one pod outside every subset
+    // (the plan puts 2 there: 1 in a, 3 in b).
+    let lower = json!({"spec": {"subsets": [zone("a", "zone-a", json!(1)),
+        zone("b", "zone-b", json!(3))]}});
     spreads
         .patch("web", &PatchParams::default(), &Patch::Merge(&lower))
         .await?;

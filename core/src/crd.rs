@@ -66,12 +66,16 @@ pub fn workloadspread_crd() -> Result<CustomResourceDefinition, String> {
     // Same order as the reference CRD (oldest first).
     crd.spec.versions.sort_by(|a, b| a.name.cmp(&b.name));
     for version in &mut crd.spec.versions {
-        // WorkloadSpreads can be listed by their target's name (`fieldSelector=
+        // v1beta1 WorkloadSpreads can be listed by their target's name (`fieldSelector=
         // spec.targetRef.name=web`): how the policy finds a pod's candidates without
-        // listing every spread of the namespace (`spreadLookup: target-name`).
-        version.selectable_fields = Some(vec![SelectableField {
-            json_path: format!(".{}", crate::workload::TARGET_NAME_FIELD),
-        }]);
+        // listing every spread of the namespace (`spreadLookup: target-name`). Only on the
+        // version the policy reads: the same list on every version is moved to the spec's
+        // top level by the API server, where it is refused without a top-level schema.
+        if version.name == "v1beta1" {
+            version.selectable_fields = Some(vec![SelectableField {
+                json_path: format!(".{}", crate::workload::TARGET_NAME_FIELD),
+            }]);
+        }
         let Some(schema) = version
             .schema
             .as_mut()

@@ -52,6 +52,15 @@ impl FieldSelector {
         self.requirements.is_empty()
     }
 
+    /// The value when the selector is exactly one equality on `path` (what an index on
+    /// that field answers alone).
+    pub fn equality_on(&self, path: &str) -> Option<&str> {
+        match self.requirements.as_slice() {
+            [r] if r.equal && r.path == path => Some(&r.value),
+            _ => None,
+        }
+    }
+
     /// Whether the object whose field at a dotted path `field` gives holds every
     /// requirement (`None`: the object lacks the field).
     pub fn matches<'a>(&self, field: impl Fn(&str) -> Option<&'a str>) -> bool {
@@ -177,6 +186,16 @@ mod tests {
             let s = FieldSelector::parse(Some(text)).unwrap();
             assert_eq!(s.matches_object(&ws), selects, "{text}");
         }
+    }
+
+    #[test]
+    fn one_equality_is_what_an_index_answers() {
+        let one = |t: &str| FieldSelector::parse(Some(t)).unwrap();
+        assert_eq!(one("spec.x=a").equality_on("spec.x"), Some("a"));
+        assert_eq!(one("spec.x==a").equality_on("spec.x"), Some("a"));
+        assert_eq!(one("spec.x!=a").equality_on("spec.x"), None);
+        assert_eq!(one("spec.x=a,spec.y=b").equality_on("spec.x"), None);
+        assert_eq!(one("spec.y=a").equality_on("spec.x"), None);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use workloadspread_core::counter;
 use workloadspread_core::fields::FieldSelector;
 use workloadspread_core::hostcall;
 use workloadspread_core::manifests::objects_from_yaml;
-use workloadspread_core::workload::parse_group;
+use workloadspread_core::workload::{parse_group, TARGET_NAME_FIELD};
 use workloadspread_core::Timestamp;
 
 /// Objects loaded from YAML/JSON files (multi-document, `kind: List` and
@@ -127,7 +127,7 @@ impl ClusterState {
                 // Written straight from the stored objects: nothing pruned is copied.
                 let items: Vec<_> = self
                     .index
-                    .positions(api_version, kind, namespace.as_deref())
+                    .selectable(api_version, kind, namespace.as_deref(), &fields)
                     .map(|i| &objects[i])
                     .filter(|o| selector.as_ref().is_none_or(|s| s.matches_value(o)))
                     .filter(|o| fields.matches_object(o))
@@ -279,6 +279,9 @@ struct Index(HashMap<(String, String), BTreeMap<String, Positions>>);
 struct Positions {
     all: Vec<usize>,
     by_name: HashMap<String, usize>,
+    /// By `spec.targetRef.name` (a WorkloadSpread's target), in file order: what a
+    /// `spec.targetRef.name=X` field selector answers without looking at the others.
+    by_target: HashMap<String, Vec<usize>>,
 }
 
 fn group_of(api_version: &str) -> &str {
@@ -301,8 +304,33 @@ impl Index {
             if let Some(name) = o["metadata"]["name"].as_str() {
                 positions.by_name.entry(name.to_string()).or_insert(i);
             }
+            if let Some(target) = workloadspread_core::fields::at_path(o, TARGET_NAME_FIELD) {
+                positions
+                    .by_target
+                    .entry(target.to_string())
+                    .or_default()
+                    .push(i);
+            }
         }
         Index(index)
+    }
+
+    /// Positions of the objects a list with `fields` may select: those whose target is
+    /// named so when the selector is one equality on it, else every one of the kind.
+    fn selectable<'a>(
+        &'a self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&'a str>,
+        fields: &'a FieldSelector,
+    ) -> Box<dyn Iterator<Item = usize> + 'a> {
+        match fields.equality_on(TARGET_NAME_FIELD) {
+            Some(target) => Box::new(
+                self.namespaces(api_version, kind, namespace)
+                    .flat_map(move |p| p.by_target.get(target).into_iter().flatten().copied()),
+            ),
+            None => Box::new(self.positions(api_version, kind, namespace)),
+        }
     }
 
     /// The namespaces' positions of a kind (any version of its group), `namespace` or
@@ -468,5 +496,46 @@ mod loading_tests {
             serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c"}]}})
         );
         assert_eq!(answer(true), pod);
+    }
+
+    /// Field selectors select as core's rule does: through the target index for one
+    /// equality on `spec.targetRef.name`, by a scan for anything else; in file order.
+    #[test]
+    fn lists_honour_field_selectors() {
+        let ws = |name: &str, ns: &str, target: &str| {
+            serde_json::json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target}}})
+        };
+        let objects = vec![
+            ws("b", "ns", "web"),
+            ws("a", "ns", "api"),
+            ws("c", "ns", "web"),
+            ws("d", "other", "web"),
+        ];
+        let state = ClusterState::new(objects, AllowList::default(), false, crate::now());
+        let names = |selector: &str| -> Vec<String> {
+            let request = serde_json::json!({"api_version": "apps.kruise.io/v1beta1",
+                "kind": "WorkloadSpread", "namespace": "ns", "field_selector": selector});
+            let bytes = state
+                .read(
+                    "list_resources_by_namespace",
+                    request.to_string().as_bytes(),
+                )
+                .unwrap();
+            let list: Value = serde_json::from_slice(&bytes).unwrap();
+            list["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(names("spec.targetRef.name=web"), ["b", "c"]);
+        assert_eq!(names("spec.targetRef.name==api"), ["a"]);
+        assert_eq!(names("spec.targetRef.name=nothing"), Vec::<String>::new());
+        assert_eq!(names("spec.targetRef.name!=web"), ["a"]);
+        assert_eq!(names("spec.targetRef.name=web,metadata.name=c"), ["c"]);
+        assert_eq!(names(""), ["b", "a", "c"]);
     }
 }

@@ -17,6 +17,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::SignedDuration;
 use std::collections::BTreeSet;
 
+/// The clock difference between a host and this controller that a claim's stamp is
+/// trusted within: a claim stamped longer ago than the creating window plus this is gone
+/// even if this controller has only just seen it.
+pub const CLAIM_CLOCK_MARGIN: SignedDuration = SignedDuration::from_secs(30);
+
 /// What the controller knows of the placeholders of the WorkloadSpread it reconciles.
 #[derive(Clone, Copy, Debug)]
 pub struct PlaceholderView<'a> {
@@ -229,23 +234,24 @@ impl<'a> StatusCalc<'a> {
         (!left.is_negative()).then_some(left)
     }
 
-    /// Time left for a pod's claim `key` stamped `at`: measured from when this controller
-    /// first saw it, on its own clock, when it has (that is never earlier than the claim
-    /// was written, so a host's clock behind this one cannot expire it early); by the
-    /// host's stamp only for a reconcile with no history (offline).
+    /// Time left for a pod's claim `key` stamped `at`. With a sighting (the controller),
+    /// the claim goes once this controller has seen it for the creating window, on its
+    /// own clock (never earlier than the claim was written: a host whose clock is behind
+    /// cannot make it go early), or once its stamp is older than the window plus
+    /// [`CLAIM_CLOCK_MARGIN`] (a claim left from before this controller started, whatever
+    /// a host's clock within the margin). Without one (offline), by the stamp.
     fn claim_left(&self, key: &str, at: &Time) -> Option<SignedDuration> {
         let window = self.options.creating_window;
-        match self
+        let seen = self
             .placeholders
             .sightings
-            .seen_for(key, self.placeholders.now)
-        {
-            Some(seen) => {
-                let left = window - seen;
-                (!left.is_negative()).then_some(left)
-            }
-            None => self.remaining(at, window),
-        }
+            .seen_for(key, self.placeholders.now);
+        let Some(seen) = seen else {
+            return self.remaining(at, window);
+        };
+        let by_stamp = window + CLAIM_CLOCK_MARGIN - self.now.duration_since(at.0);
+        let left = (window - seen).min(by_stamp);
+        (!left.is_negative()).then_some(left)
     }
 
     fn track_creating(&mut self, status: &mut WorkloadSpreadSubsetStatus, key: &str, at: Time) {

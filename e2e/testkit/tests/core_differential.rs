@@ -275,7 +275,7 @@ async fn generated_crd_is_accepted_and_enforced() -> Result<()> {
 /// `workloadspread_core::fields` (how the bundled host answers field selectors from its
 /// cache) against the API server's own field selection on the CRD's selectable fields:
 /// the same WorkloadSpreads for every selector of the table — equality, inequality, both
-/// forms of `=`, several requirements, escapes, a target without a name.
+/// forms of `=`, several requirements, escapes, an empty value.
 #[tokio::test]
 async fn field_selectors_select_what_the_api_server_selects() -> Result<()> {
     use kube::api::ListParams;
@@ -296,19 +296,16 @@ async fn field_selectors_select_what_the_api_server_selects() -> Result<()> {
     let gvk = GroupVersionKind::gvk("apps.kruise.io", "v1beta1", "WorkloadSpread");
     let api: Api<DynamicObject> =
         Api::namespaced_with(client, ns.name(), &ApiResource::from_gvk(&gvk));
-    // (name, target name; None: a targetRef without one is refused, so no targetRef)
-    let spreads: [(&str, Option<&str>); 5] = [
-        ("web", Some("web")),
-        ("web-canary", Some("web")),
-        ("api", Some("api")),
-        ("odd", Some("a-b.c")),
-        ("untargeted", None),
+    // (name, target name; targetRef is required)
+    let spreads: [(&str, &str); 4] = [
+        ("web", "web"),
+        ("web-canary", "web"),
+        ("api", "api"),
+        ("odd", "a-b.c"),
     ];
     for (name, target) in spreads {
-        let mut spec = json!({"subsets": [{"name": "a"}]});
-        if let Some(t) = target {
-            spec["targetRef"] = json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": t});
-        }
+        let spec = json!({"subsets": [{"name": "a"}],
+            "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target}});
         let ws: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
             "metadata": {"name": name}, "spec": spec}))?;

@@ -366,25 +366,23 @@ async fn an_api_outage_after_hand_outs_keeps_the_pods_slots() -> Result<()> {
     r.configs.delete().await
 }
 
-/// #26 item 3: one replica's first two writes (its first claim, then its first block
-/// of placeholders) land but are answered only after 2.1 s, past its 2 s call timeout.
-/// The block it then finds landed is aged by its stamp in the status: handed out while
-/// young, given back when not — never held unusable while claims spill past it. The
-/// burst ends exactly on a = 10, b = 10.
+/// #26 item 3: one replica's first write that reserves placeholders lands, but its answer
+/// comes 2.1 s late, past the 2 s call timeout (`--late-reserve-answers 1`: the fault
+/// injected where it is meant to be; a proxy cannot tell a reserve write in TLS). The block
+/// it then finds landed is aged by its stamp in the status: handed out while young, given
+/// back when not — never held unusable while claims spill past it. The burst ends exactly
+/// on a = 10, b = 10.
 #[tokio::test]
 async fn slow_writes_leave_reserved_slots_usable() -> Result<()> {
     let kubeconfig = cluster()?.kubeconfig();
-    let (via, stats) = fault_proxy(api_server_addr(kubeconfig)?, quiet()).await?;
-    let faulty = kubeconfig_via(kubeconfig, via)?;
-    let o = options([&faulty, kubeconfig], [vec![], vec![]], true);
+    let late = vec!["--late-reserve-answers".to_string(), "1".to_string()];
+    let o = options([kubeconfig, kubeconfig], [late, vec![]], true);
     let Some(r) = Replicated::start("fault-slow-write", o).await? else {
         return Ok(());
     };
     let (api, monitor) = setup(&r).await?;
-    stats.slow_large_ms.store(2100, Ordering::SeqCst);
-    stats.slow_large.store(2, Ordering::SeqCst);
     scale(&r.ns.api::<Deployment>(), 40).await?;
-    finish(&r, &api, monitor, 40, "two writes 2.1 s slow").await?;
+    finish(&r, &api, monitor, 40, "a reserve write answered 2.1 s late").await?;
     let reserved = r.hosts[0]
         .metric_with(
             "workloadspread_host_reservations_total",
@@ -394,16 +392,14 @@ async fn slow_writes_leave_reserved_slots_usable() -> Result<()> {
     let unanswered = r.hosts[0]
         .metric("workloadspread_host_counter_unanswered_writes_total")
         .await?;
-    let left = stats.slow_large.load(Ordering::SeqCst);
     eprintln!(
-        "  slow writes left: {left}; status writes unanswered in time: {unanswered}; \
-         placeholders the slowed replica reserved: {reserved}"
+        "  reserve writes answered too late: {unanswered}; placeholders the slowed replica \
+         reserved: {reserved}"
     );
-    // The fault happened: both slowed writes went through, at least one was a status
-    // write answered past its timeout, and the replica reserved placeholders.
+    // The fault happened: the replica's reserve write was answered past its timeout.
     ensure!(
-        left == 0 && unanswered >= 1.0 && reserved >= 1.0,
-        "the slow writes did not hit the replica's status writes"
+        unanswered >= 1.0,
+        "no reserve write of the slowed replica timed out (it reserved {reserved})"
     );
     r.configs.delete().await
 }

@@ -160,6 +160,10 @@ pub struct ServeArgs {
     /// (a machine whose clock is off; nothing compares stamps across machines).
     #[arg(long, default_value_t = 0, hide = true, allow_hyphen_values = true)]
     pub clock_offset_seconds: i64,
+    /// Fault tests only: the first N status writes that reserve placeholders land but are
+    /// answered 2.1 s late, past the 2 s call timeout.
+    #[arg(long, default_value_t = 0, hide = true)]
+    pub late_reserve_answers: u32,
 }
 
 pub fn serve(args: ServeArgs) -> Result<()> {
@@ -324,6 +328,7 @@ pub fn policy_metadata(path: Option<&PathBuf>, module: &std::path::Path) -> Resu
 
 async fn serve_main(args: ServeArgs) -> Result<()> {
     super::set_clock_offset(args.clock_offset_seconds);
+    crate::serve::commit::set_late_reserve_answers(args.late_reserve_answers);
     let worst = crate::serve::limits::worst_case_mib(
         args.max_concurrency,
         args.policy_args.max_memory_mib,

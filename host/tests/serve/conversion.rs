@@ -2,6 +2,7 @@
 
 use crate::support::{host_bin, ws_crd};
 use anyhow::{ensure, Result};
+use base64::Engine as _;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Api;
@@ -93,9 +94,11 @@ async fn v1alpha1_objects_convert_through_the_host() -> Result<()> {
             annotated.get("cert-manager.io/inject-ca-from") == Some(&injection),
             "no cert-manager injection annotation on the CRD: {annotated:?}"
         );
-        // A GitOps tool re-applies the CRD with a stale CA bundle and no generation.
+        // A GitOps tool re-applies the CRD with a stale CA bundle (a valid one: the API
+        // server's own CA, which signed no certificate of the host) and no generation.
+        let stale_bundle = api_server_ca(cluster.kubeconfig())?;
         let stale = json!({"metadata": {"annotations": {"workloadspread.io/ca-bundle-generation": null}},
-            "spec": {"conversion": {"webhook": {"clientConfig": {"caBundle": "Zm9v"}}}}});
+            "spec": {"conversion": {"webhook": {"clientConfig": {"caBundle": stale_bundle}}}}});
         let broken_at = std::time::Instant::now();
         crds.patch(crd, &PatchParams::default(), &Patch::Merge(&stale))
             .await?;
@@ -109,7 +112,8 @@ async fn v1alpha1_objects_convert_through_the_host() -> Result<()> {
                 .and_then(|c| c.ca_bundle)
                 .map(|b| b.0)
                 .unwrap_or_default();
-            Ok((!bundle.is_empty() && bundle != b"foo").then_some(broken_at.elapsed()))
+            let stale = base64::engine::general_purpose::STANDARD.encode(&bundle) == stale_bundle;
+            Ok((!bundle.is_empty() && !stale).then_some(broken_at.elapsed()))
         })
         .await?;
         eprintln!("re-applied CRD: CA bundle written back after {restored:?}");
@@ -137,4 +141,21 @@ async fn v1alpha1_objects_convert_through_the_host() -> Result<()> {
     crds.patch(crd, &PatchParams::default(), &Patch::Merge(&none))
         .await?;
     result
+}
+
+/// The API server's CA (base64 PEM, as a caBundle) from a kubeconfig: its
+/// `certificate-authority-data`, or the file `certificate-authority` names.
+fn api_server_ca(kubeconfig: &std::path::Path) -> Result<String> {
+    let text = std::fs::read_to_string(kubeconfig)?;
+    let field = |key: &str| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(key))
+            .map(|v| v.trim().to_string())
+    };
+    if let Some(data) = field("certificate-authority-data:") {
+        return Ok(data);
+    }
+    let path = field("certificate-authority:")
+        .ok_or_else(|| anyhow::anyhow!("no certificate authority in {}", kubeconfig.display()))?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(std::fs::read(path)?))
 }

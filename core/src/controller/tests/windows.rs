@@ -54,32 +54,25 @@ fn run_seeing(ws: &WorkloadSpread, pods: &[Pod], view: PlaceholderView<'_>) -> R
 }
 
 /// #26 item 4: a pod's claim is aged from when this controller first saw it, on its own
-/// clock, not by the host's stamp: a host whose clock is behind (its stamp looks old)
-/// cannot make the controller drop a claim whose pod may still be on its way, and one
-/// whose clock is ahead (a stamp in the future) does not keep a claim past its window.
-/// With no sighting (an offline reconcile), the stamp decides, as before.
+/// clock: a host whose clock is behind (its stamp looks old) cannot make the controller
+/// drop a claim whose pod may still be on its way, and one whose clock is ahead (a stamp
+/// in the future) does not keep a claim past its window. A stamp older than the window
+/// plus the clock margin (30 s) is gone at once (a claim from before a restart). With no
+/// sighting (an offline reconcile), the stamp decides, as before.
 #[test]
 fn claims_are_aged_by_this_controllers_sightings_whatever_the_hosts_clock() {
     use crate::admission::reserve::stale::Sightings;
     // (what, the host's stamp relative to now (− behind), seen this long ago or never,
     // kept)
-    let cases: [(&str, i64, Option<i64>, bool); 6] = [
+    let cases: [(&str, i64, Option<i64>, bool); 8] = [
         ("stamp 40 s old, seen 10 s ago: kept", -40, Some(10), true),
         ("stamp 35 s old, seen just now: kept", -35, Some(0), true),
-        (
-            "stamp 5 s ahead, seen 31 s ago: expired",
-            5,
-            Some(31),
-            false,
-        ),
-        (
-            "stamp 10 s old, seen 31 s ago: expired",
-            -10,
-            Some(31),
-            false,
-        ),
+        ("stamp 59 s old, seen just now: kept", -59, Some(0), true),
+        ("stamp 61 s old, seen just now: gone", -61, Some(0), false),
+        ("stamp 5 s ahead, seen 31 s ago: gone", 5, Some(31), false),
+        ("stamp 10 s old, seen 31 s ago: gone", -10, Some(31), false),
         ("never seen, stamp 10 s old: kept", -10, None, true),
-        ("never seen, stamp 31 s old: expired", -31, None, false),
+        ("never seen, stamp 31 s old: gone", -31, None, false),
     ];
     for (what, stamp, seen, kept) in cases {
         let at = (now() + stamp.seconds()).to_string();

@@ -157,7 +157,15 @@ impl Committer {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let budget = left.min(CALL_TIMEOUT);
             let params = PostParams::default();
-            let write = api.replace_status(name, &params, &updated);
+            let reserves = batch.iter().any(|p| matches!(p.work, Work::Reserve { .. }));
+            let late = reserves && super::late_reserve_answer();
+            let write = async {
+                let written = api.replace_status(name, &params, &updated).await;
+                if late {
+                    tokio::time::sleep(super::LATE_ANSWER).await;
+                }
+                written
+            };
             let Ok(written) = tokio::time::timeout(budget, write).await else {
                 // It may have landed: the next attempt reads the object again.
                 self.metrics.unanswered_writes.inc();

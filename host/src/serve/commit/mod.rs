@@ -75,6 +75,26 @@ const _: () = assert!(
         && MAX_WAIT.as_millis() < ANSWER_BUDGET.as_millis()
 );
 
+/// Fault tests only (`serve --late-reserve-answers N`): the next N status writes that
+/// reserve placeholders land, but their answers come [`LATE_ANSWER`] late, past the call
+/// timeout — a slow API server or network, deterministically.
+static LATE_RESERVE_ANSWERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+/// How late such an answer comes: past [`CALL_TIMEOUT`].
+const LATE_ANSWER: Duration = Duration::from_millis(2100);
+
+/// Sets how many reserve writes are answered late (fault tests).
+pub fn set_late_reserve_answers(n: u32) {
+    LATE_RESERVE_ANSWERS.store(n, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether this reserve write's answer is to come late (takes one of the faults left).
+fn late_reserve_answer() -> bool {
+    use std::sync::atomic::Ordering;
+    LATE_RESERVE_ANSWERS
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+        .is_ok()
+}
+
 /// A counter operation from the policy.
 #[derive(Clone, Debug)]
 pub enum Op {

@@ -53,6 +53,8 @@ struct Reflected {
     resource: ApiResource,
     namespaced: bool,
     cache: Cache,
+    /// WorkloadSpreads by target name (`targets`), for lists selected by it.
+    targets: Option<Arc<targets::TargetIndex>>,
 }
 
 /// Where a kind's objects are cached.
@@ -186,9 +188,10 @@ impl KubeCapabilities {
         let is_workloadspread = api_version == workloadspread_core::api::v1beta1::API_VERSION
             && kind == workloadspread_core::api::KIND;
         let namespaced = caps.scope == Scope::Namespaced;
+        let targets = is_workloadspread.then(Arc::<targets::TargetIndex>::default);
         let cache = if is_workloadspread || !namespaced {
             let api = Api::all_with(self.client.clone(), &resource);
-            let (store, _) = spawn_reflector(api, resource.clone());
+            let (store, _) = spawn_reflector(api, resource.clone(), targets.clone());
             if let (true, Some(c)) = (is_workloadspread, &self.committer) {
                 c.use_reflector(store.clone());
             }
@@ -200,6 +203,7 @@ impl KubeCapabilities {
             resource,
             namespaced,
             cache,
+            targets,
         };
         self.write_reflected()
             .insert((api_version.to_string(), kind.to_string()), reflected);
@@ -378,9 +382,11 @@ fn gvk(api_version: &str, kind: &str) -> GroupVersionKind {
     GroupVersionKind::gvk(group, version, kind)
 }
 
+/// A watch of `api` into a cache; `targets`, when given, follows its events too.
 fn spawn_reflector(
     api: Api<DynamicObject>,
     resource: ApiResource,
+    targets: Option<Arc<targets::TargetIndex>>,
 ) -> (Store<DynamicObject>, tokio::task::AbortHandle) {
     let writer = reflector::store::Writer::new(resource.clone());
     let store = writer.as_reader();
@@ -388,6 +394,12 @@ fn spawn_reflector(
         .default_backoff()
         // Nobody reads managedFields; on big clusters they are most of the memory.
         .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
+        .map(move |event| {
+            if let (Ok(e), Some(t)) = (&event, &targets) {
+                t.apply(e);
+            }
+            event
+        })
         .reflect(writer)
         .applied_objects();
     let kind = resource.kind.clone();
@@ -404,3 +416,4 @@ fn spawn_reflector(
 
 mod namespaces;
 mod read;
+mod targets;

@@ -3,6 +3,7 @@
 use super::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use workloadspread_core::fields::FieldSelector;
+use workloadspread_core::workload::TARGET_NAME_FIELD;
 
 impl KubeCapabilities {
     pub(super) fn read(&self, operation: &str, payload: &[u8]) -> Result<Vec<u8>, String> {
@@ -33,7 +34,7 @@ impl KubeCapabilities {
             ) => match store_for(r, namespace.as_deref()) {
                 Some(store) => list(
                     &store,
-                    &r.resource,
+                    r,
                     namespace.as_deref(),
                     (label_selector.as_deref(), field_selector.as_deref()),
                     &mask,
@@ -192,15 +193,29 @@ impl KubeCapabilities {
 /// it drops.
 fn list(
     store: &Store<DynamicObject>,
-    resource: &ApiResource,
+    r: &Reflected,
     namespace: Option<&str>,
     (labels, fields): (Option<&str>, Option<&str>),
     mask: &Mask,
 ) -> Result<Value, String> {
+    let resource = &r.resource;
     let selector = crate::state::parse_selector(labels)?;
     let fields = FieldSelector::parse(fields)?;
-    let items: Vec<Value> = store
-        .state()
+    // One equality on a WorkloadSpread's target name: the few objects the index names.
+    let indexed = match (&r.targets, namespace, fields.equality_on(TARGET_NAME_FIELD)) {
+        (Some(index), Some(ns), Some(target)) => Some(
+            index
+                .names(ns, target)
+                .into_iter()
+                .filter_map(|name| {
+                    store.get(&ObjectRef::new_with(&name, resource.clone()).within(ns))
+                })
+                .collect::<Vec<_>>(),
+        ),
+        _ => None,
+    };
+    let candidates = indexed.unwrap_or_else(|| store.state());
+    let items: Vec<Value> = candidates
         .iter()
         .filter(|o| namespace.is_none_or(|ns| o.namespace().as_deref() == Some(ns)))
         .filter(|o| {
