@@ -29,6 +29,18 @@ pub fn pod_template(extra: Value) -> Value {
     json!({"metadata": {"labels": {"app": "web"}}, "spec": spec})
 }
 
+/// Deployment `web` (pods labelled app=web, [`pod_template`]) with `replicas`.
+pub async fn create_web_deployment(ns: &TestNamespace, replicas: i32) -> Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let d: Deployment = serde_json::from_value(json!({"metadata": {"name": "web"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+            "template": pod_template(json!({}))}}))?;
+    ns.api::<Deployment>()
+        .create(&kube::api::PostParams::default(), &d)
+        .await?;
+    Ok(())
+}
+
 pub async fn scale<K>(api: &Api<K>, replicas: i32) -> Result<()>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,

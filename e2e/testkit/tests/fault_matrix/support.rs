@@ -41,11 +41,7 @@ pub fn deployment_resource() -> ApiResource {
 pub async fn setup(r: &Replicated) -> Result<(Api<DynamicObject>, Monitor)> {
     let api: Api<DynamicObject> = Api::namespaced_with(r.ns.client(), r.ns.name(), &ws_resource());
     create_ws(&api).await?;
-    let d: Deployment = serde_json::from_value(json!({"metadata": {"name": "web"},
-        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}}, "template": pod_template(json!({}))}}))?;
-    r.ns.api::<Deployment>()
-        .create(&PostParams::default(), &d)
-        .await?;
+    create_web_deployment(&r.ns, 0).await?;
     for host in &r.hosts {
         host.wait_sees_workloadspread(r.ns.name(), "web", &target("Deployment"))
             .await?;

@@ -43,11 +43,7 @@ async fn burst_setup(r: &Replicated) -> Result<(Api<DynamicObject>, Monitor)> {
         "spec": {"targetRef": target("Deployment"), "subsets": [
             zone("a", "zone-a", json!(100)), zone("b", "zone-b", json!(100)), zone("c", "zone-c", Value::Null)]}}))?;
     api.create(&PostParams::default(), &ws).await?;
-    let d: Deployment = serde_json::from_value(json!({"metadata": {"name": "web"},
-        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}}, "template": pod_template(json!({}))}}))?;
-    r.ns.api::<Deployment>()
-        .create(&PostParams::default(), &d)
-        .await?;
+    create_web_deployment(&r.ns, 0).await?;
     // Both hosts must list the WorkloadSpread before the burst (the Deployment they read
     // live on a cache miss).
     for host in &r.hosts {
