@@ -146,6 +146,8 @@ struct State {
     replicas: i64,
     /// A scale-in's replicas, until the pods are down to it.
     scaling_in: Option<i64>,
+    /// The highest replicas seen (the report's maxima are for it).
+    peak_replicas: i64,
     /// Active pods by name → (version, subset).
     pods: BTreeMap<String, (String, String)>,
     report: Report,
@@ -192,6 +194,7 @@ impl State {
     }
 
     fn workload_replicas(&mut self, replicas: i64) {
+        self.peak_replicas = self.peak_replicas.max(replicas);
         if replicas >= self.replicas {
             self.replicas = replicas;
             self.scaling_in = None;
@@ -364,7 +367,7 @@ impl Monitor {
         report.maxima = s
             .maxima
             .iter()
-            .filter_map(|(n, m)| Some((n.clone(), m.at(s.replicas)?)))
+            .filter_map(|(n, m)| Some((n.clone(), m.at(s.peak_replicas.max(s.replicas))?)))
             .collect();
         report
     }
