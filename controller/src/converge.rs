@@ -18,7 +18,8 @@ use workloadspread_core::controller::ReconcileOutput;
 
 /// What the reconcile read.
 pub struct Inputs {
-    /// The namespace's pods (from the cache).
+    /// The namespace's pods in the pending flow (labelled pending, or stamped), from the
+    /// cache: all that is read of the namespace's pods after the status write.
     pub namespace_pods: Vec<Pod>,
     /// The workload's pods and replicas.
     pub view: WorkloadView,

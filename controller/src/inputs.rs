@@ -37,11 +37,11 @@ pub enum InputError {
 ///
 /// `workload` is the target (`None` when it does not exist), `replica_sets` the
 /// namespace's ReplicaSets (used for Deployments), `pods` the namespace's pods.
-pub fn workload_view(
+pub fn workload_view<P: std::borrow::Borrow<Pod>>(
     ws: &WorkloadSpread,
     workload: Option<&Value>,
     replica_sets: &[Value],
-    pods: &[Pod],
+    pods: &[P],
     kinds: &WorkloadKinds,
     versioned: &VersionedKinds,
 ) -> Result<WorkloadView, InputError> {
@@ -67,6 +67,7 @@ pub fn workload_view(
     let owners = owner_uids(workload, replica_sets);
     let pods = pods
         .iter()
+        .map(std::borrow::Borrow::borrow)
         .filter(|p| controller_uid(p).is_some_and(|uid| owners.contains(uid)))
         .cloned()
         .collect();

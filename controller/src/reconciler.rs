@@ -422,13 +422,21 @@ async fn compute(
     } else {
         vec![]
     };
-    // The namespace's own cache: no scan of other namespaces' pods.
-    let pods: Vec<Pod> = pods.state().iter().map(|p| Pod::clone(p)).collect();
+    // The namespace's own cache: no scan of other namespaces' pods, and no copy of them
+    // but the workload's (the view) and those in the pending flow (read after the status
+    // write). A copy of every pod per reconcile cost 137 ms and hundreds of MB with 1 000
+    // WorkloadSpreads of 10 pods in one namespace.
+    let cached = pods.state();
+    let pods: Vec<Pod> = cached
+        .iter()
+        .filter(|p| workloadspread_core::controller::pending::in_pending_flow(p))
+        .map(|p| Pod::clone(p))
+        .collect();
     let view = workload_view(
         ws,
         workload.as_ref(),
         &replica_sets,
-        &pods,
+        &cached,
         &ctx.kinds,
         &ctx.versioned,
     )?;

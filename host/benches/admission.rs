@@ -37,8 +37,8 @@ use std::time::{Duration, Instant};
 use workloadspread_testkit::api_writes::Writes;
 use workloadspread_testkit::measure::{sum_metric, HistogramReading, Percentiles};
 use workloadspread_testkit::webhook::{
-    apply_crd, fleet_crd, fleet_pod, fleet_settings, free_port, policy_wasm, ControllerProcess,
-    HostProcess, WebhookConfigs,
+    apply_crd, bundled_fleet_settings, fleet_crd, fleet_pod, free_port, policy_wasm,
+    ControllerProcess, HostProcess, WebhookConfigs,
 };
 use workloadspread_testkit::{cluster, unique_name, wait_for, TestNamespace, KWOK_FROZEN_LABEL};
 
@@ -222,7 +222,7 @@ async fn start_admission(policy: &Path, ns: &TestNamespace, webhook: Webhook) ->
         "--policy".into(),
         policy.display().to_string(),
         "--settings-json".into(),
-        fleet_settings().to_string(),
+        bundled_fleet_settings().to_string(),
         "--batch-window-ms".into(),
         window_ms.to_string(),
         "--max-batch".into(),

@@ -19,8 +19,8 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use workloadspread_testkit::webhook::{
-    apply_crd, fleet_crd, fleet_pod, fleet_settings, free_port, policy_wasm, ControllerProcess,
-    HostProcess, WebhookConfigs,
+    apply_crd, bundled_fleet_settings, fleet_crd, fleet_pod, free_port, policy_wasm,
+    ControllerProcess, HostProcess, WebhookConfigs,
 };
 use workloadspread_testkit::{cluster, unique_name, wait_for, TestNamespace};
 
@@ -255,7 +255,7 @@ async fn main() -> Result<()> {
         "--policy".into(),
         policy.display().to_string(),
         "--settings-json".into(),
-        fleet_settings().to_string(),
+        bundled_fleet_settings().to_string(),
         "--webhook-config".into(),
         name,
     ];

@@ -72,28 +72,18 @@ fn fresh_state(input: &BenchInput<'_>) -> Arc<ClusterState> {
     )
 }
 
-/// The state an iteration reads: one shared by all when nothing writes to it (no
-/// counter), else a fresh copy (claims write the WorkloadSpread's status). Building and
-/// dropping a copy is never timed, on either side: with thousands of pods it costs more
-/// than the evaluation, and it churns the allocator for the next one.
-fn state_for(input: &BenchInput<'_>, shared: &Option<Arc<ClusterState>>) -> Arc<ClusterState> {
-    shared.clone().unwrap_or_else(|| fresh_state(input))
-}
-
-fn shared_state(input: &BenchInput<'_>) -> Option<Arc<ClusterState>> {
-    (!input.counter).then(|| fresh_state(input))
-}
-
-/// The policy module in wasmtime (fresh instance per evaluation, as `serve`).
+/// The policy module in wasmtime (its instances as the engine's options say).
 pub fn wasm(input: &BenchInput<'_>) -> Summary {
-    let shared = shared_state(input);
+    // One state for every iteration; what an iteration's claims wrote is put back after
+    // it, untimed, so each sees the same state (a new state per iteration cost more than
+    // the evaluation with thousands of objects, and evicted the caches it then read).
+    let state = fresh_state(input);
     let mut samples = Vec::with_capacity(input.iterations);
     for _ in 0..input.iterations {
-        let state = state_for(input, &shared);
         let started = Instant::now();
         let _ = crate::run::evaluate(input.engine, input.request, input.settings, state.clone());
         samples.push(started.elapsed());
-        drop(state);
+        state.undo_writes(input.objects);
     }
     Summary::of(samples)
 }
@@ -102,14 +92,16 @@ pub fn wasm(input: &BenchInput<'_>) -> Summary {
 /// encoded, `validate` on the bytes, the answer decoded and the patch computed, with the
 /// same host capabilities. Only instantiation and the guest/host boundary differ.
 pub fn native(input: &BenchInput<'_>) -> Summary {
-    let shared = shared_state(input);
+    // One state for every iteration; what an iteration's claims wrote is put back after
+    // it, untimed, so each sees the same state (a new state per iteration cost more than
+    // the evaluation with thousands of objects, and evicted the caches it then read).
+    let state = fresh_state(input);
     let mut samples = Vec::with_capacity(input.iterations);
     for _ in 0..input.iterations {
-        let state = state_for(input, &shared);
         let started = Instant::now();
         let _ = native_evaluate(input, state.clone());
         samples.push(started.elapsed());
-        drop(state);
+        state.undo_writes(input.objects);
     }
     Summary::of(samples)
 }

@@ -3,7 +3,7 @@
 use crate::host::Host;
 use crate::lookup::{candidate_answers, merged_targets};
 use crate::outcome::Outcome;
-use crate::settings::Settings;
+use crate::settings::{Settings, SpreadLookup};
 use serde_json::Value;
 use workloadspread_core::api::{v1alpha1, v1beta1};
 use workloadspread_core::field::{aggregate, FieldError};
@@ -54,7 +54,7 @@ pub fn validate(
         Ok(others) => others,
         Err(e) => return Outcome::reject(FieldError::internal("", e).to_string(), 500),
     };
-    let template = workload_template(host, &ws, &namespace);
+    let template = workload_template(host, &ws, &namespace, settings.spread_lookup);
     let kinds = settings.workload_kinds();
     let ctx = ValidationContext {
         workload_template: template.as_ref(),
@@ -105,6 +105,7 @@ fn workload_template(
     host: &dyn Host,
     ws: &v1beta1::WorkloadSpread,
     namespace: &str,
+    lookup: SpreadLookup,
 ) -> Option<Value> {
     let target = ws.spec.target_ref.as_ref()?;
     if target.kind.is_empty() || target.name.is_empty() {
@@ -120,18 +121,20 @@ fn workload_template(
     // its workload, and Kubewarden's policy-server logs every GET of a missing object as
     // an error (with a backtrace). One list per kind and namespace is one long-lived
     // cache there; its items are pruned to their names, so a namespace of a thousand
-    // workloads is not copied to find one.
-    let exists = host
-        .list_fields(
-            api_version,
-            &target.kind,
-            namespace,
-            None,
-            WORKLOAD_NAME_FIELDS,
-        )
-        .ok()?
-        .iter()
-        .any(|o| o["metadata"]["name"] == target.name.as_str());
+    // workloads is not copied to find one. A host answering field selectors from its
+    // cache (`target-name`) answers a missing object with a code, not a log line: a GET.
+    let exists = lookup == SpreadLookup::TargetName
+        || host
+            .list_fields(
+                api_version,
+                &target.kind,
+                namespace,
+                None,
+                WORKLOAD_NAME_FIELDS,
+            )
+            .ok()?
+            .iter()
+            .any(|o| o["metadata"]["name"] == target.name.as_str());
     if !exists {
         return None;
     }

@@ -12,7 +12,7 @@ use workloadspread_core::workload::parse_group;
 use workloadspread_core::Timestamp;
 use workloadspread_policy::host::{Host, HostError};
 use workloadspread_policy::outcome::{Outcome, AUDIT_LOOKUP_FAILURE, AUDIT_MODE, AUDIT_SUBSET};
-use workloadspread_policy::settings::{LookupFailure, Mode};
+use workloadspread_policy::settings::{LookupFailure, Mode, SpreadLookup};
 use workloadspread_policy::{evaluate, Settings};
 
 fn test_data(path: &str) -> PathBuf {
@@ -393,32 +393,36 @@ fn delete_and_eviction_release_the_slot() {
     }
 }
 
+/// The same answers whichever way WorkloadSpreads are looked up (a host without field
+/// selectors answers the target-name lookup with the whole list; the target workload is
+/// read by a GET).
 #[test]
 fn workloadspread_validation() {
+    for lookup in [SpreadLookup::List, SpreadLookup::TargetName] {
+        validation_with(Settings {
+            spread_lookup: lookup,
+            ..Settings::default()
+        });
+    }
+}
+
+fn validation_with(base: Settings) {
     let cluster = FakeCluster::load(true);
     let converting = Settings {
         conversion_webhook: true,
-        ..Settings::default()
+        ..base.clone()
     };
     assert_eq!(
         run("workloadspread-create-valid.json", &converting, &cluster),
         Outcome::accept()
     );
     assert_eq!(
-        run(
-            "workloadspread-create-valid-v1beta1.json",
-            &Settings::default(),
-            &cluster
-        ),
+        run("workloadspread-create-valid-v1beta1.json", &base, &cluster),
         Outcome::accept()
     );
     // Issue #17 (11): without a conversion webhook the API server would prune the v1alpha1
     // node selector terms: refused, saying what to do.
-    match run(
-        "workloadspread-create-valid.json",
-        &Settings::default(),
-        &cluster,
-    ) {
+    match run("workloadspread-create-valid.json", &base, &cluster) {
         Outcome::Reject { message, code } => {
             assert_eq!(code, 400);
             assert!(
@@ -432,11 +436,7 @@ fn workloadspread_validation() {
             panic!("a v1alpha1 object with terms and no conversion must be refused: {other:?}")
         }
     }
-    match run(
-        "workloadspread-create-invalid.json",
-        &Settings::default(),
-        &cluster,
-    ) {
+    match run("workloadspread-create-invalid.json", &base, &cluster) {
         Outcome::Reject { message, code } => {
             assert_eq!(code, 400);
             for want in [

@@ -157,7 +157,7 @@ pub fn plan_pending(input: &PendingInput<'_>) -> PendingPlan {
 
 /// Whether `pod` is in the pending label's flow (labelled pending, or stamped): its
 /// label changes follow the status write, and its cost goes in the same patch.
-fn in_pending_flow(pod: &Pod) -> bool {
+pub fn in_pending_flow(pod: &Pod) -> bool {
     let labelled = pod
         .metadata
         .labels

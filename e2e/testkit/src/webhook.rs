@@ -554,6 +554,14 @@ pub fn fleet_settings() -> Value {
         {"group": "burst.workloadspread.test", "kind": "Fleet", "replicasPath": "spec.replicas"}]})
 }
 
+/// [`fleet_settings`] as the chart gives the bundled host (`spreadLookup: target-name`):
+/// what the benchmarks measure.
+pub fn bundled_fleet_settings() -> Value {
+    let mut settings = fleet_settings();
+    settings["spreadLookup"] = json!("target-name");
+    settings
+}
+
 /// A pod owned by Fleet `uid`.
 pub fn fleet_pod(name: &str, fleet_uid: &str) -> k8s_openapi::api::core::v1::Pod {
     fleet_pod_of(name, "fleet", fleet_uid)
