@@ -117,9 +117,22 @@ async fn v1alpha1_objects_convert_through_the_host() -> Result<()> {
         })
         .await?;
         eprintln!("re-applied CRD: CA bundle written back after {restored:?}");
-        alpha
-            .create(&PostParams::default(), &object("legacy")?)
-            .await?;
+        // The API server reloads the CRD's conversion client asynchronously: until it has
+        // the written-back bundle, a conversion still fails TLS. Bounded retry, then the
+        // time it took is reported.
+        let working = wait_for(
+            "conversion to work again with the written-back bundle",
+            Duration::from_secs(30),
+            || async {
+                match alpha.create(&PostParams::default(), &object("legacy")?).await {
+                    Ok(_) => Ok(Some(broken_at.elapsed())),
+                    Err(kube::Error::Api(e)) if e.code == 500 => Ok(None),
+                    Err(e) => Err(e.into()),
+                }
+            },
+        )
+        .await?;
+        eprintln!("re-applied CRD: conversion works again after {working:?}");
         let as_beta = beta.get("legacy").await?;
         ensure!(
             as_beta.data["spec"]["subsets"][0]["requiredNodeSelector"] == term,
