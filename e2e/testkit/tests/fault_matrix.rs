@@ -40,7 +40,7 @@ async fn a_killed_hosts_handed_out_placeholders_keep_their_pods_slots() -> Resul
     let kubeconfig = cluster()?.kubeconfig();
     let (via, stats) = fault_proxy(api_server_addr(kubeconfig)?, quiet()).await?;
     let faulty = kubeconfig_via(kubeconfig, via)?;
-    let o = options([&faulty, kubeconfig], [vec![], vec![]], false);
+    let o = options([&faulty, kubeconfig], [slow_settles(), vec![]], false);
     let Some(mut r) = Replicated::start("fault-kill-handed", o).await? else {
         return Ok(());
     };
@@ -107,8 +107,8 @@ async fn a_killed_hosts_handed_out_placeholders_keep_their_pods_slots() -> Resul
     r.configs.delete().await
 }
 
-/// #26 item 1b: the API server is out of reach for 8 s for one replica right after it
-/// hands placeholders out (its settle write fails), with no controller. The settle is
+/// #26 item 1b: the API server is out of reach for one replica from its first hand-out
+/// until its settle write has failed (at least 8 s), with no controller. The settle is
 /// retried when the API is back, and the other replica settles what it finds stale:
 /// the pods keep their slots.
 #[tokio::test]
@@ -116,28 +116,44 @@ async fn an_api_outage_after_hand_outs_keeps_the_pods_slots() -> Result<()> {
     let kubeconfig = cluster()?.kubeconfig();
     let (via, stats) = fault_proxy(api_server_addr(kubeconfig)?, quiet()).await?;
     let faulty = kubeconfig_via(kubeconfig, via)?;
-    let o = options([&faulty, kubeconfig], [vec![], vec![]], false);
+    let o = options([&faulty, kubeconfig], [slow_settles(), vec![]], false);
     let Some(mut r) = Replicated::start("fault-outage", o).await? else {
         return Ok(());
     };
     let (api, monitor) = setup(&r).await?;
     let deployments = r.ns.api::<Deployment>();
     scale(&deployments, 15).await?;
+    let cut = r.hosts[0].holder().await?;
     first_hand_out(&r, 0).await?;
+    let outage = std::time::Instant::now();
     stats.hang.store(true, Ordering::SeqCst);
-    // The fault's length, not a wait for a condition: 8 s without the API server.
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // The outage lasts until the cut-off replica's settle write has failed (it comes
+    // SLOW_SETTLE_MS after the hand-out, inside the outage), and at least 8 s.
+    let unsettled = unsettled_hand_outs(&api, &r.ns, &cut).await?;
+    let failed = wait_for(
+        "a settle write of the cut-off replica to fail",
+        Duration::from_secs(30),
+        || async {
+            let failed = r.hosts[0]
+                .metric_with(
+                    "workloadspread_host_reservations_total",
+                    "event=\"SettleFailed\"",
+                )
+                .await?;
+            Ok((failed >= 1.0).then_some(failed))
+        },
+    )
+    .await
+    .with_context(|| {
+        format!("the outage hit no settle (handed out, unsettled when it began: {unsettled:?})")
+    })?;
+    if let Some(rest) = Duration::from_secs(8).checked_sub(outage.elapsed()) {
+        tokio::time::sleep(rest).await;
+    }
     stats.hang.store(false, Ordering::SeqCst);
-    // The fault happened: a settle write of the cut-off replica failed.
-    let failed = r.hosts[0]
-        .metric_with(
-            "workloadspread_host_reservations_total",
-            "event=\"SettleFailed\"",
-        )
-        .await?;
-    ensure!(
-        failed >= 1.0,
-        "no settle of the cut-off replica failed: the outage did not hit a settle"
+    eprintln!(
+        "  outage of {:?}; handed out, unsettled when it began: {unsettled:?}",
+        outage.elapsed()
     );
     wait_pods(&r.ns, 15).await?;
     placeholders_older_than(&api, PLACEHOLDER_TTL_SECONDS + 2).await?;

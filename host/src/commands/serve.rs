@@ -164,6 +164,10 @@ pub struct ServeArgs {
     /// answered 2.1 s late, past the 2 s call timeout.
     #[arg(long, default_value_t = 0, hide = true)]
     pub late_reserve_answers: u32,
+    /// Fault tests only: how long handed-out placeholders wait for their settle write
+    /// (a slow host; a fault then surely lands between a hand-out and its settle).
+    #[arg(long, default_value_t = 1000, hide = true)]
+    pub settle_delay_ms: u64,
 }
 
 pub fn serve(args: ServeArgs) -> Result<()> {
@@ -329,6 +333,7 @@ pub fn policy_metadata(path: Option<&PathBuf>, module: &std::path::Path) -> Resu
 async fn serve_main(args: ServeArgs) -> Result<()> {
     super::set_clock_offset(args.clock_offset_seconds);
     crate::serve::commit::set_late_reserve_answers(args.late_reserve_answers);
+    crate::serve::commit::set_settle_delay(args.settle_delay_ms);
     let worst = crate::serve::limits::worst_case_mib(
         args.max_concurrency,
         args.policy_args.max_memory_mib,

@@ -126,6 +126,15 @@ pub async fn ghost_claims(api: &Api<DynamicObject>, ns: &TestNamespace) -> Resul
     Ok(ghosts.len())
 }
 
+/// Arguments for a replica whose settles come [`SLOW_SETTLE_MS`] after a hand-out (the
+/// host's hidden fault flag; 1 s by default): a fault switched on at its first hand-out
+/// then lands before the settle even on a loaded machine. (At 1 s, CI once saw the settle
+/// land before the test's metric poll switched the fault on.)
+pub fn slow_settles() -> Vec<String> {
+    vec!["--settle-delay-ms".to_string(), SLOW_SETTLE_MS.to_string()]
+}
+pub const SLOW_SETTLE_MS: u64 = 3000;
+
 /// Waits until host `i` has handed a placeholder to a pod (a claim answered without a
 /// write).
 pub async fn first_hand_out(r: &Replicated, i: usize) -> Result<()> {

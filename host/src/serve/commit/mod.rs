@@ -82,6 +82,22 @@ static LATE_RESERVE_ANSWERS: std::sync::atomic::AtomicU32 = std::sync::atomic::A
 /// How late such an answer comes: past [`CALL_TIMEOUT`].
 const LATE_ANSWER: Duration = Duration::from_millis(2100);
 
+/// Fault tests only (`serve --settle-delay-ms MS`): how long handed-out placeholders
+/// wait for their settle write, [`SETTLE_DELAY`] unless set — a slow host, so that a
+/// fault can surely land between a hand-out and its settle.
+static SETTLE_DELAY_MS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(SETTLE_DELAY.as_millis() as u64);
+
+/// Sets the settle delay (fault tests).
+pub fn set_settle_delay(ms: u64) {
+    SETTLE_DELAY_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// How long handed-out placeholders wait for their settle write.
+fn settle_delay() -> Duration {
+    Duration::from_millis(SETTLE_DELAY_MS.load(std::sync::atomic::Ordering::Relaxed))
+}
+
 /// Sets how many reserve writes are answered late (fault tests).
 pub fn set_late_reserve_answers(n: u32) {
     LATE_RESERVE_ANSWERS.store(n, std::sync::atomic::Ordering::Relaxed);

@@ -2,7 +2,7 @@
 //! its own maintenance (settles, returns) and stops — its entry removed — once idle.
 
 use super::{
-    internal, lock, Committer, Pending, Queue, QueueKey, Shared, Work, SETTLE_DELAY, TICK,
+    internal, lock, settle_delay, Committer, Pending, Queue, QueueKey, Shared, Work, TICK,
 };
 use crate::serve::reserve::Pool;
 use kube::api::DynamicObject;
@@ -165,7 +165,7 @@ impl Committer {
     fn maintenance(&self, queue: &Queue) -> Vec<Pending> {
         let mut shared = lock(&queue.shared);
         let mut work = vec![];
-        let settles = shared.pool.settles_due(Instant::now(), SETTLE_DELAY);
+        let settles = shared.pool.settles_due(Instant::now(), settle_delay());
         if !settles.is_empty() {
             work.push(internal(Work::Settle(settles)));
         }
