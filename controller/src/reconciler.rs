@@ -417,10 +417,13 @@ async fn compute(
         .target_ref
         .as_ref()
         .is_some_and(|t| t.kind == "Deployment");
-    let replica_sets = if is_deployment && workload.is_some() {
-        cached(|| ctx.workloads.replica_sets(&ns)).await?
-    } else {
-        vec![]
+    let owner = workload
+        .as_ref()
+        .and_then(|w| w["metadata"]["uid"].as_str())
+        .filter(|_| is_deployment);
+    let replica_sets = match owner {
+        Some(uid) => cached(|| ctx.workloads.replica_sets(&ns, uid)).await?,
+        None => vec![],
     };
     // The namespace's own cache: no scan of other namespaces' pods, and no copy of them
     // but the workload's (the view) and those in the pending flow (read after the status
