@@ -125,6 +125,8 @@ pub struct Metrics {
     pub unrelated: Counter,
     /// Objects cached per kind and namespace (namespaces holding a WorkloadSpread).
     pub cached_objects: Family<CacheLabels, Gauge>,
+    /// Policy reads the watch caches could not answer, made live against the API server.
+    pub live_reads: Family<KindLabels, Counter>,
     pub reservations: Family<ReservationLabels, Counter>,
     /// Counter queues alive (one per WorkloadSpread with recent counter work).
     pub counter_queues: Gauge,
@@ -154,6 +156,7 @@ impl Metrics {
         let abandoned = Counter::default();
         let unrelated = Counter::default();
         let cached_objects = Family::<CacheLabels, Gauge>::default();
+        let live_reads = Family::<KindLabels, Counter>::default();
         let reservations = Family::<ReservationLabels, Counter>::default();
         // Every event exported from the start (0): rate() and alerts see the series.
         for event in [
@@ -205,6 +208,11 @@ impl Metrics {
             "cached_objects",
             "Objects cached per kind and namespace: only namespaces holding a WorkloadSpread are watched",
             cached_objects.clone(),
+        );
+        registry.register(
+            "live_reads",
+            "Policy reads the watch caches could not answer (an object created a moment ago, a namespace whose watch has no first list yet, a kind read for the first time), made live against the API server",
+            live_reads.clone(),
         );
         registry.register(
             "unrelated_pod_requests",
@@ -266,6 +274,7 @@ impl Metrics {
             holder,
             unrelated,
             cached_objects,
+            live_reads,
             evaluations,
             latency,
             counter_ops,

@@ -28,6 +28,38 @@ impl KubeCapabilities {
         Some(store.state().iter().filter_map(|o| o.namespace()).collect())
     }
 
+    /// Starts `resource`'s watches in the namespaces holding a WorkloadSpread now, not at
+    /// the next [`follow_namespaces`] tick: a kind first read by an admission (a custom
+    /// workload) is cached before the next pods arrive.
+    pub(super) fn watch_now(&self, resource: &ApiResource, stores: &NamespaceStores) {
+        if let Some(wanted) = self.workloadspread_namespaces() {
+            let mut stores = stores.stores.write().unwrap_or_else(|p| p.into_inner());
+            self.watch_in(resource, &mut stores, &wanted);
+        }
+    }
+
+    /// A watch of `resource` in each of `wanted` (kept ones marked used again).
+    fn watch_in(
+        &self,
+        resource: &ApiResource,
+        stores: &mut HashMap<String, NamespaceStore>,
+        wanted: &BTreeSet<String>,
+    ) {
+        for ns in wanted {
+            let entry = stores.entry(ns.clone()).or_insert_with(|| {
+                let api = Api::namespaced_with(self.client.clone(), ns, resource);
+                let (store, watch) = spawn_reflector(api, resource.clone(), None);
+                tracing::debug!(kind = %resource.kind, namespace = %ns, "watching");
+                NamespaceStore {
+                    store,
+                    watch,
+                    unused_since: None,
+                }
+            });
+            entry.unused_since = None;
+        }
+    }
+
     fn follow(&self, wanted: &BTreeSet<String>, grace: Duration) {
         let per_namespace: Vec<(ApiResource, Arc<NamespaceStores>)> = self
             .read_reflected()
@@ -39,19 +71,7 @@ impl KubeCapabilities {
             .collect();
         for (resource, stores) in per_namespace {
             let mut stores = stores.stores.write().unwrap_or_else(|p| p.into_inner());
-            for ns in wanted {
-                let entry = stores.entry(ns.clone()).or_insert_with(|| {
-                    let api = Api::namespaced_with(self.client.clone(), ns, &resource);
-                    let (store, watch) = spawn_reflector(api, resource.clone(), None);
-                    tracing::debug!(kind = %resource.kind, namespace = %ns, "watching");
-                    NamespaceStore {
-                        store,
-                        watch,
-                        unused_since: None,
-                    }
-                });
-                entry.unused_since = None;
-            }
+            self.watch_in(&resource, &mut stores, wanted);
             let now = std::time::Instant::now();
             stores.retain(|ns, n| {
                 if wanted.contains(ns) {

@@ -102,6 +102,41 @@ impl KubeCapabilities {
         )
     }
 
+    /// From now on, `kind` (readable but not reflected from the start: a custom workload
+    /// kind of the settings, in the version a pod's owner reference names) is watched in
+    /// the namespaces holding a WorkloadSpread like the built-in kinds: a pod's
+    /// admission reads its workload from the cache, not with a GET each time. Reads stay
+    /// live until that namespace's watch has its first list. Bounded: only the kinds the
+    /// settings grant get here, once per served version.
+    fn watch_per_namespace(&self, api_version: &str, kind: &str, d: &Discovered) {
+        if !d.namespaced {
+            return;
+        }
+        let stores = Arc::<NamespaceStores>::default();
+        let key = (api_version.to_string(), kind.to_string());
+        match self.write_reflected().entry(key) {
+            std::collections::hash_map::Entry::Occupied(_) => return,
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(Reflected {
+                resource: d.resource.clone(),
+                namespaced: true,
+                cache: Cache::PerNamespace(stores.clone()),
+                targets: None,
+            }),
+        };
+        self.watch_now(&d.resource, &stores);
+    }
+
+    /// Counts a read made live (`workloadspread_host_live_reads_total`).
+    fn count_live(&self, r: &ApiResource) {
+        self.metrics
+            .live_reads
+            .get_or_create(&KindLabels {
+                api_version: r.api_version.clone(),
+                kind: r.kind.clone(),
+            })
+            .inc();
+    }
+
     /// The API resource of a kind that is readable but not reflected (custom
     /// workloads), discovered once.
     fn discover(&self, api_version: &str, kind: &str) -> Result<Option<Discovered>, String> {
@@ -122,6 +157,8 @@ impl KubeCapabilities {
                     namespaced: caps.scope == Scope::Namespaced,
                 };
                 cache.insert(key, d.clone());
+                drop(cache);
+                self.watch_per_namespace(api_version, kind, &d);
                 Ok(Some(d))
             }
             Ok(Err(kube::Error::Discovery(_))) => Ok(None),
@@ -146,6 +183,7 @@ impl KubeCapabilities {
             Some(s) => kube::api::ListParams::default().labels(s),
             None => kube::api::ListParams::default(),
         };
+        self.count_live(&r.resource);
         let (api_version, kind) = (&r.resource.api_version, &r.resource.kind);
         let listed = self
             .handle
@@ -172,6 +210,7 @@ impl KubeCapabilities {
             (true, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &r.resource),
             _ => Api::all_with(self.client.clone(), &r.resource),
         };
+        self.count_live(&r.resource);
         let live = self
             .handle
             .block_on(tokio::time::timeout(LIVE_READ, api.get_opt(name)));
