@@ -23,10 +23,16 @@ pub async fn drop_unseen(
     let Some(early) = ctx.early_drop else {
         return Ok(Default::default());
     };
-    let cached: Vec<Pod> = pods.state().iter().map(|p| Pod::clone(p)).collect();
     let now = crate::placeholders::monotonic_now();
     let sightings = ctx.placeholders.observe(ws, now);
-    let check = early_check(ws, &cached, &sightings, now, early);
+    let cached = pods.state();
+    let check = early_check(
+        ws,
+        cached.iter().map(|p| p.as_ref()),
+        &sightings,
+        now,
+        early,
+    );
     if check.unseen.is_empty() {
         return Ok((Default::default(), check.next));
     }

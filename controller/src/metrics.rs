@@ -63,6 +63,8 @@ pub struct Metrics {
     rebalance: Family<ResultLabels, Counter>,
     /// creatingPods entries dropped early: no pod carries them (`--creating-drop-seconds`).
     pub creating_dropped: Counter,
+    /// Reconciles deferred to the end of the status interval (`crate::pacing`).
+    pub reconciles_deferred: Counter,
 }
 
 impl Metrics {
@@ -97,6 +99,12 @@ impl Metrics {
             "reconcile_duration_seconds",
             "Reconcile time",
             reconcile_duration.clone(),
+        );
+        let reconciles_deferred = Counter::default();
+        registry.register(
+            "reconciles_deferred",
+            "Reconciles deferred to the end of the status interval after a status write (a burst coalesced: --status-interval-ms)",
+            reconciles_deferred.clone(),
         );
         registry.register(
             "reconcile_errors",
@@ -189,6 +197,7 @@ impl Metrics {
             pending_oldest,
             rebalance,
             creating_dropped,
+            reconciles_deferred,
             pod_cache_namespaces,
             reconcile_duration,
             reconcile_errors,

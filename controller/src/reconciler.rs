@@ -226,6 +226,17 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
     // Costs this reconcile has written (a retry after a conflict recomputes from a cache
     // that may not show them yet: they are not written twice).
     let mut costs_written: BTreeMap<String, i64> = BTreeMap::new();
+    let key = (ns.clone(), name.clone());
+    // Within the interval after our last status write (a burst): the whole reconcile
+    // waits for its end and then does at once what the events meanwhile asked for. Not
+    // only the write: every pod event of a burst recomputing the status for nothing cost
+    // more CPU than the admissions themselves (`crate::pacing`).
+    if let Some(wait) = ctx.pacing.wait(&key, Instant::now()) {
+        tracing::debug!(workloadspread = %name, namespace = %ns, ?wait,
+            "reconcile deferred: coalescing a burst");
+        ctx.metrics.reconciles_deferred.inc();
+        return Ok(Action::requeue(wait.max(Duration::from_millis(20))));
+    }
     for attempt in 0..STATUS_ATTEMPTS {
         if current.metadata.deletion_timestamp.is_some() {
             return Ok(Action::await_change());
@@ -252,16 +263,6 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         // The version whose status counts the pods: the one written, or the one read.
         let mut counted_in = current.metadata.resource_version.clone();
         let status_changed = written.as_ref() != Some(&output.status);
-        let key = (ns.clone(), name.clone());
-        if status_changed {
-            // Within the interval after our last write (a burst): everything waits for
-            // the next reconcile, which writes what changed meanwhile at once.
-            if let Some(wait) = ctx.pacing.wait(&key, Instant::now()) {
-                tracing::debug!(workloadspread = %name, namespace = %ns, ?wait,
-                    "status write deferred: coalescing a burst");
-                return Ok(Action::requeue(wait.max(Duration::from_millis(20))));
-            }
-        }
         // Costs first: a status that counts the pods is written after their costs
         // (`core::controller::pending::costs_before_status`).
         let (first, later) = costs_before_status(&output.deletion_costs, &inputs.namespace_pods);
@@ -289,7 +290,7 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
             match bounded(api.replace_status(&name, &PostParams::default(), &updated)).await? {
                 Ok(written) => {
                     counted_in = written.metadata.resource_version;
-                    ctx.pacing.wrote(key, Instant::now());
+                    ctx.pacing.wrote(key.clone(), Instant::now());
                     ctx.metrics.status_writes.inc();
                     ctx.metrics
                         .placeholders_expired

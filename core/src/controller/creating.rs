@@ -52,9 +52,9 @@ pub fn keys_of(pod: &Pod) -> impl Iterator<Item = String> + '_ {
 /// Entries (not placeholders: they have their own rules) seen for longer than `early`
 /// (`sightings`, judged at `now` on the clock they were observed with) whose pod is not
 /// among `pods` (the namespace's cached pods).
-pub fn early_check(
+pub fn early_check<'p>(
     ws: &WorkloadSpread,
-    pods: &[Pod],
+    pods: impl IntoIterator<Item = &'p Pod>,
     sightings: &Sightings,
     now: Timestamp,
     early: SignedDuration,
@@ -63,16 +63,31 @@ pub fn early_check(
     let Some(status) = ws.status.as_ref() else {
         return check;
     };
-    let seen: BTreeSet<String> = pods.iter().flat_map(keys_of).collect();
-    for key in subset_statuses(status).flat_map(|s| s.creating_pods.keys()) {
-        if is_placeholder(key) || seen.contains(key) {
-            continue;
+    // The entries to look for first (a handful, usually none), then one pass over the
+    // pods that copies none of them: a reconcile runs per pod event, and the namespace
+    // may hold thousands of pods.
+    let mut pending: BTreeSet<&str> = subset_statuses(status)
+        .flat_map(|s| s.creating_pods.keys())
+        .map(String::as_str)
+        .filter(|k| !is_placeholder(k))
+        .collect();
+    if pending.is_empty() {
+        return check;
+    }
+    for pod in pods {
+        for key in keys_of(pod) {
+            pending.remove(key.as_str());
         }
+        if pending.is_empty() {
+            return check;
+        }
+    }
+    for key in pending {
         // Aged from when this controller first saw the entry, on its own clock: never by
         // the host's stamp (another machine's clock).
         let left = early - sightings.age(key, now);
         if left.is_negative() || left.is_zero() {
-            check.unseen.insert(key.clone());
+            check.unseen.insert(key.to_string());
         } else if check.next.is_none_or(|n| left < n) {
             check.next = Some(left);
         }
