@@ -53,15 +53,7 @@ fn usage(pid: u32) -> Result<Usage> {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .context("no VmRSS")?;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name (which may hold spaces) start at state (field 3);
-    // utime and stime are fields 14 and 15, in clock ticks.
-    let after = stat.rsplit_once(')').context("bad stat")?.1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks =
-        |i: usize| -> Result<f64> { Ok(fields.get(i - 3).context("short stat")?.parse::<f64>()?) };
-    // The kernel's USER_HZ is 100 on every Linux this runs on.
-    let cpu_s = (ticks(14)? + ticks(15)?) / 100.0;
+    let cpu_s = workloadspread_testkit::measure::cpu_seconds(pid)?;
     Ok(Usage {
         rss_mb: rss_kb / 1024.0,
         cpu_s,

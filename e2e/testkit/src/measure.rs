@@ -68,6 +68,21 @@ impl Percentiles {
     }
 }
 
+/// CPU time (user + system, seconds) a process has used, from `/proc/<pid>/stat`.
+pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    use anyhow::Context;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces) start at state (field 3);
+    // utime and stime are fields 14 and 15, in clock ticks.
+    let after = stat.rsplit_once(')').context("bad stat")?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| -> anyhow::Result<f64> {
+        Ok(fields.get(i - 3).context("short stat")?.parse::<f64>()?)
+    };
+    // The kernel's USER_HZ is 100 on every Linux this runs on.
+    Ok((ticks(14)? + ticks(15)?) / 100.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

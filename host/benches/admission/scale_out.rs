@@ -19,7 +19,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use workloadspread_core::api::{PENDING_LABEL, POD_DELETION_COST_ANNOTATION};
 use workloadspread_testkit::api_writes::Writes;
-use workloadspread_testkit::measure::sum_metric;
+use workloadspread_testkit::measure::{cpu_seconds, sum_metric};
 use workloadspread_testkit::{cluster, wait_for, KWOK_FROZEN_LABEL};
 
 const PODS: usize = 200;
@@ -49,6 +49,14 @@ pub async fn run(policy: &Path) -> Result<()> {
     let admission = start_admission(policy, &ns, Webhook::HostAndController).await?;
     let node = bench_node(&client).await?;
     let before = Writes::from_metrics(&apiserver_metrics(&client).await?);
+    let cpu = |a: &super::Admission| -> Result<(f64, f64)> {
+        let controller = match &a.controller {
+            Some(c) => cpu_seconds(c.pid())?,
+            None => 0.0,
+        };
+        Ok((cpu_seconds(a.host.pid())?, controller))
+    };
+    let cpu_before = cpu(&admission)?;
     let deployment: Deployment = serde_json::from_value(json!({
         "metadata": {"name": "web"},
         "spec": {"replicas": PODS, "selector": {"matchLabels": {"app": "web"}},
@@ -123,6 +131,11 @@ pub async fn run(policy: &Path) -> Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
+    let cpu_after = cpu(&admission)?;
+    let cpu_ms = (
+        (cpu_after.0 - cpu_before.0) * 1000.0,
+        (cpu_after.1 - cpu_before.1) * 1000.0,
+    );
     let host_status = sum_metric(
         &admission.host.get("/metrics").await?,
         "workloadspread_host_counter_status_writes_total",
@@ -148,6 +161,7 @@ pub async fn run(policy: &Path) -> Result<()> {
         host_status,
         controller_status,
         deleted,
+        cpu_ms,
     };
     report(&writes, ours, &events, spread_in);
     admission.configs.delete().await?;
@@ -175,6 +189,9 @@ struct Ours {
     controller_status: f64,
     /// Pods the controller deleted (rescheduling).
     deleted: f64,
+    /// CPU time (ms) of the host and of the controller from the Deployment's create
+    /// until the writes settled.
+    cpu_ms: (f64, f64),
 }
 
 fn report(writes: &Writes, ours_counted: Ours, events: &BTreeMap<String, f64>, took: Duration) {
@@ -182,6 +199,7 @@ fn report(writes: &Writes, ours_counted: Ours, events: &BTreeMap<String, f64>, t
         host_status,
         controller_status,
         deleted,
+        cpu_ms,
     } = ours_counted;
     let per_pod = |n: f64| n / PODS as f64;
     println!();
@@ -225,5 +243,10 @@ fn report(writes: &Writes, ours_counted: Ours, events: &BTreeMap<String, f64>, t
         per_pod(ours_events),
         per_pod(writes.beyond_creates() - ours),
         took.as_secs_f64()
+    );
+    println!(
+        "* CPU per admitted pod in that scale-out (until its writes settled): host {:.2} ms, controller {:.2} ms.",
+        per_pod(cpu_ms.0),
+        per_pod(cpu_ms.1)
     );
 }
