@@ -72,38 +72,44 @@ fn fresh_state(input: &BenchInput<'_>) -> Arc<ClusterState> {
     )
 }
 
-/// The policy module in wasmtime (its instances as the engine's options say).
-pub fn wasm(input: &BenchInput<'_>) -> Summary {
-    // One state for every iteration; what an iteration's claims wrote is put back after
-    // it, untimed, so each sees the same state (a new state per iteration cost more than
-    // the evaluation with thousands of objects, and evicted the caches it then read).
-    let state = fresh_state(input);
-    let mut samples = Vec::with_capacity(input.iterations);
+/// The policy module in wasmtime (its instances as the engine's options say) and the
+/// same policy code compiled natively, doing the same work around it (the payload
+/// encoded, `validate` on the bytes, the answer decoded and the patch computed, with the
+/// same host capabilities): only instantiation and the guest/host boundary differ.
+///
+/// Interleaved, one evaluation of each per round, so that a change in the machine's load
+/// weighs on both alike: timed one block after the other, the p50 ratio of the same code
+/// read 1.49x in one `make bench` and 2.3-2.4x in the two before it.
+pub fn wasm_and_native(input: &BenchInput<'_>) -> (Summary, Summary) {
+    // One state per side for every round; what an evaluation's claims wrote is put back
+    // after it, untimed, so each sees the same state (a new state per evaluation cost
+    // more than the evaluation with thousands of objects, and evicted the caches it then
+    // read).
+    let (wasm_state, native_state) = (fresh_state(input), fresh_state(input));
+    let mut wasm = Vec::with_capacity(input.iterations);
+    let mut native = Vec::with_capacity(input.iterations);
     for _ in 0..input.iterations {
-        let started = Instant::now();
-        let _ = crate::run::evaluate(input.engine, input.request, input.settings, state.clone());
-        samples.push(started.elapsed());
-        state.undo_writes(input.objects);
+        wasm.push(timed(input, &wasm_state, |state| {
+            crate::run::evaluate(input.engine, input.request, input.settings, state)
+        }));
+        native.push(timed(input, &native_state, |state| {
+            native_evaluate(input, state)
+        }));
     }
-    Summary::of(samples)
+    (Summary::of(wasm), Summary::of(native))
 }
 
-/// The same policy code compiled natively, doing the same work around it: the payload
-/// encoded, `validate` on the bytes, the answer decoded and the patch computed, with the
-/// same host capabilities. Only instantiation and the guest/host boundary differ.
-pub fn native(input: &BenchInput<'_>) -> Summary {
-    // One state for every iteration; what an iteration's claims wrote is put back after
-    // it, untimed, so each sees the same state (a new state per iteration cost more than
-    // the evaluation with thousands of objects, and evicted the caches it then read).
-    let state = fresh_state(input);
-    let mut samples = Vec::with_capacity(input.iterations);
-    for _ in 0..input.iterations {
-        let started = Instant::now();
-        let _ = native_evaluate(input, state.clone());
-        samples.push(started.elapsed());
-        state.undo_writes(input.objects);
-    }
-    Summary::of(samples)
+/// One evaluation on `state`, timed; its writes undone after, untimed.
+fn timed(
+    input: &BenchInput<'_>,
+    state: &Arc<ClusterState>,
+    evaluate: impl FnOnce(Arc<ClusterState>) -> AdmissionResponse,
+) -> Duration {
+    let started = Instant::now();
+    let _ = evaluate(state.clone());
+    let took = started.elapsed();
+    state.undo_writes(input.objects);
+    took
 }
 
 fn native_evaluate(input: &BenchInput<'_>, state: Arc<ClusterState>) -> AdmissionResponse {

@@ -63,13 +63,12 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         ignore_field_masks: args.ignore_field_masks,
     };
     crate::bench::same_answers(&bench_input)?;
-    // Warm-up: page in the compiled module and the allocator.
-    let _ = crate::bench::wasm(&crate::bench::BenchInput {
+    // Warm-up: page in the compiled module, the native code and the allocator.
+    let _ = crate::bench::wasm_and_native(&crate::bench::BenchInput {
         iterations: 20,
         ..bench_input
     });
-    let wasm = crate::bench::wasm(&bench_input);
-    let native = crate::bench::native(&bench_input);
+    let (wasm, native) = crate::bench::wasm_and_native(&bench_input);
     let ratio = wasm.p50.as_secs_f64() / native.p50.as_secs_f64().max(1e-9);
     if args.json {
         let s = |x: &crate::bench::Summary| {
