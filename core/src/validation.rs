@@ -10,6 +10,7 @@ use crate::percent::{parse_percent, PercentError};
 use crate::selector::Selector;
 use crate::workload::{parse_group, SpreadTarget, Targeting, WorkloadKinds};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::Deserialize;
 use serde_json::Value;
 
 mod podspec;
@@ -227,9 +228,7 @@ fn validate_patch(template: &Value, patch: &Value, path: &Path) -> Vec<FieldErro
             )]
         }
     };
-    if let Err(e) =
-        serde_json::from_value::<k8s_openapi::api::core::v1::PodTemplateSpec>(merged.clone())
-    {
+    if let Err(e) = k8s_openapi::api::core::v1::PodTemplateSpec::deserialize(&merged) {
         return vec![FieldError::invalid(
             path.as_str(),
             raw,

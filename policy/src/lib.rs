@@ -22,6 +22,13 @@ use kubewarden_policy_sdk::{protocol_version_guest, validate_settings};
 use outcome::Outcome;
 use workloadspread_core::Timestamp;
 
+/// The module's allocator: talc instead of Rust's default dlmalloc for wasm. An
+/// evaluation allocates a JSON tree per request and per host answer; talc's allocations
+/// cost about half of dlmalloc's (docs/benchmarks.md, guest vs native, #28).
+#[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
+#[global_allocator]
+static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
+
 /// waPC entry point: registers the operations the host may call.
 // `no_mangle` counts as unsafe code: the symbol name is the waPC ABI.
 #[allow(unsafe_code)]

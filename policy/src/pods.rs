@@ -5,6 +5,7 @@ use crate::lookup::matching_workloadspread;
 use crate::outcome::{Outcome, AUDIT_MODE, AUDIT_SUBSET};
 use crate::settings::{Mode, Settings};
 use k8s_openapi::api::core::v1::Pod;
+use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use workloadspread_core::admission::reserve::stale::named_by;
@@ -56,7 +57,7 @@ pub fn create(ctx: &Ctx<'_>, object: &Value, namespace: &str) -> Outcome {
 }
 
 fn decide_create(ctx: &Ctx<'_>, object: &Value, namespace: &str) -> Outcome {
-    let Ok(pod) = serde_json::from_value::<Pod>(object.clone()) else {
+    let Ok(pod) = Pod::deserialize(object) else {
         return Outcome::accept();
     };
     let Some(controller) = controller_of(&pod).filter(|_| is_active(&pod)) else {
@@ -231,7 +232,7 @@ fn controller_ref_of(
         .into_iter()
         .flatten()
         .find(|o| o["controller"] == Value::Bool(true))
-        .and_then(|o| serde_json::from_value::<ObjectRef>(o.clone()).ok());
+        .and_then(|o| ObjectRef::deserialize(o).ok());
     Ok(owner)
 }
 
@@ -396,7 +397,7 @@ fn best_effort_claim(
 
 /// Pod DELETE (the pod is the old object) and eviction (the pod is looked up).
 pub fn release(ctx: &Ctx<'_>, pod: &Value) -> Outcome {
-    let Ok(pod) = serde_json::from_value::<Pod>(pod.clone()) else {
+    let Ok(pod) = Pod::deserialize(pod) else {
         return Outcome::accept();
     };
     let Some(annotation) = matched(&pod) else {

@@ -4,6 +4,7 @@ use crate::host::Host;
 use crate::lookup::{candidate_answers, merged_targets};
 use crate::outcome::Outcome;
 use crate::settings::{Settings, SpreadLookup};
+use serde::Deserialize;
 use serde_json::Value;
 use workloadspread_core::api::{v1alpha1, v1beta1};
 use workloadspread_core::field::{aggregate, FieldError};
@@ -14,11 +15,11 @@ use workloadspread_core::workload::pod_template_for_validation;
 /// Decodes a WorkloadSpread of either version into the storage version.
 pub fn decode(object: &Value, version: &str) -> Result<v1beta1::WorkloadSpread, String> {
     if version == "v1alpha1" {
-        serde_json::from_value::<v1alpha1::WorkloadSpread>(object.clone())
+        v1alpha1::WorkloadSpread::deserialize(object)
             .map(Into::into)
             .map_err(|e| e.to_string())
     } else {
-        serde_json::from_value(object.clone()).map_err(|e| e.to_string())
+        v1beta1::WorkloadSpread::deserialize(object).map_err(|e| e.to_string())
     }
 }
 

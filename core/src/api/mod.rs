@@ -66,9 +66,9 @@ pub fn decode_workloadspread(
     object: &serde_json::Value,
 ) -> Result<v1beta1::WorkloadSpread, serde_json::Error> {
     if object["apiVersion"] == "apps.kruise.io/v1alpha1" {
-        serde_json::from_value::<v1alpha1::WorkloadSpread>(object.clone()).map(Into::into)
+        <v1alpha1::WorkloadSpread as serde::Deserialize>::deserialize(object).map(Into::into)
     } else {
-        serde_json::from_value(object.clone())
+        <v1beta1::WorkloadSpread as serde::Deserialize>::deserialize(object)
     }
 }
 

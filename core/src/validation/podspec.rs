@@ -9,6 +9,7 @@ use super::{validate_node_selector_term, validate_tolerations};
 use crate::field::{FieldError, Path};
 use crate::names::{is_dns1123_label, is_qualified_name, is_valid_label_value};
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, Toleration};
+use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeSet;
 
@@ -185,8 +186,7 @@ fn validate_scheduling_fields(spec: &Value, path: &Path, errs: &mut Vec<FieldErr
                 .map(|m| FieldError::invalid(p.as_str(), v, m)),
         );
     }
-    if let Ok(tolerations) = serde_json::from_value::<Vec<Toleration>>(spec["tolerations"].clone())
-    {
+    if let Ok(tolerations) = Vec::<Toleration>::deserialize(&spec["tolerations"]) {
         errs.extend(validate_tolerations(
             &tolerations,
             &path.child("tolerations"),
@@ -201,7 +201,8 @@ fn validate_scheduling_fields(spec: &Value, path: &Path, errs: &mut Vec<FieldErr
             .child("requiredDuringSchedulingIgnoredDuringExecution")
             .child("nodeSelectorTerms");
         let terms: Vec<NodeSelectorTerm> =
-            serde_json::from_value(required["nodeSelectorTerms"].clone()).unwrap_or_default();
+            Vec::<NodeSelectorTerm>::deserialize(&required["nodeSelectorTerms"])
+                .unwrap_or_default();
         if terms.is_empty() {
             errs.push(FieldError::required(
                 terms_path.as_str(),
