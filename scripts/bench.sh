@@ -271,7 +271,10 @@ the API server's mean (\`apiserver_admission_webhook_admission_duration_seconds\
 *evaluation* is the host's mean time to answer (\`workloadspread_host_evaluation_duration_seconds\`,
 counter wait included). Status writes (reservations, settles and returns included) and 409
 conflicts are the host's counters; the last subset has no maximum, so the pods placed there
-need no claim.
+need no claim. *API server CPU per pod* is the API server's own \`process_cpu_seconds_total\`
+over the series divided by its pods (etcd not included); *host + controller CPU per pod*
+is theirs (\`/proc/<pid>/stat\`, 10 ms ticks): on a cluster of two cores every
+millisecond of either is taken from the pod creates.
 
 $admission
 

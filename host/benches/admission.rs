@@ -35,7 +35,7 @@ use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use workloadspread_testkit::api_writes::Writes;
-use workloadspread_testkit::measure::{sum_metric, HistogramReading, Percentiles};
+use workloadspread_testkit::measure::{cpu_seconds, sum_metric, HistogramReading, Percentiles};
 use workloadspread_testkit::webhook::{
     apply_crd, bundled_fleet_settings, fleet_crd, fleet_pod, free_port, policy_wasm,
     ControllerProcess, HostProcess, WebhookConfigs,
@@ -53,6 +53,8 @@ const CONCURRENCY: [usize; 3] = [1, 8, 64];
 const APISERVER_WEBHOOK_SECONDS: &str = "apiserver_admission_webhook_admission_duration_seconds";
 const MUTATING_WEBHOOK: &str = "name=\"mutate.workloadspread.test\"";
 /// The host's histogram of evaluations, labelled with the endpoint.
+/// The API server's own CPU counter (Go's process collector).
+const APISERVER_CPU_SECONDS: &str = "process_cpu_seconds_total";
 const HOST_EVALUATION_SECONDS: &str = "workloadspread_host_evaluation_duration_seconds";
 
 /// Whether pods go through our webhook, and how it batches counter writes; or pods
@@ -136,6 +138,33 @@ struct Row {
     figures: Option<WebhookFigures>,
     /// API writes during the series beyond the pod creates, per pod (all components).
     writes_per_pod: f64,
+    /// CPU per pod during the series.
+    cpu: CpuPerPod,
+}
+
+/// CPU used during a series per pod created: the API server's
+/// (`process_cpu_seconds_total`, etcd not included) and, for host rows, the host's and
+/// the controller's together (`/proc/<pid>/stat`): where a webhook's cost lands on a
+/// small cluster's cores.
+struct CpuPerPod {
+    apiserver: Duration,
+    ours: Option<Duration>,
+}
+
+/// CPU seconds of the host and the controller of `running` (none for other rows).
+fn our_cpu(running: &Running) -> Result<Option<f64>> {
+    let Running::Host(a) = running else {
+        return Ok(None);
+    };
+    let controller = match &a.controller {
+        Some(c) => cpu_seconds(c.pid())?,
+        None => 0.0,
+    };
+    Ok(Some(cpu_seconds(a.host.pid())? + controller))
+}
+
+fn per_pod(seconds: f64) -> Duration {
+    Duration::from_secs_f64((seconds / PODS as f64).max(0.0))
 }
 
 /// A running host replica with its webhook configurations; the namespace is enrolled.
@@ -408,9 +437,24 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
     let apiserver_before =
         HistogramReading::from_text(&metrics, APISERVER_WEBHOOK_SECONDS, MUTATING_WEBHOOK);
     let writes_before = Writes::from_metrics(&metrics);
+    let apiserver_cpu_before = sum_metric(&metrics, APISERVER_CPU_SECONDS);
+    let ours_before = our_cpu(&running)?;
     let pods: Api<Pod> = ns.api();
     let (latencies, elapsed) = create_pods(&pods, &uid, node.as_deref(), concurrency).await?;
-    let writes = Writes::from_metrics(&apiserver_metrics(&client).await?).since(&writes_before);
+    let ours_after = our_cpu(&running)?;
+    let metrics = apiserver_metrics(&client).await?;
+    let writes = Writes::from_metrics(&metrics).since(&writes_before);
+    let apiserver_cpu = sum_metric(&metrics, APISERVER_CPU_SECONDS) - apiserver_cpu_before;
+    anyhow::ensure!(
+        apiserver_cpu > 0.0,
+        "the API server's {APISERVER_CPU_SECONDS} did not grow during the series"
+    );
+    let cpu = CpuPerPod {
+        apiserver: per_pod(apiserver_cpu),
+        ours: ours_before
+            .zip(ours_after)
+            .map(|(before, after)| per_pod(after - before)),
+    };
     let figures = match running {
         Running::Host(admission) => {
             let figures = webhook_figures(&admission, apiserver_before, &client).await?;
@@ -437,11 +481,16 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
         create: Percentiles::of(latencies),
         figures,
         writes_per_pod: writes.beyond_creates() / PODS as f64,
+        cpu,
     })
 }
 
 fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+fn ms2(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
 
 fn print_row(r: &Row) {
@@ -456,13 +505,15 @@ fn print_row(r: &Row) {
         ),
         None => "– | – | – | –".to_string(),
     };
+    let ours = r.cpu.ours.map_or("–".to_string(), ms2);
     println!(
-        "| {webhook} | {} | {:.0} | {} | {} | {figures} | {:.2} |",
+        "| {webhook} | {} | {:.0} | {} | {} | {figures} | {:.2} | {} | {ours} |",
         r.concurrency,
         r.per_second,
         ms(r.create.p50),
         ms(r.create.p99),
-        r.writes_per_pod
+        r.writes_per_pod,
+        ms2(r.cpu.apiserver),
     );
 }
 
@@ -663,9 +714,9 @@ async fn main() -> Result<()> {
         measure(&policy, Webhook::None, concurrency).await?;
     }
     println!(
-        "| webhook | concurrency | pods/s | CREATE p50 | CREATE p99 | webhook call (mean) | evaluation (mean) | host status writes | conflicts | API writes per pod beyond its create |"
+        "| webhook | concurrency | pods/s | CREATE p50 | CREATE p99 | webhook call (mean) | evaluation (mean) | host status writes | conflicts | API writes per pod beyond its create | API server CPU per pod | host + controller CPU per pod |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut rows = Vec::new();
     let all = [
         Webhook::None,
