@@ -49,11 +49,14 @@ pub struct ServeArgs {
     /// Open connections at most (more wait in the listen backlog).
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
-    /// Pod creations that may claim a slot, per namespace and second (0: no limit).
-    #[arg(long, default_value_t = 50.0)]
+    /// Pod creations that may claim a slot, per namespace and second (0: no limit). Above
+    /// what a ReplicaSet or Job controller creates (kube-controller-manager's client QPS),
+    /// so that only a flood is refused, not a workload's scale-out.
+    #[arg(long, default_value_t = 200.0)]
     pub claim_rate: f64,
-    /// How many such creations a namespace may make at once before the rate applies.
-    #[arg(long, default_value_t = 200)]
+    /// How many such creations a namespace may make at once before the rate applies
+    /// (a 1 000-pod scale-out is not slowed).
+    #[arg(long, default_value_t = 1000)]
     pub claim_burst: u32,
     /// kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
     #[arg(long)]
