@@ -52,9 +52,9 @@ const CONCURRENCY: [usize; 3] = [1, 8, 64];
 /// The API server's histogram of webhook calls, labelled with the webhook's name.
 const APISERVER_WEBHOOK_SECONDS: &str = "apiserver_admission_webhook_admission_duration_seconds";
 const MUTATING_WEBHOOK: &str = "name=\"mutate.workloadspread.test\"";
-/// The host's histogram of evaluations, labelled with the endpoint.
 /// The API server's own CPU counter (Go's process collector).
 const APISERVER_CPU_SECONDS: &str = "process_cpu_seconds_total";
+/// The host's histogram of evaluations, labelled with the endpoint.
 const HOST_EVALUATION_SECONDS: &str = "workloadspread_host_evaluation_duration_seconds";
 
 /// Whether pods go through our webhook, and how it batches counter writes; or pods
@@ -486,11 +486,12 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
 }
 
 fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+    ms_places(d, 1)
 }
 
-fn ms2(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+/// `d` in milliseconds with `places` decimals (CPU per pod needs two).
+fn ms_places(d: Duration, places: usize) -> String {
+    format!("{:.places$} ms", d.as_secs_f64() * 1e3)
 }
 
 fn print_row(r: &Row) {
@@ -505,7 +506,7 @@ fn print_row(r: &Row) {
         ),
         None => "– | – | – | –".to_string(),
     };
-    let ours = r.cpu.ours.map_or("–".to_string(), ms2);
+    let ours = r.cpu.ours.map_or("–".to_string(), |d| ms_places(d, 2));
     println!(
         "| {webhook} | {} | {:.0} | {} | {} | {figures} | {:.2} | {} | {ours} |",
         r.concurrency,
@@ -513,7 +514,7 @@ fn print_row(r: &Row) {
         ms(r.create.p50),
         ms(r.create.p99),
         r.writes_per_pod,
-        ms2(r.cpu.apiserver),
+        ms_places(r.cpu.apiserver, 2),
     );
 }
 

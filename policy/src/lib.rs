@@ -23,8 +23,8 @@ use outcome::Outcome;
 use workloadspread_core::Timestamp;
 
 /// The module's allocator: talc instead of Rust's default dlmalloc for wasm. An
-/// evaluation allocates a JSON tree per request and per host answer; talc's allocations
-/// cost about half of dlmalloc's (docs/benchmarks.md, guest vs native, #28).
+/// evaluation allocates a JSON tree per request and per host answer; with talc the
+/// evaluations took 7-12 % less time (docs/benchmarks.md, guest vs native, #28).
 #[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
 #[global_allocator]
 static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
