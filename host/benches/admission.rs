@@ -156,11 +156,8 @@ fn our_cpu(running: &Running) -> Result<Option<f64>> {
     let Running::Host(a) = running else {
         return Ok(None);
     };
-    let controller = match &a.controller {
-        Some(c) => cpu_seconds(c.pid())?,
-        None => 0.0,
-    };
-    Ok(Some(cpu_seconds(a.host.pid())? + controller))
+    let (host, controller) = a.cpu_seconds()?;
+    Ok(Some(host + controller))
 }
 
 fn per_pod(seconds: f64) -> Duration {
@@ -173,6 +170,17 @@ struct Admission {
     configs: WebhookConfigs,
     host: HostProcess,
     controller: Option<ControllerProcess>,
+}
+
+impl Admission {
+    /// CPU seconds used so far by the host and by the controller (0 without one).
+    fn cpu_seconds(&self) -> Result<(f64, f64)> {
+        let controller = match &self.controller {
+            Some(c) => cpu_seconds(c.pid())?,
+            None => 0.0,
+        };
+        Ok((cpu_seconds(self.host.pid())?, controller))
+    }
 }
 
 /// What the webhook side of a series is.

@@ -19,7 +19,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use workloadspread_core::api::{PENDING_LABEL, POD_DELETION_COST_ANNOTATION};
 use workloadspread_testkit::api_writes::Writes;
-use workloadspread_testkit::measure::{cpu_seconds, sum_metric};
+use workloadspread_testkit::measure::sum_metric;
 use workloadspread_testkit::{cluster, wait_for, KWOK_FROZEN_LABEL};
 
 const PODS: usize = 200;
@@ -49,14 +49,7 @@ pub async fn run(policy: &Path) -> Result<()> {
     let admission = start_admission(policy, &ns, Webhook::HostAndController).await?;
     let node = bench_node(&client).await?;
     let before = Writes::from_metrics(&apiserver_metrics(&client).await?);
-    let cpu = |a: &super::Admission| -> Result<(f64, f64)> {
-        let controller = match &a.controller {
-            Some(c) => cpu_seconds(c.pid())?,
-            None => 0.0,
-        };
-        Ok((cpu_seconds(a.host.pid())?, controller))
-    };
-    let cpu_before = cpu(&admission)?;
+    let cpu_before = admission.cpu_seconds()?;
     let deployment: Deployment = serde_json::from_value(json!({
         "metadata": {"name": "web"},
         "spec": {"replicas": PODS, "selector": {"matchLabels": {"app": "web"}},
@@ -131,7 +124,7 @@ pub async fn run(policy: &Path) -> Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    let cpu_after = cpu(&admission)?;
+    let cpu_after = admission.cpu_seconds()?;
     let cpu_ms = (
         (cpu_after.0 - cpu_before.0) * 1000.0,
         (cpu_after.1 - cpu_before.1) * 1000.0,
