@@ -274,7 +274,14 @@ conflicts are the host's counters; the last subset has no maximum, so the pods p
 need no claim. *API server CPU per pod* is the API server's own \`process_cpu_seconds_total\`
 over the series divided by its pods (etcd not included); *host + controller CPU per pod*
 is theirs (\`/proc/<pid>/stat\`, 10 ms ticks): on a cluster of two cores every
-millisecond of either is taken from the pod creates.
+millisecond of either is taken from the pod creates. *Machine CPU per pod* is every
+process's together (\`/proc/stat\`: the API server, etcd, the cluster's controllers, the
+bench's client and the no-op webhook that runs in it, the host and controller, the
+kernel), with the cores kept busy on average in brackets: at concurrency 64 both
+webhooks keep the two cores busy, so throughput is what that CPU per pod allows. To see
+where the API server's share goes, \`WS_BENCH_PROFILE=<dir>\` (with \`WS_BENCH_PODS\` to
+lengthen the series) saves a CPU profile of the API server per row
+(\`host/benches/admission/profile.rs\`).
 
 $admission
 

@@ -35,7 +35,9 @@ use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use workloadspread_testkit::api_writes::Writes;
-use workloadspread_testkit::measure::{cpu_seconds, sum_metric, HistogramReading, Percentiles};
+use workloadspread_testkit::measure::{
+    cpu_seconds, machine_busy_seconds, sum_metric, HistogramReading, Percentiles,
+};
 use workloadspread_testkit::webhook::{
     apply_crd, bundled_fleet_settings, fleet_crd, fleet_pod, free_port, policy_wasm,
     ControllerProcess, HostProcess, WebhookConfigs,
@@ -44,10 +46,22 @@ use workloadspread_testkit::{cluster, unique_name, wait_for, TestNamespace, KWOK
 
 #[path = "admission/noop.rs"]
 mod noop;
+#[path = "admission/profile.rs"]
+mod profile;
 #[path = "admission/scale_out.rs"]
 mod scale_out;
 
-const PODS: usize = 256;
+/// Pods per series; `WS_BENCH_PODS` lengthens a series for profiling (`WS_BENCH_PROFILE`).
+fn pods_per_series() -> usize {
+    static PODS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PODS.get_or_init(|| {
+        std::env::var("WS_BENCH_PODS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n: &usize| n >= 3)
+            .unwrap_or(256)
+    })
+}
 const CONCURRENCY: [usize; 3] = [1, 8, 64];
 /// The API server's histogram of webhook calls, labelled with the webhook's name.
 const APISERVER_WEBHOOK_SECONDS: &str = "apiserver_admission_webhook_admission_duration_seconds";
@@ -149,6 +163,11 @@ struct Row {
 struct CpuPerPod {
     apiserver: Duration,
     ours: Option<Duration>,
+    /// Every process of the machine together (`/proc/stat`): the cluster, etcd, the
+    /// bench's client (and the no-op webhook, which runs in it), the host and controller.
+    machine: Duration,
+    /// Cores the machine kept busy on average during the series (of 2).
+    busy_cores: f64,
 }
 
 /// CPU seconds of the host and the controller of `running` (none for other rows).
@@ -161,7 +180,7 @@ fn our_cpu(running: &Running) -> Result<Option<f64>> {
 }
 
 fn per_pod(seconds: f64) -> Duration {
-    Duration::from_secs_f64((seconds / PODS as f64).max(0.0))
+    Duration::from_secs_f64((seconds / pods_per_series() as f64).max(0.0))
 }
 
 /// A running host replica with its webhook configurations; the namespace is enrolled.
@@ -207,7 +226,7 @@ async fn create_workload(ns: &TestNamespace, spread: bool) -> Result<String> {
     let client = ns.client();
     let fleet: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "burst.workloadspread.test/v1", "kind": "Fleet",
-        "metadata": {"name": "fleet"}, "spec": {"replicas": PODS}}))?;
+        "metadata": {"name": "fleet"}, "spec": {"replicas": pods_per_series()}}))?;
     let fleet = dynamic_api(
         &client,
         ns.name(),
@@ -225,7 +244,7 @@ async fn create_workload(ns: &TestNamespace, spread: bool) -> Result<String> {
         "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
         "metadata": {"name": "bench"},
         "spec": {"targetRef": {"apiVersion": "burst.workloadspread.test/v1", "kind": "Fleet", "name": "fleet"},
-            "subsets": [{"name": "a", "maxReplicas": PODS / 3}, {"name": "b", "maxReplicas": PODS / 3}, {"name": "c"}]}}))?;
+            "subsets": [{"name": "a", "maxReplicas": pods_per_series() / 3}, {"name": "b", "maxReplicas": pods_per_series() / 3}, {"name": "c"}]}}))?;
     dynamic_api(
         &client,
         ns.name(),
@@ -356,7 +375,7 @@ async fn create_pods(
     concurrency: usize,
 ) -> Result<(Vec<Duration>, Duration)> {
     let started = Instant::now();
-    let results: Vec<Result<Duration>> = futures::stream::iter(0..PODS)
+    let results: Vec<Result<Duration>> = futures::stream::iter(0..pods_per_series())
         .map(|i| {
             let (pods, pod) = (pods.clone(), bench_pod(&format!("fleet-{i}"), uid, node));
             async move {
@@ -412,8 +431,9 @@ async fn webhook_figures(
     // A renamed metric or label would otherwise print as a plausible 0.0 ms.
     let observed = [calls.count - apiserver_before.count, evaluations.count];
     anyhow::ensure!(
-        observed.iter().all(|&n| n >= PODS as f64),
-        "expected {PODS} webhook calls in the API server's and the host's histograms, saw {observed:?}"
+        observed.iter().all(|&n| n >= pods_per_series() as f64),
+        "expected {} webhook calls in the API server's and the host's histograms, saw {observed:?}",
+        pods_per_series()
     );
     Ok(WebhookFigures {
         call_mean: calls.mean_since(apiserver_before),
@@ -447,9 +467,13 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
     let writes_before = Writes::from_metrics(&metrics);
     let apiserver_cpu_before = sum_metric(&metrics, APISERVER_CPU_SECONDS);
     let ours_before = our_cpu(&running)?;
+    let machine_before = machine_busy_seconds()?;
     let pods: Api<Pod> = ns.api();
+    let profile = profile::during_series(&client, webhook.label(), concurrency);
     let (latencies, elapsed) = create_pods(&pods, &uid, node.as_deref(), concurrency).await?;
+    profile.finish().await?;
     let ours_after = our_cpu(&running)?;
+    let machine = machine_busy_seconds()? - machine_before;
     let metrics = apiserver_metrics(&client).await?;
     let writes = Writes::from_metrics(&metrics).since(&writes_before);
     let apiserver_cpu = sum_metric(&metrics, APISERVER_CPU_SECONDS) - apiserver_cpu_before;
@@ -462,6 +486,8 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
         ours: ours_before
             .zip(ours_after)
             .map(|(before, after)| per_pod(after - before)),
+        machine: per_pod(machine),
+        busy_cores: machine / elapsed.as_secs_f64(),
     };
     let figures = match running {
         Running::Host(admission) => {
@@ -472,9 +498,10 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
         }
         Running::Noop(noop) => {
             anyhow::ensure!(
-                noop.calls() >= PODS as u64,
-                "the no-op webhook answered {} calls for {PODS} pods",
-                noop.calls()
+                noop.calls() >= pods_per_series() as u64,
+                "the no-op webhook answered {} calls for {} pods",
+                noop.calls(),
+                pods_per_series()
             );
             noop.stop().await?;
             None
@@ -485,10 +512,10 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
     Ok(Row {
         webhook,
         concurrency,
-        per_second: PODS as f64 / elapsed.as_secs_f64(),
+        per_second: pods_per_series() as f64 / elapsed.as_secs_f64(),
         create: Percentiles::of(latencies),
         figures,
-        writes_per_pod: writes.beyond_creates() / PODS as f64,
+        writes_per_pod: writes.beyond_creates() / pods_per_series() as f64,
         cpu,
     })
 }
@@ -516,13 +543,15 @@ fn print_row(r: &Row) {
     };
     let ours = r.cpu.ours.map_or("–".to_string(), |d| ms_places(d, 2));
     println!(
-        "| {webhook} | {} | {:.0} | {} | {} | {figures} | {:.2} | {} | {ours} |",
+        "| {webhook} | {} | {:.0} | {} | {} | {figures} | {:.2} | {} | {ours} | {} ({:.2}) |",
         r.concurrency,
         r.per_second,
         ms(r.create.p50),
         ms(r.create.p99),
         r.writes_per_pod,
         ms_places(r.cpu.apiserver, 2),
+        ms_places(r.cpu.machine, 2),
+        r.cpu.busy_cores,
     );
 }
 
@@ -615,6 +644,27 @@ fn print_summary(rows: &[Row], repeated: &[(Webhook, Duration)]) {
             floor.per_second / none.per_second * 100.0,
             none.per_second
         );
+        // Both rows keep the two cores busy: throughput is what the machine's CPU per
+        // pod allows, and the host and controller take theirs from the same cores.
+        let (floor_cpu, with_cpu) = (
+            floor.cpu.machine.as_secs_f64(),
+            with.cpu.machine.as_secs_f64(),
+        );
+        if let (Some(ours), true) = (with.cpu.ours, with_cpu > 0.0) {
+            let ours = ours.as_secs_f64();
+            println!(
+                "* Where concurrency 64 stands: the machine spent {} of CPU per pod with the no-op webhook ({:.2} of 2 cores busy) and {} with host + controller ({:.2} busy), {} of it in the host and controller themselves, {} more in the API server; with the cores saturated that bounds the throughput ratio at {:.0} %, and the host's and controller's own CPU alone, even with the API server's extra at zero, at {:.0} % (so ≥ 90 % on one two-core machine needs them under {} per pod; on a real cluster they run on other nodes than the control plane).",
+                ms_places(floor.cpu.machine, 2),
+                floor.cpu.busy_cores,
+                ms_places(with.cpu.machine, 2),
+                with.cpu.busy_cores,
+                ms_places(Duration::from_secs_f64(ours), 2),
+                ms_places(with.cpu.apiserver.saturating_sub(floor.cpu.apiserver), 2),
+                floor_cpu / with_cpu * 100.0,
+                floor_cpu / (floor_cpu + ours) * 100.0,
+                ms_places(Duration::from_secs_f64(floor_cpu / 9.0), 2),
+            );
+        }
     }
     if let (Some(bound), Some(scheduled)) = (
         p50_at_1(Webhook::None),
@@ -628,7 +678,7 @@ fn print_summary(rows: &[Row], repeated: &[(Webhook, Duration)]) {
     }
     let per_100 = |w: Webhook, c: usize| -> Option<String> {
         let writes = find(rows, w, c)?.figures.as_ref()?.status_writes;
-        Some(format!("{:.0}", writes / PODS as f64 * 100.0))
+        Some(format!("{:.0}", writes / pods_per_series() as f64 * 100.0))
     };
     let writes: Vec<String> = CONCURRENCY
         .iter()
@@ -723,9 +773,9 @@ async fn main() -> Result<()> {
         measure(&policy, Webhook::None, concurrency).await?;
     }
     println!(
-        "| webhook | concurrency | pods/s | CREATE p50 | CREATE p99 | webhook call (mean) | evaluation (mean) | host status writes | conflicts | API writes per pod beyond its create | API server CPU per pod | host + controller CPU per pod |"
+        "| webhook | concurrency | pods/s | CREATE p50 | CREATE p99 | webhook call (mean) | evaluation (mean) | host status writes | conflicts | API writes per pod beyond its create | API server CPU per pod | host + controller CPU per pod | machine CPU per pod (cores busy) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut rows = Vec::new();
     let all = [
         Webhook::None,

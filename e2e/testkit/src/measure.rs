@@ -83,9 +83,49 @@ pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     Ok((ticks(14)? + ticks(15)?) / 100.0)
 }
 
+/// CPU time (seconds) every core of the machine has spent busy so far, every process and
+/// the kernel together: the first line of `/proc/stat` (user, nice, system, irq, softirq;
+/// not idle, iowait, or steal, the time the hypervisor gave to another guest).
+pub fn machine_busy_seconds() -> anyhow::Result<f64> {
+    busy_seconds_of(&std::fs::read_to_string("/proc/stat")?)
+}
+
+fn busy_seconds_of(stat: &str) -> anyhow::Result<f64> {
+    use anyhow::Context;
+    let line = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .context("/proc/stat has no cpu line")?;
+    let fields: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    // user nice system idle iowait irq softirq steal ...
+    let busy = [0, 1, 2, 5, 6]
+        .iter()
+        .map(|&i| {
+            fields
+                .get(i)
+                .copied()
+                .context("short cpu line in /proc/stat")
+        })
+        .sum::<anyhow::Result<f64>>()?;
+    // USER_HZ, as for `cpu_seconds`.
+    Ok(busy / 100.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn machine_busy_counts_user_nice_system_irq_softirq() {
+        let stat = "cpu  100 20 30 9000 40 5 6 700 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n";
+        assert_eq!(busy_seconds_of(stat).unwrap(), 1.61);
+        assert!(busy_seconds_of("cpu0 1 2\n").is_err());
+        assert!(busy_seconds_of("cpu  1 2 3\n").is_err());
+    }
 
     #[test]
     fn sums_metric_samples() {

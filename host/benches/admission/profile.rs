@@ -1,0 +1,58 @@
+//! Where the API server's CPU goes during a series: with `WS_BENCH_PROFILE=<dir>`, each
+//! row fetches a CPU profile of the API server (its `/debug/pprof/profile`, on by
+//! default) over the first `WS_BENCH_PROFILE_SECONDS` (default 5) of the series and
+//! writes it to `<dir>/<row>-c<concurrency>.pprof` (`go tool pprof -top` reads it).
+//! The series should outlast the profile: lengthen it with `WS_BENCH_PODS`. Off by
+//! default: `make bench` measures without a profiler running.
+
+use anyhow::{Context, Result};
+use axum::http::Request;
+use futures::AsyncReadExt;
+use kube::Client;
+use std::path::PathBuf;
+use tokio::task::JoinHandle;
+
+/// A profile being taken, or nothing when profiling is off.
+pub(crate) struct Profile(Option<JoinHandle<Result<()>>>);
+
+/// Starts a profile of the API server named after the row, if `WS_BENCH_PROFILE` is set.
+pub(crate) fn during_series(client: &Client, row: String, concurrency: usize) -> Profile {
+    let Some(dir) = std::env::var_os("WS_BENCH_PROFILE").map(PathBuf::from) else {
+        return Profile(None);
+    };
+    let seconds: u64 = std::env::var("WS_BENCH_PROFILE_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let name: String = row
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let path = dir.join(format!("{name}-c{concurrency}.pprof"));
+    let client = client.clone();
+    Profile(Some(tokio::spawn(async move {
+        let request =
+            Request::get(format!("/debug/pprof/profile?seconds={seconds}")).body(Vec::new())?;
+        let mut body = Vec::new();
+        client
+            .request_stream(request)
+            .await
+            .context("fetching the API server's CPU profile")?
+            .read_to_end(&mut body)
+            .await?;
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(&path, body).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("API server profile: {}", path.display());
+        Ok(())
+    })))
+}
+
+impl Profile {
+    /// Waits for the profile (it may end after the series) and writes it.
+    pub(crate) async fn finish(self) -> Result<()> {
+        match self.0 {
+            Some(task) => task.await?,
+            None => Ok(()),
+        }
+    }
+}
