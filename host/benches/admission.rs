@@ -51,16 +51,30 @@ mod profile;
 #[path = "admission/scale_out.rs"]
 mod scale_out;
 
-/// Pods per series; `WS_BENCH_PODS` lengthens a series for profiling (`WS_BENCH_PROFILE`).
+/// Pods per series: 256, or `WS_BENCH_PODS` (read once by [`read_pods_per_series`] at
+/// start) to lengthen a series for profiling (`WS_BENCH_PROFILE`).
+static PODS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
 fn pods_per_series() -> usize {
-    static PODS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *PODS.get_or_init(|| {
-        std::env::var("WS_BENCH_PODS")
+    *PODS.get_or_init(|| 256)
+}
+
+/// Reads `WS_BENCH_PODS`; a value that is not a number of at least 3 (one per subset) is
+/// an error, not a silent 256.
+fn read_pods_per_series() -> Result<()> {
+    let pods = match std::env::var("WS_BENCH_PODS") {
+        Err(_) => 256,
+        Ok(v) => v
+            .parse::<usize>()
             .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&n: &usize| n >= 3)
-            .unwrap_or(256)
-    })
+            .filter(|&n| n >= 3)
+            .with_context(|| format!("WS_BENCH_PODS={v}: expected a number of pods, at least 3"))?,
+    };
+    anyhow::ensure!(
+        PODS.set(pods).is_ok() || pods_per_series() == pods,
+        "pods per series read twice"
+    );
+    Ok(())
 }
 const CONCURRENCY: [usize; 3] = [1, 8, 64];
 /// The API server's histogram of webhook calls, labelled with the webhook's name.
@@ -471,9 +485,10 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
     let pods: Api<Pod> = ns.api();
     let profile = profile::during_series(&client, webhook.label(), concurrency);
     let (latencies, elapsed) = create_pods(&pods, &uid, node.as_deref(), concurrency).await?;
-    profile.finish().await?;
     let ours_after = our_cpu(&running)?;
     let machine = machine_busy_seconds()? - machine_before;
+    // After the readings: a profile that outlasts the series does not count its idle end.
+    profile.finish().await?;
     let metrics = apiserver_metrics(&client).await?;
     let writes = Writes::from_metrics(&metrics).since(&writes_before);
     let apiserver_cpu = sum_metric(&metrics, APISERVER_CPU_SECONDS) - apiserver_cpu_before;
@@ -759,6 +774,7 @@ async fn repeated_at_1(policy: &Path, focus: Focus) -> Result<Vec<(Webhook, Dura
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    read_pods_per_series()?;
     let Some(policy) = policy_wasm()? else {
         return Ok(());
     };
