@@ -51,19 +51,20 @@ mod profile;
 #[path = "admission/scale_out.rs"]
 mod scale_out;
 
-/// Pods per series: 256, or `WS_BENCH_PODS` (read once by [`read_pods_per_series`] at
-/// start) to lengthen a series for profiling (`WS_BENCH_PROFILE`).
+/// Pods per series: [`DEFAULT_PODS`], or `WS_BENCH_PODS` (read once by
+/// [`read_pods_per_series`] at start) to lengthen a series for profiling (`WS_BENCH_PROFILE`).
 static PODS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+const DEFAULT_PODS: usize = 256;
 
 fn pods_per_series() -> usize {
-    *PODS.get_or_init(|| 256)
+    *PODS.get_or_init(|| DEFAULT_PODS)
 }
 
 /// Reads `WS_BENCH_PODS`; a value that is not a number of at least 3 (one per subset) is
-/// an error, not a silent 256.
+/// an error, not a silent default.
 fn read_pods_per_series() -> Result<()> {
     let pods = match std::env::var("WS_BENCH_PODS") {
-        Err(_) => 256,
+        Err(_) => DEFAULT_PODS,
         Ok(v) => v
             .parse::<usize>()
             .ok()
@@ -180,7 +181,7 @@ struct CpuPerPod {
     /// Every process of the machine together (`/proc/stat`): the cluster, etcd, the
     /// bench's client (and the no-op webhook, which runs in it), the host and controller.
     machine: Duration,
-    /// Cores the machine kept busy on average during the series (of 2).
+    /// Cores the machine kept busy on average during the series.
     busy_cores: f64,
 }
 
@@ -483,7 +484,7 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
     let ours_before = our_cpu(&running)?;
     let machine_before = machine_busy_seconds()?;
     let pods: Api<Pod> = ns.api();
-    let profile = profile::during_series(&client, webhook.label(), concurrency);
+    let profile = profile::during_series(&client, webhook.label(), concurrency)?;
     let (latencies, elapsed) = create_pods(&pods, &uid, node.as_deref(), concurrency).await?;
     let ours_after = our_cpu(&running)?;
     let machine = machine_busy_seconds()? - machine_before;
@@ -668,9 +669,10 @@ fn print_summary(rows: &[Row], repeated: &[(Webhook, Duration)]) {
         if let (Some(ours), true) = (with.cpu.ours, with_cpu > 0.0) {
             let ours = ours.as_secs_f64();
             println!(
-                "* Where concurrency 64 stands: the machine spent {} of CPU per pod with the no-op webhook ({:.2} of 2 cores busy) and {} with host + controller ({:.2} busy), {} of it in the host and controller themselves, {} more in the API server; with the cores saturated that bounds the throughput ratio at {:.0} %, and the host's and controller's own CPU alone, even with the API server's extra at zero, at {:.0} % (so ≥ 90 % on one two-core machine needs them under {} per pod; on a real cluster they run on other nodes than the control plane).",
+                "* Where concurrency 64 stands: the machine spent {} of CPU per pod with the no-op webhook ({:.2} of {} cores busy) and {} with host + controller ({:.2} busy), {} of it in the host and controller themselves, {} more in the API server; with the cores saturated that bounds the throughput ratio at {:.0} %, and the host's and controller's own CPU alone, even with the API server's extra at zero, at {:.0} % (so ≥ 90 % on this one machine needs them under {} per pod; on a real cluster they run on other nodes than the control plane).",
                 ms_places(floor.cpu.machine, 2),
                 floor.cpu.busy_cores,
+                std::thread::available_parallelism().map_or(0, |n| n.get()),
                 ms_places(with.cpu.machine, 2),
                 with.cpu.busy_cores,
                 ms_places(Duration::from_secs_f64(ours), 2),

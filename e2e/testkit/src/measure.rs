@@ -68,6 +68,10 @@ impl Percentiles {
     }
 }
 
+/// Clock ticks per second of `/proc` CPU times: the kernel's USER_HZ, 100 on every Linux
+/// this runs on.
+const USER_HZ: f64 = 100.0;
+
 /// CPU time (user + system, seconds) a process has used, from `/proc/<pid>/stat`.
 pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     use anyhow::Context;
@@ -79,8 +83,7 @@ pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     let ticks = |i: usize| -> anyhow::Result<f64> {
         Ok(fields.get(i - 3).context("short stat")?.parse::<f64>()?)
     };
-    // The kernel's USER_HZ is 100 on every Linux this runs on.
-    Ok((ticks(14)? + ticks(15)?) / 100.0)
+    Ok((ticks(14)? + ticks(15)?) / USER_HZ)
 }
 
 /// CPU time (seconds) every core of the machine has spent busy so far, every process and
@@ -111,8 +114,7 @@ fn busy_seconds_of(stat: &str) -> anyhow::Result<f64> {
                 .context("short cpu line in /proc/stat")
         })
         .sum::<anyhow::Result<f64>>()?;
-    // USER_HZ, as for `cpu_seconds`.
-    Ok(busy / 100.0)
+    Ok(busy / USER_HZ)
 }
 
 #[cfg(test)]

@@ -15,22 +15,25 @@ use tokio::task::JoinHandle;
 /// A profile being taken, or nothing when profiling is off.
 pub(crate) struct Profile(Option<JoinHandle<Result<()>>>);
 
-/// Starts a profile of the API server named after the row, if `WS_BENCH_PROFILE` is set.
-pub(crate) fn during_series(client: &Client, row: String, concurrency: usize) -> Profile {
+/// Starts a profile of the API server named after the row, if `WS_BENCH_PROFILE` is set;
+/// a `WS_BENCH_PROFILE_SECONDS` that is not a whole number of seconds is an error.
+pub(crate) fn during_series(client: &Client, row: String, concurrency: usize) -> Result<Profile> {
     let Some(dir) = std::env::var_os("WS_BENCH_PROFILE").map(PathBuf::from) else {
-        return Profile(None);
+        return Ok(Profile(None));
     };
-    let seconds: u64 = std::env::var("WS_BENCH_PROFILE_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
+    let seconds: u64 = match std::env::var("WS_BENCH_PROFILE_SECONDS") {
+        Err(_) => 5,
+        Ok(v) => v.parse().ok().filter(|&s| s > 0).with_context(|| {
+            format!("WS_BENCH_PROFILE_SECONDS={v}: expected a whole number of seconds")
+        })?,
+    };
     let name: String = row
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect();
     let path = dir.join(format!("{name}-c{concurrency}.pprof"));
     let client = client.clone();
-    Profile(Some(tokio::spawn(async move {
+    Ok(Profile(Some(tokio::spawn(async move {
         let request =
             Request::get(format!("/debug/pprof/profile?seconds={seconds}")).body(Vec::new())?;
         let mut body = Vec::new();
@@ -44,7 +47,7 @@ pub(crate) fn during_series(client: &Client, row: String, concurrency: usize) ->
         std::fs::write(&path, body).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("API server profile: {}", path.display());
         Ok(())
-    })))
+    }))))
 }
 
 impl Profile {
