@@ -259,7 +259,12 @@ created through the local kube-apiserver ${k8s_version} (KWOK nodes), at the giv
 CREATE timed by its client from request to response (so with the webhook it includes
 the API server calling the webhook over TLS, the policy evaluation and the exact
 counter's status write when there is one). Rows: no webhook (the API server's own cost);
-one host replica in exact mode with its defaults — reserved slots (claims answered from
+the transport floor, a no-op mutating webhook in the bench (TLS and HTTP/1.1 as the host,
+an empty patch); the injection floor, the same webhook answering with the part of the
+host's patch every pod gets (the matched annotation and the empty \`nodeAffinity\`,
+diffed per request as the host does; the bench fails if the host's pods stop carrying
+it): what any injecting webhook costs the API server; what users run, the host and the
+controller with their defaults; one host replica in exact mode with its defaults — reserved slots (claims answered from
 slots reserved ahead in one write, renamed to the pods in a batched write ~1 s later;
 \`docs/counter-protocol.md\`) over group commit; with group commit alone
 (\`--reserve-max 0\`: every claim written before it is answered, an idle queue writes at

@@ -96,6 +96,8 @@ enum Webhook {
     NoneScheduled,
     /// The no-op webhook (`noop`): the transport floor.
     Noop,
+    /// The no-op webhook answering with the host's patch: the injection floor.
+    NoopPatch,
     /// The host with its defaults and the controller (release build) with its defaults.
     HostAndController,
     Batching {
@@ -132,6 +134,7 @@ impl Webhook {
             Webhook::None => "none".into(),
             Webhook::NoneScheduled => "none, pods scheduled and run by KWOK".into(),
             Webhook::Noop => "no-op webhook (floor)".into(),
+            Webhook::NoopPatch => "no-op webhook answering with our patch".into(),
             Webhook::HostAndController => "host + controller (defaults)".into(),
             Webhook::Unrelated { evaluate: false } => "unrelated pods (default)".into(),
             Webhook::Unrelated { evaluate: true } => {
@@ -169,6 +172,8 @@ struct Row {
     writes_per_pod: f64,
     /// CPU per pod during the series.
     cpu: CpuPerPod,
+    /// Host + controller rows: how the host's patches compare with the injection floor's.
+    injected: Option<String>,
 }
 
 /// CPU used during a series per pod created: the API server's
@@ -281,7 +286,7 @@ async fn start_admission(policy: &Path, ns: &TestNamespace, webhook: Webhook) ->
         } => (window_ms, max_batch, reserve_max, false),
         Webhook::Unrelated { evaluate } => (0, 512, 32, evaluate),
         Webhook::HostAndController => (0, 512, 32, false),
-        Webhook::None | Webhook::NoneScheduled | Webhook::Noop => {
+        Webhook::None | Webhook::NoneScheduled | Webhook::Noop | Webhook::NoopPatch => {
             anyhow::bail!("not a host row")
         }
     };
@@ -381,32 +386,34 @@ pub(crate) async fn apiserver_metrics(client: &Client) -> Result<String> {
     Ok(client.request_text(request).await?)
 }
 
-/// Creates the pods `concurrency` at a time; returns each CREATE's latency and the
-/// wall time of the whole series. Any rejected pod fails the row.
+/// Creates the pods `concurrency` at a time; returns each CREATE's latency, the pods
+/// as the API server stored them (after admission), and the wall time of the whole
+/// series. Any rejected pod fails the row.
 async fn create_pods(
     pods: &Api<Pod>,
     uid: &str,
     node: Option<&str>,
     concurrency: usize,
-) -> Result<(Vec<Duration>, Duration)> {
+) -> Result<(Vec<Duration>, Vec<Pod>, Duration)> {
     let started = Instant::now();
-    let results: Vec<Result<Duration>> = futures::stream::iter(0..pods_per_series())
+    let results: Vec<Result<(Duration, Pod)>> = futures::stream::iter(0..pods_per_series())
         .map(|i| {
             let (pods, pod) = (pods.clone(), bench_pod(&format!("fleet-{i}"), uid, node));
             async move {
                 let sent = Instant::now();
-                pods.create(&PostParams::default(), &pod)
+                let created = pods
+                    .create(&PostParams::default(), &pod)
                     .await
                     .with_context(|| format!("creating pod fleet-{i}"))?;
-                Ok(sent.elapsed())
+                Ok((sent.elapsed(), created))
             }
         })
         .buffer_unordered(concurrency)
         .collect()
         .await;
     let elapsed = started.elapsed();
-    let latencies = results.into_iter().collect::<Result<Vec<_>>>()?;
-    Ok((latencies, elapsed))
+    let (latencies, created) = results.into_iter().collect::<Result<(Vec<_>, Vec<_>)>>()?;
+    Ok((latencies, created, elapsed))
 }
 
 /// Removes the row's pods at once (no kubelet would confirm a graceful delete) so
@@ -465,8 +472,12 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
     let uid = create_workload(&ns, spread).await?;
     let running = match webhook {
         Webhook::None | Webhook::NoneScheduled => Running::Nothing,
-        Webhook::Noop => {
-            let noop = noop::Noop::start(&client).await?;
+        Webhook::Noop | Webhook::NoopPatch => {
+            let answer = match webhook {
+                Webhook::NoopPatch => noop::Answer::OurPatch,
+                _ => noop::Answer::Empty,
+            };
+            let noop = noop::Noop::start(&client, answer).await?;
             noop.enroll(ns.name()).await?;
             Running::Noop(noop)
         }
@@ -485,7 +496,8 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
     let machine_before = machine_busy_seconds()?;
     let pods: Api<Pod> = ns.api();
     let profile = profile::during_series(&client, webhook.label(), concurrency)?;
-    let (latencies, elapsed) = create_pods(&pods, &uid, node.as_deref(), concurrency).await?;
+    let (latencies, admitted, elapsed) =
+        create_pods(&pods, &uid, node.as_deref(), concurrency).await?;
     let ours_after = our_cpu(&running)?;
     let machine = machine_busy_seconds()? - machine_before;
     // After the readings: a profile that outlasts the series does not count its idle end.
@@ -505,8 +517,14 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
         machine: per_pod(machine),
         busy_cores: machine / elapsed.as_secs_f64(),
     };
+    let mut injected = None;
     let figures = match running {
         Running::Host(admission) => {
+            if webhook == Webhook::HostAndController {
+                injected = Some(noop::check_same_injection(&admitted, |name| {
+                    bench_pod(name, &uid, node.as_deref())
+                })?);
+            }
             let figures = webhook_figures(&admission, apiserver_before, &client).await?;
             admission.configs.delete().await?;
             drop(admission.controller);
@@ -533,6 +551,7 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
         figures,
         writes_per_pod: writes.beyond_creates() / pods_per_series() as f64,
         cpu,
+        injected,
     })
 }
 
@@ -646,6 +665,36 @@ fn print_summary(rows: &[Row], repeated: &[(Webhook, Duration)]) {
             verdict(over <= 1.0)
         );
     }
+    // What any webhook injecting the same fields pays, against which the rest is ours.
+    if let (Some(with), Some(patched), Some(floor)) = (
+        p50_at_1(Webhook::HostAndController),
+        p50_at_1(Webhook::NoopPatch),
+        p50_at_1(Webhook::Noop),
+    ) {
+        println!(
+            "* Injection floor, concurrency 1: the no-op webhook answering with our patch {} = {:+.1} ms over the no-op (the API server applying and storing an injecting webhook's answer); host + controller {:+.1} ms over it{}.",
+            ms(patched),
+            delta(patched, floor),
+            delta(with, patched),
+            repeated_note(repeated)
+        );
+    }
+    if let (Some(with), Some(patched), Some(floor)) = (
+        find(rows, Webhook::HostAndController, 64),
+        find(rows, Webhook::NoopPatch, 64),
+        find(rows, Webhook::Noop, 64),
+    ) {
+        println!(
+            "* Injection floor, concurrency 64: the no-op webhook answering with our patch {:.0} pods/s = {:.0} % of the no-op's ({} of API server CPU per pod vs {}); host + controller {:.0} % of it ({} API server CPU per pod; of its pods, {}).",
+            patched.per_second,
+            patched.per_second / floor.per_second * 100.0,
+            ms_places(patched.cpu.apiserver, 2),
+            ms_places(floor.cpu.apiserver, 2),
+            with.per_second / patched.per_second * 100.0,
+            ms_places(with.cpu.apiserver, 2),
+            with.injected.as_deref().unwrap_or("–")
+        );
+    }
     if let (Some(with), Some(floor), Some(none)) = (
         find(rows, Webhook::HostAndController, 64),
         find(rows, Webhook::Noop, 64),
@@ -741,6 +790,7 @@ async fn repeated_at_1(policy: &Path, focus: Focus) -> Result<Vec<(Webhook, Dura
     let webhooks: Vec<Webhook> = [
         Webhook::None,
         Webhook::Noop,
+        Webhook::NoopPatch,
         Webhook::HostAndController,
         RESERVED,
         Webhook::Unrelated { evaluate: false },
@@ -799,6 +849,7 @@ async fn main() -> Result<()> {
         Webhook::None,
         Webhook::NoneScheduled,
         Webhook::Noop,
+        Webhook::NoopPatch,
         Webhook::HostAndController,
         RESERVED,
         GROUP_COMMIT,
@@ -854,7 +905,7 @@ impl Focus {
         self == Focus::All
             || matches!(
                 w,
-                Webhook::None | Webhook::Noop | Webhook::HostAndController
+                Webhook::None | Webhook::Noop | Webhook::NoopPatch | Webhook::HostAndController
             )
     }
 }
