@@ -8,6 +8,7 @@ use crate::reconciler::{Context, Error};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::DynamicObject;
 use serde_json::Value;
+use std::sync::Arc;
 use std::time::Duration;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::controller::pending::{
@@ -20,9 +21,9 @@ use workloadspread_core::controller::ReconcileOutput;
 pub struct Inputs {
     /// The namespace's pods in the pending flow (labelled pending, or stamped), from the
     /// cache: all that is read of the namespace's pods after the status write.
-    pub namespace_pods: Vec<Pod>,
+    pub namespace_pods: Vec<Arc<Pod>>,
     /// The workload's pods and replicas.
-    pub view: WorkloadView,
+    pub view: WorkloadView<Arc<Pod>>,
     /// The workload object, `None` when it does not exist.
     pub workload: Option<Value>,
 }

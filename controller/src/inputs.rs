@@ -10,11 +10,12 @@ use workloadspread_core::selector::NodeInfo;
 use workloadspread_core::version::{workload_version, VersionedKinds};
 use workloadspread_core::workload::WorkloadKinds;
 
-/// The workload side of a reconcile.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct WorkloadView {
+/// The workload side of a reconcile; `P` is how a pod is held (the online controller
+/// holds its cache's `Arc<Pod>`s, so a reconcile copies no pod).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadView<P = Pod> {
     /// Pods of the workload (inactive ones included); empty when replicas are 0.
-    pub pods: Vec<Pod>,
+    pub pods: Vec<P>,
     pub replicas: i32,
     /// "" when the workload is missing.
     pub latest_version: String,
@@ -33,18 +34,29 @@ pub enum InputError {
     Version(String),
 }
 
+impl<P> Default for WorkloadView<P> {
+    fn default() -> Self {
+        WorkloadView {
+            pods: vec![],
+            replicas: 0,
+            latest_version: String::new(),
+        }
+    }
+}
+
 /// `getPodsForWorkloadSpread` + `filterWorkload` + the latest version.
 ///
 /// `workload` is the target (`None` when it does not exist), `replica_sets` the
-/// namespace's ReplicaSets (used for Deployments), `pods` the namespace's pods.
-pub fn workload_view<P: std::borrow::Borrow<Pod>>(
+/// namespace's ReplicaSets (used for Deployments), `pods` the namespace's pods (the
+/// workload's are cloned into the view: `Arc`s are shared, not copied).
+pub fn workload_view<P: std::borrow::Borrow<Pod> + Clone>(
     ws: &WorkloadSpread,
     workload: Option<&Value>,
     replica_sets: &[Value],
     pods: &[P],
     kinds: &WorkloadKinds,
     versioned: &VersionedKinds,
-) -> Result<WorkloadView, InputError> {
+) -> Result<WorkloadView<P>, InputError> {
     let (Some(workload), Some(target)) = (
         workload.filter(|w| w["metadata"]["deletionTimestamp"].is_null()),
         ws.spec.target_ref.as_ref(),
@@ -67,8 +79,7 @@ pub fn workload_view<P: std::borrow::Borrow<Pod>>(
     let owners = owner_uids(workload, replica_sets);
     let pods = pods
         .iter()
-        .map(std::borrow::Borrow::borrow)
-        .filter(|p| controller_uid(p).is_some_and(|uid| owners.contains(uid)))
+        .filter(|p| controller_uid((*p).borrow()).is_some_and(|uid| owners.contains(uid)))
         .cloned()
         .collect();
     Ok(WorkloadView {
@@ -187,6 +198,28 @@ mod tests {
         assert_eq!(names, ["p1"]);
         assert_eq!(view.replicas, 3);
         assert_eq!(view.latest_version, "h1");
+    }
+
+    /// The online controller's view holds the cache's pods, not copies of them.
+    #[test]
+    fn a_view_of_shared_pods_shares_them() {
+        use std::sync::Arc;
+        let rss = [replica_set("rs1", "d-uid", "h1")];
+        let pods = [Arc::new(pod("p1", "rs1")), Arc::new(pod("p2", "other"))];
+        let view = workload_view(
+            &ws("Deployment", "apps/v1"),
+            Some(&deployment(2)),
+            &rss,
+            &pods,
+            &WorkloadKinds::default(),
+            &VersionedKinds::new(["deployment"]),
+        )
+        .unwrap();
+        assert_eq!(view.pods.len(), 1);
+        assert!(
+            Arc::ptr_eq(&view.pods[0], &pods[0]),
+            "the view copied the pod"
+        );
     }
 
     #[test]

@@ -385,7 +385,7 @@ pub(crate) fn decode(object: &DynamicObject) -> Result<WorkloadSpread, Error> {
 }
 
 /// How long the oldest pod still labelled pending for `ws` has existed.
-fn oldest_pending(ws: &WorkloadSpread, pods: &[Pod], ctx: &Context) -> Option<Duration> {
+fn oldest_pending(ws: &WorkloadSpread, pods: &[Arc<Pod>], ctx: &Context) -> Option<Duration> {
     use workloadspread_core::api::PENDING_LABEL;
     let now = (ctx.clock)();
     let labelled = |p: &&Pod| {
@@ -397,6 +397,7 @@ fn oldest_pending(ws: &WorkloadSpread, pods: &[Pod], ctx: &Context) -> Option<Du
     let ours =
         |p: &&Pod| workloadspread_core::pods::matched(p).is_some_and(|m| m.name == ws.name());
     pods.iter()
+        .map(|p| p.as_ref())
         .filter(labelled)
         .filter(ours)
         .filter_map(|p| p.metadata.creation_timestamp.as_ref())
@@ -426,15 +427,16 @@ async fn compute(
         Some(uid) => cached(|| ctx.workloads.replica_sets(&ns, uid)).await?,
         None => vec![],
     };
-    // The namespace's own cache: no scan of other namespaces' pods, and no copy of them
-    // but the workload's (the view) and those in the pending flow (read after the status
-    // write). A copy of every pod per reconcile cost 137 ms and hundreds of MB with 1 000
-    // WorkloadSpreads of 10 pods in one namespace.
+    // The namespace's own cache: no scan of other namespaces' pods, and no copy of any:
+    // the workload's (the view) and those in the pending flow (read after the status
+    // write) are the cache's `Arc`s. A copy of every pod per reconcile cost 137 ms and
+    // hundreds of MB with 1 000 WorkloadSpreads of 10 pods in one namespace; a copy of
+    // the workload's pods was 8 % of the controller's CPU during a 3 000-pod burst.
     let cached = pods.state();
-    let pods: Vec<Pod> = cached
+    let pods: Vec<Arc<Pod>> = cached
         .iter()
         .filter(|p| workloadspread_core::controller::pending::in_pending_flow(p))
-        .map(|p| Pod::clone(p))
+        .cloned()
         .collect();
     let view = workload_view(
         ws,

@@ -23,6 +23,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::SignedDuration;
 use status::StatusCalc;
 pub use status::{PlaceholderView, StampedPlaceholders};
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 /// Timing knobs; the defaults are the reference's constants.
@@ -77,11 +78,12 @@ impl Event {
 
 /// Everything a reconcile needs.
 #[derive(Clone, Copy, Debug)]
-pub struct ReconcileInput<'a> {
+pub struct ReconcileInput<'a, P = Pod> {
     pub ws: &'a WorkloadSpread,
     /// Pods owned by the workload (inactive ones included). Like the reference, callers
     /// pass none when the workload's own replica field is 0; `targetFilter` is applied here.
-    pub pods: &'a [Pod],
+    /// Any borrowable pod: the controller passes its cache's `Arc`s, copying none.
+    pub pods: &'a [P],
     /// Replica count used for percentages (0 when the workload does not exist).
     pub workload_replicas: i32,
     /// `version::workload_version` of the workload ("" when unknown).
@@ -113,14 +115,15 @@ pub struct ReconcileOutput {
 }
 
 /// `syncWorkloadSpread`.
-pub fn reconcile(input: &ReconcileInput<'_>) -> ReconcileOutput {
+pub fn reconcile<P: Borrow<Pod>>(input: &ReconcileInput<'_, P>) -> ReconcileOutput {
     let ws = input.ws;
     let filter = ws.spec.target_filter.as_ref();
     let no_labels = BTreeMap::new();
     let pods: Vec<&Pod> = input
         .pods
         .iter()
-        .filter(|p| {
+        .map(Borrow::borrow)
+        .filter(|p: &&Pod| {
             is_pod_selected(filter, p.metadata.labels.as_ref().unwrap_or(&no_labels))
                 .unwrap_or(false)
         })
@@ -150,8 +153,8 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> ReconcileOutput {
     }
 }
 
-fn group_versioned(
-    input: &ReconcileInput<'_>,
+fn group_versioned<P>(
+    input: &ReconcileInput<'_, P>,
     pods: &[&Pod],
     adoptions: &mut Vec<Adoption>,
 ) -> (BTreeMap<String, SubsetPods>, SubsetPods) {
@@ -184,9 +187,9 @@ fn group_versioned(
     (versioned, aggregate)
 }
 
-fn calculate_status(
+fn calculate_status<P>(
     calc: &mut StatusCalc<'_>,
-    input: &ReconcileInput<'_>,
+    input: &ReconcileInput<'_, P>,
     pods: &[&Pod],
     versioned: &BTreeMap<String, SubsetPods>,
     aggregate: &SubsetPods,

@@ -28,6 +28,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::SignedDuration;
 use serde_json::{json, Map, Value};
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// How long a stamped pod keeps its label: longer than any WorkloadSpread cache should
@@ -45,10 +46,10 @@ pub enum PendingPatch {
 
 /// Everything the decision needs.
 #[derive(Clone, Copy, Debug)]
-pub struct PendingInput<'a> {
+pub struct PendingInput<'a, P = Pod> {
     pub ws: &'a WorkloadSpread,
-    /// The namespace's pods.
-    pub namespace_pods: &'a [Pod],
+    /// The namespace's pods (any borrowable pod).
+    pub namespace_pods: &'a [P],
     /// Names of the pods the written status counts (see [`counted_pods`]).
     pub counted: &'a BTreeSet<String>,
     /// The `resourceVersion` whose status counts them: the one the write returned, or
@@ -80,12 +81,13 @@ impl PendingPlan {
 /// Names of the workload's pods a status computed from `workload_pods` counts: active,
 /// selected by the `targetFilter`, and placed by their matched annotation into this
 /// WorkloadSpread.
-pub fn counted_pods(ws: &WorkloadSpread, workload_pods: &[Pod]) -> BTreeSet<String> {
+pub fn counted_pods<P: Borrow<Pod>>(ws: &WorkloadSpread, workload_pods: &[P]) -> BTreeSet<String> {
     let no_labels = BTreeMap::new();
     let filter = ws.spec.target_filter.as_ref();
     workload_pods
         .iter()
-        .filter(|p| is_active(p))
+        .map(Borrow::borrow)
+        .filter(|p: &&Pod| is_active(p))
         .filter(|p| {
             is_pod_selected(filter, p.metadata.labels.as_ref().unwrap_or(&no_labels))
                 .unwrap_or(false)
@@ -97,18 +99,22 @@ pub fn counted_pods(ws: &WorkloadSpread, workload_pods: &[Pod]) -> BTreeSet<Stri
 }
 
 /// The stamps and label removals of this reconcile (module doc).
-pub fn plan_pending(input: &PendingInput<'_>) -> PendingPlan {
+pub fn plan_pending<P: Borrow<Pod>>(input: &PendingInput<'_, P>) -> PendingPlan {
     let mut plan = PendingPlan::default();
     let Some(uid) = input.ws.metadata.uid.as_deref() else {
         return plan;
     };
-    let mine = input.namespace_pods.iter().filter(|p| {
-        p.metadata
-            .labels
-            .as_ref()
-            .is_some_and(|l| l.contains_key(PENDING_LABEL))
-            && matched(p).is_some_and(|m| m.name == input.ws.name())
-    });
+    let mine = input
+        .namespace_pods
+        .iter()
+        .map(Borrow::borrow)
+        .filter(|p: &&Pod| {
+            p.metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(PENDING_LABEL))
+                && matched(p).is_some_and(|m| m.name == input.ws.name())
+        });
     for pod in mine {
         let pod_name = name(pod);
         if pod_name.is_empty() || pod.metadata.deletion_timestamp.is_some() {
@@ -177,13 +183,14 @@ pub fn in_pending_flow(pod: &Pod) -> bool {
 /// to scale in, `status`, a test) sees the costs that decide the scale-in; the pods in
 /// the pending flow (best-effort admissions) keep one patch for cost and label, after
 /// the status as that flow requires.
-pub fn costs_before_status(
+pub fn costs_before_status<P: Borrow<Pod>>(
     costs: &[CostPatch],
-    namespace_pods: &[Pod],
+    namespace_pods: &[P],
 ) -> (Vec<CostPatch>, Vec<CostPatch>) {
     let pending: BTreeSet<&str> = namespace_pods
         .iter()
-        .filter(|p| in_pending_flow(p))
+        .map(Borrow::borrow)
+        .filter(|p: &&Pod| in_pending_flow(p))
         .map(name)
         .collect();
     costs

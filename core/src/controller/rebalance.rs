@@ -49,12 +49,12 @@ pub fn enabled(ws: &WorkloadSpread, default: bool) -> bool {
 
 /// Everything the decision needs.
 #[derive(Clone, Copy, Debug)]
-pub struct RebalanceInput<'a> {
+pub struct RebalanceInput<'a, P = Pod> {
     pub ws: &'a WorkloadSpread,
     /// The status this reconcile computed (conditions, entries in flight).
     pub status: &'a WorkloadSpreadStatus,
-    /// The workload's pods (as the reconcile got them).
-    pub pods: &'a [Pod],
+    /// The workload's pods (as the reconcile got them; any borrowable pod).
+    pub pods: &'a [P],
     /// The workload object (rollout state), `None` when missing.
     pub workload: Option<&'a Value>,
     pub workload_replicas: i32,
@@ -147,7 +147,7 @@ impl Rebalance {
 }
 
 /// The pods to evict (module doc).
-pub fn plan_rebalance(input: &RebalanceInput<'_>) -> Rebalance {
+pub fn plan_rebalance<P: std::borrow::Borrow<Pod>>(input: &RebalanceInput<'_, P>) -> Rebalance {
     let ws = input.ws;
     if !input.enabled {
         return Rebalance::held(Hold::Off);
@@ -166,7 +166,8 @@ pub fn plan_rebalance(input: &RebalanceInput<'_>) -> Rebalance {
     let active: Vec<&Pod> = input
         .pods
         .iter()
-        .filter(|p| is_active(p))
+        .map(std::borrow::Borrow::borrow)
+        .filter(|p: &&Pod| is_active(p))
         .filter(|p| {
             is_pod_selected(filter, p.metadata.labels.as_ref().unwrap_or(&no_labels))
                 .unwrap_or(false)
@@ -297,7 +298,7 @@ fn current_of(s: &Spread, g: usize) -> usize {
 }
 
 /// Why the workload must not be disturbed now, if it must not.
-fn guard(input: &RebalanceInput<'_>, active: &[&Pod]) -> Option<Hold> {
+fn guard<P>(input: &RebalanceInput<'_, P>, active: &[&Pod]) -> Option<Hold> {
     if let Some(why) = input.workload.and_then(rolling_out) {
         return Some(Hold::RollingOut(why));
     }
@@ -389,7 +390,7 @@ fn annotated_cost(pod: &Pod) -> i64 {
 
 /// Where the claim rule places a new pod of the latest version when the subsets hold
 /// `counts` (spec subsets, then outside every subset): the group index (`n` = unspread).
-fn landing(input: &RebalanceInput<'_>, counts: &[usize]) -> usize {
+fn landing<P>(input: &RebalanceInput<'_, P>, counts: &[usize]) -> usize {
     let ws = input.ws;
     let n = ws.spec.subsets.len();
     let statuses: Vec<WorkloadSpreadSubsetStatus> = ws

@@ -62,8 +62,17 @@ pub struct StatusView {
 
 /// The view of `ws` for the workload's `pods` (its own, inactive ones included) and
 /// `replicas`; `next` pods on the scale-in path.
-pub fn status_view(ws: &WorkloadSpread, pods: &[Pod], replicas: i32, next: usize) -> StatusView {
-    let active: Vec<&Pod> = pods.iter().filter(|p| is_active(p)).collect();
+pub fn status_view<P: std::borrow::Borrow<Pod>>(
+    ws: &WorkloadSpread,
+    pods: &[P],
+    replicas: i32,
+    next: usize,
+) -> StatusView {
+    let active: Vec<&Pod> = pods
+        .iter()
+        .map(std::borrow::Borrow::borrow)
+        .filter(|p: &&Pod| is_active(p))
+        .collect();
     let subset_of = |p: &Pod| {
         matched(p)
             .filter(|m| Some(m.name.as_str()) == ws.metadata.name.as_deref())
