@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::ByteString;
 use kube::api::{ObjectMeta, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
@@ -386,7 +386,10 @@ where
     };
     let api: Api<K> = Api::all(client.clone());
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    // With the API server unreachable a watcher without backoff retries at once, for
+    // ever: two of them made ~25 000 failed requests (and ERROR lines) a second.
     watcher(api, config)
+        .default_backoff()
         .filter_map(|event| async move {
             match event {
                 Ok(watcher::Event::Apply(_) | watcher::Event::InitDone) => Some(()),
@@ -545,6 +548,39 @@ pub async fn ensure_bundles(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With nothing answering, the CA bundle's watches back off: a few attempts in a
+    /// second, not one per failed connection as fast as the loop turns.
+    #[tokio::test]
+    async fn watches_back_off_while_the_api_server_is_unreachable() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        // A loopback port that accepts and drops every connection, counting them.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url: hyper::Uri = format!("http://{}", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let counted = attempts.clone();
+        let server = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::Relaxed);
+                drop(tcp);
+            }
+        });
+        let client = Client::try_from(kube::Config::new(url)).unwrap();
+        let mut changes = futures::stream::select_all(vec![
+            watch_named::<MutatingWebhookConfiguration>(&client, Some("w")),
+            watch_named::<ValidatingWebhookConfiguration>(&client, Some("w")),
+        ]);
+        let waited = tokio::time::timeout(Duration::from_secs(2), changes.next()).await;
+        server.abort();
+        assert!(waited.is_err(), "a change reported with no API server");
+        let attempts = attempts.load(Ordering::Relaxed);
+        assert!(
+            (1..=40).contains(&attempts),
+            "{attempts} connections in 2 s from two watches"
+        );
+    }
 
     #[test]
     fn secret_round_trip_keeps_every_certificate() {
