@@ -9,7 +9,8 @@
 //! materialises; pods claimed from a reservation also get its label and annotation),
 //! computed per request with the host's own `json_patch::diff`, and nothing decided.
 //! What the API server spends applying and storing any injecting webhook's answer;
-//! [`check_same_injection`] fails the bench when the host's answers and this one part.
+//! [`check_same_injection`] fails the bench when the host's answers stop carrying
+//! what this one adds.
 
 use anyhow::{Context, Result};
 use axum::routing::post;
