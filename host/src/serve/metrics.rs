@@ -95,6 +95,25 @@ pub enum ReservationEvent {
     SettleFailed,
 }
 
+/// How a live list of a namespace's WorkloadSpreads ended (`kube_state::lookup`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum LookupResult {
+    /// Listed (one request to the API server).
+    Listed,
+    /// The list failed or timed out: the pod was refused.
+    Failed,
+    /// The list showed a WorkloadSpread the watch had not delivered when it began (the
+    /// pod waited for it; without the list it would have been admitted unspread).
+    Missed,
+    /// The watch did not deliver it in time: the pod was refused.
+    Behind,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LookupLabels {
+    pub result: LookupResult,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HolderLabels {
     pub holder: String,
@@ -127,6 +146,8 @@ pub struct Metrics {
     pub cached_objects: Family<CacheLabels, Gauge>,
     /// Policy reads the watch caches could not answer, made live against the API server.
     pub live_reads: Family<KindLabels, Counter>,
+    /// Live lists of a namespace's WorkloadSpreads before its pods are decided.
+    pub lookups: Family<LookupLabels, Counter>,
     pub reservations: Family<ReservationLabels, Counter>,
     /// Counter queues alive (one per WorkloadSpread with recent counter work).
     pub counter_queues: Gauge,
@@ -157,6 +178,15 @@ impl Metrics {
         let unrelated = Counter::default();
         let cached_objects = Family::<CacheLabels, Gauge>::default();
         let live_reads = Family::<KindLabels, Counter>::default();
+        let lookups = Family::<LookupLabels, Counter>::default();
+        for result in [
+            LookupResult::Listed,
+            LookupResult::Failed,
+            LookupResult::Missed,
+            LookupResult::Behind,
+        ] {
+            lookups.get_or_create(&LookupLabels { result }).inc_by(0);
+        }
         let reservations = Family::<ReservationLabels, Counter>::default();
         // Every event exported from the start (0): rate() and alerts see the series.
         for event in [
@@ -213,6 +243,11 @@ impl Metrics {
             "live_reads",
             "Policy reads the watch caches could not answer (an object created a moment ago, a namespace whose watch has no first list yet, a kind read for the first time), made live against the API server",
             live_reads.clone(),
+        );
+        registry.register(
+            "workloadspread_lookups",
+            "Live lists of a namespace's WorkloadSpreads before its pod creations are decided (one per namespace per 30 s): listed, failed (pod refused), missed (the list showed one the watch had not delivered yet: the pod waited for it), behind (the watch did not deliver it within 3 s: pod refused)",
+            lookups.clone(),
         );
         registry.register(
             "unrelated_pod_requests",
@@ -275,6 +310,7 @@ impl Metrics {
             unrelated,
             cached_objects,
             live_reads,
+            lookups,
             evaluations,
             latency,
             counter_ops,

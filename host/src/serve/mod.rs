@@ -345,6 +345,16 @@ async fn evaluate(app: &Arc<App>, request: Value) -> AdmissionResponse {
         let why = app.capabilities.not_ready_reason().unwrap_or_default();
         return run::rejection(uid, format!("the host is not ready ({why}); retry"), 503);
     }
+    if let Some(namespace) = workloadspread_created(&request) {
+        app.capabilities.forget_lookup(namespace).await;
+    }
+    // A WorkloadSpread created a moment ago may not be in the cache yet (`kube_state::lookup`).
+    if let Some(namespace) = owned_pod_create(&request) {
+        if let Err(e) = app.capabilities.catch_up(namespace).await {
+            tracing::warn!(namespace, "{e}");
+            return run::rejection(uid, e.to_string(), 503);
+        }
+    }
     if app.skip_unrelated {
         if let Some(answer) = unrelated_pod_answer(app, &request) {
             app.metrics.unrelated.inc();
@@ -402,6 +412,12 @@ fn unrelated_pod_answer(app: &App, request: &Value) -> Option<AdmissionResponse>
 /// The namespace of a pod creation that may claim a slot: not a dry run, and the pod has
 /// a controller (unowned pods are never spread). Such creations are rate-limited.
 fn may_claim(request: &Value) -> Option<&str> {
+    owned_pod_create(request).filter(|_| request["dryRun"] != true)
+}
+
+/// The namespace of a pod creation (dry run or not) whose pod has a controller: the
+/// requests a WorkloadSpread may spread.
+fn owned_pod_create(request: &Value) -> Option<&str> {
     let resource = &request["resource"];
     let is_pod_create = resource["group"] == ""
         && resource["resource"] == "pods"
@@ -409,12 +425,21 @@ fn may_claim(request: &Value) -> Option<&str> {
             .as_str()
             .unwrap_or_default()
             .is_empty()
-        && request["operation"] == "CREATE"
-        && request["dryRun"] != true;
+        && request["operation"] == "CREATE";
     let owned = request["object"]["metadata"]["ownerReferences"]
         .as_array()
         .is_some_and(|refs| refs.iter().any(|r| r["controller"] == true));
     (is_pod_create && owned)
+        .then(|| request["namespace"].as_str())
+        .flatten()
+}
+
+/// The namespace of a WorkloadSpread creation (any served version).
+fn workloadspread_created(request: &Value) -> Option<&str> {
+    let resource = &request["resource"];
+    (resource["group"] == "apps.kruise.io"
+        && resource["resource"] == "workloadspreads"
+        && request["operation"] == "CREATE")
         .then(|| request["namespace"].as_str())
         .flatten()
 }

@@ -1,13 +1,16 @@
-//! Per-namespace work: pods of namespaces without a WorkloadSpread skip the guest, and
-//! only namespaces holding one are cached.
+//! Per-namespace work: pods of namespaces without a WorkloadSpread skip the guest, only
+//! namespaces holding one are cached, and a WorkloadSpread the watch has not delivered
+//! yet is found by a live list of its namespace.
 
 use crate::support::{host_bin, ws_crd, ws_resource, MATCHED};
 use anyhow::{ensure, Result};
+use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DynamicObject, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
 use std::time::Duration;
+use workloadspread_testkit::faults::{api_server_addr, fault_proxy, kubeconfig_via, Faults};
 use workloadspread_testkit::webhook::{policy_wasm, HostProcess};
 use workloadspread_testkit::{cluster, wait_for, TestNamespace};
 
@@ -300,4 +303,102 @@ async fn custom_workloads_are_read_from_the_namespace_cache() -> Result<()> {
     let a = placed.iter().filter(|s| s.as_deref() == Some("a")).count();
     ensure!(a == 4 && placed.len() == 7, "placed {placed:?}");
     setup.finish().await
+}
+
+/// The JSON patch of a `/mutate` answer (`Value::Null` when the pod is left unchanged).
+fn patch_of(body: &str) -> Result<Value> {
+    use base64::Engine;
+    let review: Value = serde_json::from_str(body)?;
+    let Some(encoded) = review["response"]["patch"].as_str() else {
+        return Ok(Value::Null);
+    };
+    let bytes = base64::engine::general_purpose::STANDARD.decode(encoded)?;
+    Ok(serde_json::from_slice(&bytes)?)
+}
+
+/// A WorkloadSpread created a moment before its workload's first pod, with the host's
+/// watches lagging the API server by a second (a fault proxy, as a busy host's or a far
+/// API server's do; seen in CI under load: a Deployment's first pod admitted unspread).
+/// The pod is still spread: before deciding a pod creation the host lists the
+/// namespace's WorkloadSpreads live and waits for its watch to deliver the missing one.
+/// The list is remembered per namespace: a namespace without any answers five pods with
+/// one list, not five.
+#[tokio::test]
+async fn a_workloadspread_the_watch_has_not_delivered_yet_spreads_the_first_pod() -> Result<()> {
+    let Some(policy) = policy_wasm()? else {
+        return Ok(());
+    };
+    let cluster = cluster()?;
+    let ns = cluster.namespace("lagging").await?;
+    let quiet = cluster.namespace("quiet").await?;
+    ws_crd(&ns.client()).await?;
+    let lagging = Faults {
+        lag: Duration::from_secs(1),
+        ..Faults::default()
+    };
+    let (via, _) = fault_proxy(api_server_addr(cluster.kubeconfig())?, lagging).await?;
+    let kubeconfig = kubeconfig_via(cluster.kubeconfig(), via)?;
+    let args = ["--policy".to_string(), policy.display().to_string()];
+    let host = HostProcess::start(host_bin(), &kubeconfig, &args).await?;
+
+    let rs: ReplicaSet = serde_json::from_value(json!({"metadata": {"name": "web"},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "i"}]}}}}))?;
+    let rs = ns
+        .api::<ReplicaSet>()
+        .create(&PostParams::default(), &rs)
+        .await?;
+    let owned = |name: &str, rs_uid: &str| {
+        json!({"metadata": {"name": name, "labels": {"app": "web"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
+                "uid": rs_uid, "controller": true}]},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    };
+    let rs_uid = rs.metadata.uid.unwrap_or_default();
+    let ws: DynamicObject = serde_json::from_value(json!({"apiVersion": "apps.kruise.io/v1beta1",
+        "kind": "WorkloadSpread", "metadata": {"name": "web"},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web"},
+            "subsets": [{"name": "a"}]}}))?;
+    Api::<DynamicObject>::namespaced_with(ns.client(), ns.name(), &ws_resource())
+        .create(&PostParams::default(), &ws)
+        .await?;
+    let (code, body) = host
+        .post(
+            "/mutate",
+            &pod_review("first", ns.name(), "CREATE", "", owned("web-1", &rs_uid)),
+        )
+        .await?;
+    let patch = patch_of(&body)?;
+    ensure!(
+        code == 200 && patch.to_string().contains(r#"\"subset\":\"a\""#),
+        "the first pod was not spread by the WorkloadSpread created before it: {body}"
+    );
+    let lookups = "workloadspread_host_workloadspread_lookups_total";
+    ensure!(
+        host.metric_with(lookups, "result=\"Missed\"").await? >= 1.0,
+        "the watch delivered the WorkloadSpread before the pod came (the lag did not work)"
+    );
+
+    let listed = host.metric_with(lookups, "result=\"Listed\"").await?;
+    for i in 0..5 {
+        let review = pod_review(
+            &format!("quiet-{i}"),
+            quiet.name(),
+            "CREATE",
+            "",
+            owned(&format!("web-{i}"), "other-uid"),
+        );
+        let (code, body) = host.post("/mutate", &review).await?;
+        ensure!(
+            code == 200 && patch_of(&body)?.is_null(),
+            "a pod of a namespace without a WorkloadSpread was changed: {body}"
+        );
+    }
+    let listed_quiet = host.metric_with(lookups, "result=\"Listed\"").await? - listed;
+    ensure!(
+        listed_quiet == 1.0,
+        "five pods of one namespace without a WorkloadSpread listed {listed_quiet} times"
+    );
+    Ok(())
 }

@@ -16,7 +16,7 @@
 //! admitting pods without the WorkloadSpread watch would pass them unspread.
 
 use super::commit::{Answer, Committer, Op};
-use super::metrics::{CacheLabels, KindLabels, Metrics};
+use super::metrics::{CacheLabels, KindLabels, LookupLabels, LookupResult, Metrics};
 use crate::capabilities::{denied, AllowList, Capabilities, KubeRead};
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
@@ -122,6 +122,7 @@ pub struct KubeCapabilities {
     committer: Option<Arc<Committer>>,
     discovered: Mutex<HashMap<KindKey, Discovered>>,
     metrics: Arc<Metrics>,
+    lookups: lookup::Lookups,
 }
 
 /// Whether the policy cannot work without `kind`: everything but OpenKruise's workload
@@ -150,6 +151,7 @@ impl KubeCapabilities {
             committer,
             discovered: Default::default(),
             metrics,
+            lookups: Default::default(),
         });
         let wanted = caps.allow.resources.clone().unwrap_or_default();
         for (api_version, kind) in wanted {
@@ -414,6 +416,7 @@ fn spawn_reflector(
     (store, task.abort_handle())
 }
 
+mod lookup;
 mod namespaces;
 mod read;
 mod targets;
