@@ -1,9 +1,14 @@
 //! The WorkloadSpread watch can lag the API server (a busy host, a far API server): a
 //! WorkloadSpread created just before its workload would be missing from the cache when
 //! the first pods arrive, and they would be admitted unspread. Before a pod creation is
-//! decided, the WorkloadSpreads of its namespace are listed live and the cache must hold
-//! every one of them (waiting a moment for it to catch up, refusing with "retry" if it
-//! does not).
+//! decided in a namespace where the cache holds no WorkloadSpread, the namespace's
+//! WorkloadSpreads are listed live and the cache must hold every one of them (waiting a
+//! moment for it to catch up, refusing with "retry" if it does not, or if the list fails).
+//!
+//! Namespaces where the cache holds one are decided from the cache as before: their
+//! admissions cost nothing more, and a host cut off from the API server keeps admitting
+//! into its reserved slots there. What is left to the watch's freshness there is a
+//! second WorkloadSpread created just before its workload.
 //!
 //! Kubernetes' own admission plugins close the same gap the same way (LimitRanger and
 //! ResourceQuota: a live lookup per namespace, coalesced, remembered for 30 s in a
@@ -64,9 +69,12 @@ impl Default for Lookups {
 }
 
 impl KubeCapabilities {
-    /// Returns once the WorkloadSpread cache holds every WorkloadSpread a live list of
-    /// `namespace` shows (module doc).
+    /// Returns at once when the WorkloadSpread cache holds one in `namespace`, else once
+    /// it holds every WorkloadSpread a live list of `namespace` shows (module doc).
     pub async fn catch_up(&self, namespace: &str) -> Result<(), CatchUpError> {
+        if self.has_workloadspread(namespace) != Some(false) {
+            return Ok(());
+        }
         let (mut listed, fresh) = self.listed(namespace).await?;
         if self.missing(namespace, &listed).is_empty() {
             return Ok(());
