@@ -100,7 +100,7 @@ pub enum ReservationEvent {
 pub enum LookupResult {
     /// Listed (one request to the API server).
     Listed,
-    /// The list failed or timed out: the pod was refused.
+    /// The list failed or did not come in time: the pod was decided from the cache.
     Failed,
     /// The list showed a WorkloadSpread the watch had not delivered when it began (the
     /// pod waited for it; without the list it would have been admitted unspread).
@@ -246,7 +246,7 @@ impl Metrics {
         );
         registry.register(
             "workloadspread_lookups",
-            "Live lists of a namespace's WorkloadSpreads before its pod creations are decided (one per namespace per 30 s): listed, failed (pod refused), missed (the list showed one the watch had not delivered yet: the pod waited for it), behind (the watch did not deliver it within 3 s: pod refused)",
+            "Live lists of a namespace's WorkloadSpreads before its pod creations are decided (namespaces where the cache holds none; one per namespace per 30 s): listed, failed (pod decided from the cache, as before the check), missed (the list showed one the watch had not delivered yet: the pod waited for it), behind (the watch did not deliver it within 2 s: pod refused)",
             lookups.clone(),
         );
         registry.register(

@@ -3,7 +3,10 @@
 //! the first pods arrive, and they would be admitted unspread. Before a pod creation is
 //! decided in a namespace where the cache holds no WorkloadSpread, the namespace's
 //! WorkloadSpreads are listed live and the cache must hold every one of them (waiting a
-//! moment for it to catch up, refusing with "retry" if it does not, or if the list fails).
+//! moment for it to catch up, refusing with "retry" if it does not). A list that fails or
+//! does not come within the budget leaves the pod to the cache, as before this check,
+//! with a warning: an API server that cannot answer a list would not store the pod
+//! either, and the host's evaluation slots must not wait on it.
 //!
 //! Namespaces where the cache holds one are decided from the cache as before: their
 //! admissions cost nothing more, and a host cut off from the API server keeps admitting
@@ -14,8 +17,10 @@
 //! ResourceQuota: a live lookup per namespace, coalesced, remembered for 30 s in a
 //! bounded cache), so the cost is one metadata LIST per namespace creating pods per
 //! [`REMEMBER`], not one per pod. A WorkloadSpread created within that window after a
-//! lookup is still only as fresh as the watch; a WorkloadSpread validated by this host
-//! forgets its namespace's lookup at once (`docs/semantics.md`).
+//! lookup is still only as fresh as the watch, unless its CREATE came through this
+//! host's webhook: that drops the namespace's list and, for [`UNSETTLED`], lists there
+//! serve only the pod they were made for (the CREATE is seen before it is stored)
+//! (`docs/semantics.md`, A10).
 
 use super::*;
 use kube::api::ListParams;
@@ -25,36 +30,46 @@ use thiserror::Error;
 const REMEMBER: Duration = Duration::from_secs(30);
 /// Namespaces remembered at most (least used forgotten first).
 const CAPACITY: u64 = 10_000;
-/// How long a pod waits for the watch to deliver WorkloadSpreads the live list showed.
-const CATCH_UP: Duration = Duration::from_secs(3);
+/// The most a pod creation waits here in all: the live list and the watch catching up
+/// (the policy then has the rest of the API server's 10 s webhook timeout).
+const BUDGET: Duration = Duration::from_secs(2);
 /// How often the cache is checked while waiting.
 const CATCH_UP_POLL: Duration = Duration::from_millis(10);
+/// After a WorkloadSpread CREATE in a namespace is seen (validated before it is stored),
+/// lists of that namespace are trusted only by the pod they were made for, this long.
+const UNSETTLED: Duration = Duration::from_secs(5);
 
-/// WorkloadSpreads of a namespace by a live list: (name, uid).
-type Listed = Arc<Vec<(String, String)>>;
+/// WorkloadSpreads of a namespace by a live list.
+#[derive(Debug)]
+struct Listing {
+    /// When the list was sent.
+    sent: tokio::time::Instant,
+    /// (name, uid) of each.
+    items: Vec<(String, String)>,
+}
 
 /// Why a pod creation cannot be decided from the cache.
 #[derive(Debug, Error, Clone)]
 pub enum CatchUpError {
     #[error(
         "namespace {namespace} holds WorkloadSpread(s) {missing:?} the host's watch has not \
-         delivered within {CATCH_UP:?} (the watch lags the API server); the pod is refused \
+         delivered within {BUDGET:?} (the watch lags the API server: a busy host or API \
+         server; see workloadspread_host_workloadspread_lookups_total); the pod is refused \
          rather than admitted unspread: retry"
     )]
     Behind {
         namespace: String,
         missing: Vec<String>,
     },
-    #[error(
-        "listing the WorkloadSpreads of namespace {namespace} failed ({reason}); the pod is \
-         refused rather than admitted without them: retry"
-    )]
+    #[error("listing the WorkloadSpreads of namespace {namespace} failed: {reason}")]
     Lookup { namespace: String, reason: String },
 }
 
 /// Remembered live lists, one per namespace; concurrent misses share one request.
 pub(super) struct Lookups {
-    listed: moka::future::Cache<String, Listed>,
+    listed: moka::future::Cache<String, Arc<Listing>>,
+    /// Namespaces where a WorkloadSpread CREATE was seen in the last [`UNSETTLED`].
+    unsettled: moka::future::Cache<String, ()>,
 }
 
 impl Default for Lookups {
@@ -64,30 +79,41 @@ impl Default for Lookups {
                 .max_capacity(CAPACITY)
                 .time_to_live(REMEMBER)
                 .build(),
+            unsettled: moka::future::Cache::builder()
+                .max_capacity(CAPACITY)
+                .time_to_live(UNSETTLED)
+                .build(),
         }
     }
 }
 
 impl KubeCapabilities {
-    /// Returns at once when the WorkloadSpread cache holds one in `namespace`, else once
-    /// it holds every WorkloadSpread a live list of `namespace` shows (module doc).
+    /// Returns at once when the WorkloadSpread cache holds one in `namespace` (or has no
+    /// first list: then the policy reads live), else once it holds every WorkloadSpread a
+    /// live list of `namespace` shows (module doc). Should the list fail within the
+    /// budget, the pod is decided from the cache as before this check, with a warning.
     pub async fn catch_up(&self, namespace: &str) -> Result<(), CatchUpError> {
         if self.has_workloadspread(namespace) != Some(false) {
             return Ok(());
         }
-        let (mut listed, fresh) = self.listed(namespace).await?;
-        if self.missing(namespace, &listed).is_empty() {
+        let called = tokio::time::Instant::now();
+        let deadline = called + BUDGET;
+        let Some(mut listing) = self.listed(namespace, deadline).await else {
             return Ok(());
-        }
-        if !fresh {
+        };
+        let unsettled = self.lookups.unsettled.contains_key(namespace);
+        let suspect = unsettled || !self.missing(namespace, &listing).is_empty();
+        if suspect && listing.sent < called {
             // A remembered list may be older than the cache (a WorkloadSpread deleted or
-            // replaced since): ask again before waiting on it.
+            // replaced since) or than a WorkloadSpread being created: list again.
             self.lookups.listed.invalidate(namespace).await;
-            listed = self.listed(namespace).await?.0;
+            let Some(again) = self.listed(namespace, deadline).await else {
+                return Ok(());
+            };
+            listing = again;
         }
-        let deadline = tokio::time::Instant::now() + CATCH_UP;
         loop {
-            let missing = self.missing(namespace, &listed);
+            let missing = self.missing(namespace, &listing);
             if missing.is_empty() {
                 return Ok(());
             }
@@ -104,26 +130,45 @@ impl KubeCapabilities {
         }
     }
 
-    /// Forgets `namespace`'s remembered list: a WorkloadSpread is being created there.
+    /// A WorkloadSpread is being created in `namespace`: its remembered list is dropped
+    /// and lists made there in the next [`UNSETTLED`] serve only their own pod.
     pub async fn forget_lookup(&self, namespace: &str) {
+        self.lookups
+            .unsettled
+            .insert(namespace.to_string(), ())
+            .await;
         self.lookups.listed.invalidate(namespace).await;
     }
 
     /// The remembered list of `namespace`, listed now if there is none (concurrent
-    /// callers share one request); whether it was listed for this call.
-    async fn listed(&self, namespace: &str) -> Result<(Listed, bool), CatchUpError> {
-        let entry = self
+    /// callers share one request); `None` (decide from the cache) when the list failed
+    /// or did not come by `deadline` — counted and logged.
+    async fn listed(
+        &self,
+        namespace: &str,
+        deadline: tokio::time::Instant,
+    ) -> Option<Arc<Listing>> {
+        let lookup = self
             .lookups
             .listed
             .entry_by_ref(namespace)
-            .or_try_insert_with(self.list_live(namespace))
-            .await
-            .map_err(|e: Arc<CatchUpError>| (*e).clone())?;
-        let fresh = entry.is_fresh();
-        Ok((entry.into_value(), fresh))
+            .or_try_insert_with(self.list_live(namespace));
+        let failure = match tokio::time::timeout_at(deadline, lookup).await {
+            Ok(Ok(entry)) => return Some(entry.into_value()),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {BUDGET:?}"),
+        };
+        self.count_lookup(LookupResult::Failed);
+        tracing::warn!(
+            namespace,
+            "{failure}; the pod is decided from the cache (a WorkloadSpread created a moment \
+             ago may be missed): check the host's reach to the API server and its RBAC \
+             (list workloadspreads)"
+        );
+        None
     }
 
-    async fn list_live(&self, namespace: &str) -> Result<Listed, CatchUpError> {
+    async fn list_live(&self, namespace: &str) -> Result<Arc<Listing>, CatchUpError> {
         use workloadspread_core::api::{v1beta1, KIND};
         let failed = |reason: String| CatchUpError::Lookup {
             namespace: namespace.to_string(),
@@ -136,24 +181,18 @@ impl KubeCapabilities {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), namespace, &resource);
         let cached_before = self.cached_in(namespace);
-        let list = tokio::time::timeout(LIVE_READ, api.list_metadata(&ListParams::default()))
+        let sent = tokio::time::Instant::now();
+        let list = api
+            .list_metadata(&ListParams::default())
             .await
-            .map_err(|_| failed(format!("no answer in {LIVE_READ:?}")))
-            .and_then(|r| r.map_err(|e| failed(e.to_string())));
-        let list = match list {
-            Ok(list) => list,
-            Err(e) => {
-                self.count_lookup(LookupResult::Failed);
-                return Err(e);
-            }
-        };
+            .map_err(|e| failed(e.to_string()))?;
         self.count_lookup(LookupResult::Listed);
-        let listed: Vec<(String, String)> = list
+        let items: Vec<(String, String)> = list
             .items
             .into_iter()
             .map(|o| (o.name_any(), o.metadata.uid.unwrap_or_default()))
             .collect();
-        let unseen: Vec<&str> = listed
+        let unseen: Vec<&str> = items
             .iter()
             .filter(|l| !cached_before.contains(*l))
             .map(|(name, _)| name.as_str())
@@ -166,7 +205,7 @@ impl KubeCapabilities {
                 "the WorkloadSpread watch had not delivered these when a pod came; the pod waits for it"
             );
         }
-        Ok(Arc::new(listed))
+        Ok(Arc::new(Listing { sent, items }))
     }
 
     /// The WorkloadSpreads of `namespace` in the cache: (name, uid).
@@ -186,12 +225,13 @@ impl KubeCapabilities {
             .collect()
     }
 
-    /// Names in `listed` the WorkloadSpread cache lacks (or holds with another uid).
-    fn missing(&self, namespace: &str, listed: &[(String, String)]) -> Vec<String> {
+    /// Names in `listing` the WorkloadSpread cache lacks (or holds with another uid).
+    fn missing(&self, namespace: &str, listing: &Listing) -> Vec<String> {
         use workloadspread_core::api::{v1beta1, KIND};
         let reflected = self.reflected(v1beta1::API_VERSION, KIND);
         let store = reflected.as_ref().and_then(|r| store_for(r, None));
-        listed
+        listing
+            .items
             .iter()
             .filter(|(name, uid)| {
                 let cached = reflected.as_ref().zip(store.as_ref()).and_then(|(r, s)| {
@@ -216,17 +256,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn refusals_say_what_to_do() {
+    fn a_refusal_says_why_and_what_to_do() {
         let behind = CatchUpError::Behind {
             namespace: "shop".into(),
             missing: vec!["web".into()],
         };
         let text = behind.to_string();
         assert!(text.contains("shop") && text.contains("\"web\"") && text.ends_with("retry"));
-        let failed = CatchUpError::Lookup {
-            namespace: "shop".into(),
-            reason: "timed out".into(),
-        };
-        assert!(failed.to_string().ends_with("retry"));
+        assert!(text.contains("workloadspread_host_workloadspread_lookups_total"));
     }
 }

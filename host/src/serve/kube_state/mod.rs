@@ -254,9 +254,8 @@ impl KubeCapabilities {
         let store = store_for(&r, None)?;
         Some(
             store
-                .state()
-                .iter()
-                .any(|o| o.namespace().as_deref() == Some(namespace)),
+                .find(|o| o.metadata.namespace.as_deref() == Some(namespace))
+                .is_some(),
         )
     }
 
