@@ -169,13 +169,12 @@ impl KubeCapabilities {
     }
 
     async fn list_live(&self, namespace: &str) -> Result<Arc<Listing>, CatchUpError> {
-        use workloadspread_core::api::{v1beta1, KIND};
         let failed = |reason: String| CatchUpError::Lookup {
             namespace: namespace.to_string(),
             reason,
         };
         let resource = self
-            .reflected(v1beta1::API_VERSION, KIND)
+            .workloadspreads()
             .map(|r| r.resource)
             .ok_or_else(|| failed("the WorkloadSpread kind is not served".into()))?;
         let api: Api<DynamicObject> =
@@ -210,11 +209,7 @@ impl KubeCapabilities {
 
     /// The WorkloadSpreads of `namespace` in the cache: (name, uid).
     fn cached_in(&self, namespace: &str) -> BTreeSet<(String, String)> {
-        use workloadspread_core::api::{v1beta1, KIND};
-        let Some(store) = self
-            .reflected(v1beta1::API_VERSION, KIND)
-            .and_then(|r| store_for(&r, None))
-        else {
+        let Some(store) = self.workloadspreads().and_then(|r| store_for(&r, None)) else {
             return BTreeSet::new();
         };
         store
@@ -227,8 +222,7 @@ impl KubeCapabilities {
 
     /// Names in `listing` the WorkloadSpread cache lacks (or holds with another uid).
     fn missing(&self, namespace: &str, listing: &Listing) -> Vec<String> {
-        use workloadspread_core::api::{v1beta1, KIND};
-        let reflected = self.reflected(v1beta1::API_VERSION, KIND);
+        let reflected = self.workloadspreads();
         let store = reflected.as_ref().and_then(|r| store_for(r, None));
         listing
             .items

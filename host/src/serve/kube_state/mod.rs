@@ -240,6 +240,12 @@ impl KubeCapabilities {
         self.reflected.write().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The WorkloadSpread kind's reflection (`None` until discovered).
+    fn workloadspreads(&self) -> Option<Reflected> {
+        use workloadspread_core::api::{v1beta1, KIND};
+        self.reflected(v1beta1::API_VERSION, KIND)
+    }
+
     fn reflected(&self, api_version: &str, kind: &str) -> Option<Reflected> {
         self.read_reflected()
             .get(&(api_version.to_string(), kind.to_string()))
@@ -249,8 +255,7 @@ impl KubeCapabilities {
     /// Whether `namespace` holds a WorkloadSpread, by the watch cache; `None` while that
     /// cache has not had its first list.
     pub fn has_workloadspread(&self, namespace: &str) -> Option<bool> {
-        use workloadspread_core::api::{v1beta1, KIND};
-        let r = self.reflected(v1beta1::API_VERSION, KIND)?;
+        let r = self.workloadspreads()?;
         let store = store_for(&r, None)?;
         Some(
             store

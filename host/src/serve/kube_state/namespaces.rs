@@ -23,8 +23,7 @@ pub(super) async fn follow_namespaces(caps: Weak<KubeCapabilities>, grace: Durat
 impl KubeCapabilities {
     /// Namespaces holding a WorkloadSpread; `None` until its cache is synced.
     fn workloadspread_namespaces(&self) -> Option<BTreeSet<String>> {
-        use workloadspread_core::api::{v1beta1, KIND};
-        let store = store_for(&self.reflected(v1beta1::API_VERSION, KIND)?, None)?;
+        let store = store_for(&self.workloadspreads()?, None)?;
         Some(store.state().iter().filter_map(|o| o.namespace()).collect())
     }
 
