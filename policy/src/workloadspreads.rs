@@ -4,24 +4,12 @@ use crate::host::Host;
 use crate::lookup::{candidate_answers, merged_targets};
 use crate::outcome::Outcome;
 use crate::settings::{Settings, SpreadLookup};
-use serde::Deserialize;
 use serde_json::Value;
-use workloadspread_core::api::{v1alpha1, v1beta1};
+use workloadspread_core::api::{decode_workloadspread_as, v1beta1};
 use workloadspread_core::field::{aggregate, FieldError};
 use workloadspread_core::masks::WORKLOAD_NAME_FIELDS;
 use workloadspread_core::validation::{validate_create, validate_update, ValidationContext};
 use workloadspread_core::workload::pod_template_for_validation;
-
-/// Decodes a WorkloadSpread of either version into the storage version.
-pub fn decode(object: &Value, version: &str) -> Result<v1beta1::WorkloadSpread, String> {
-    if version == "v1alpha1" {
-        v1alpha1::WorkloadSpread::deserialize(object)
-            .map(Into::into)
-            .map_err(|e| e.to_string())
-    } else {
-        v1beta1::WorkloadSpread::deserialize(object).map_err(|e| e.to_string())
-    }
-}
 
 /// Validates a create (`old` = None) or an update.
 pub fn validate(
@@ -36,11 +24,14 @@ pub fn validate(
             return refusal;
         }
     }
-    let ws = match decode(object, version) {
+    let ws = match decode_workloadspread_as(object, version) {
         Ok(ws) => ws,
         Err(e) => return Outcome::reject(format!("invalid WorkloadSpread: {e}"), 400),
     };
-    let old = match old.map(|o| decode(o, version)).transpose() {
+    let old = match old
+        .map(|o| decode_workloadspread_as(o, version))
+        .transpose()
+    {
         Ok(o) => o,
         Err(e) => return Outcome::reject(format!("invalid old WorkloadSpread: {e}"), 400),
     };

@@ -65,7 +65,20 @@ pub const STRATEGY_FIXED: &str = "Fixed";
 pub fn decode_workloadspread(
     object: &serde_json::Value,
 ) -> Result<v1beta1::WorkloadSpread, serde_json::Error> {
-    if object["apiVersion"] == "apps.kruise.io/v1alpha1" {
+    let version = match object["apiVersion"].as_str() {
+        Some("apps.kruise.io/v1alpha1") => "v1alpha1",
+        _ => "v1beta1",
+    };
+    decode_workloadspread_as(object, version)
+}
+
+/// Decodes a WorkloadSpread served as `version` (an admission request's kind version:
+/// `v1alpha1`, anything else is read as v1beta1) into the storage version.
+pub fn decode_workloadspread_as(
+    object: &serde_json::Value,
+    version: &str,
+) -> Result<v1beta1::WorkloadSpread, serde_json::Error> {
+    if version == "v1alpha1" {
         <v1alpha1::WorkloadSpread as serde::Deserialize>::deserialize(object).map(Into::into)
     } else {
         <v1beta1::WorkloadSpread as serde::Deserialize>::deserialize(object)
@@ -78,4 +91,47 @@ pub(crate) fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> sche
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": true
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A subset's required selector as each served version spells it, and what the
+    /// storage version holds after decoding (by the object's apiVersion, or by the
+    /// version an admission request names).
+    #[test]
+    fn both_served_versions_decode_into_storage() {
+        let term =
+            json!({"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]});
+        let alpha = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "WorkloadSpread",
+            "metadata": {"name": "w"},
+            "spec": {"subsets": [{"name": "a", "requiredNodeSelectorTerm": term}]}});
+        let beta = json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+            "metadata": {"name": "w"},
+            "spec": {"subsets": [{"name": "a", "requiredNodeSelector": term}]}});
+        let selector = |ws: &v1beta1::WorkloadSpread| {
+            serde_json::to_value(&ws.spec.subsets[0].required_node_selector).unwrap()
+        };
+        let cases = [
+            ("v1alpha1 by apiVersion", decode_workloadspread(&alpha)),
+            ("v1beta1 by apiVersion", decode_workloadspread(&beta)),
+            (
+                "v1alpha1 as named",
+                decode_workloadspread_as(&alpha, "v1alpha1"),
+            ),
+            (
+                "v1beta1 as named",
+                decode_workloadspread_as(&beta, "v1beta1"),
+            ),
+        ];
+        for (case, decoded) in cases {
+            let ws = decoded.unwrap_or_else(|e| panic!("{case}: {e}"));
+            assert_eq!(selector(&ws), term, "{case}");
+        }
+        // Read as the other version, the selector is not found.
+        let crossed = decode_workloadspread_as(&alpha, "v1beta1").unwrap();
+        assert_eq!(selector(&crossed), serde_json::Value::Null);
+    }
 }
