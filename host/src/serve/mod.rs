@@ -336,6 +336,18 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
 }
 
 async fn evaluate(app: &Arc<App>, request: Value) -> AdmissionResponse {
+    let created = workloadspread_created(&request).map(str::to_string);
+    let response = decide(app, request).await;
+    // A WorkloadSpread this host lets through is stored next: the namespace's remembered
+    // list no longer holds. One it refuses, or a dry run, is never stored: forgetting
+    // there would only make the namespace's next pods list again (`kube_state::lookup`).
+    if let (Some(namespace), true) = (created, response.allowed) {
+        app.capabilities.forget_lookup(&namespace).await;
+    }
+    response
+}
+
+async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
     let uid = request["uid"].as_str().unwrap_or_default().to_string();
     // An empty WorkloadSpread cache would admit pods unspread: wait for the first list.
     if tokio::time::timeout(CACHE_WAIT, app.capabilities.wait_until_ready())
@@ -344,9 +356,6 @@ async fn evaluate(app: &Arc<App>, request: Value) -> AdmissionResponse {
     {
         let why = app.capabilities.not_ready_reason().unwrap_or_default();
         return run::rejection(uid, format!("the host is not ready ({why}); retry"), 503);
-    }
-    if let Some(namespace) = workloadspread_created(&request) {
-        app.capabilities.forget_lookup(namespace).await;
     }
     // A WorkloadSpread created a moment ago may not be in the cache yet (`kube_state::lookup`).
     if let Some(namespace) = owned_pod_create(&request) {
@@ -434,12 +443,13 @@ fn owned_pod_create(request: &Value) -> Option<&str> {
         .flatten()
 }
 
-/// The namespace of a WorkloadSpread creation (any served version).
+/// The namespace of a WorkloadSpread creation (any served version) that is not a dry run.
 fn workloadspread_created(request: &Value) -> Option<&str> {
     let resource = &request["resource"];
     (resource["group"] == "apps.kruise.io"
         && resource["resource"] == "workloadspreads"
-        && request["operation"] == "CREATE")
+        && request["operation"] == "CREATE"
+        && request["dryRun"] != true)
         .then(|| request["namespace"].as_str())
         .flatten()
 }

@@ -316,8 +316,9 @@ fn patch_of(body: &str) -> Result<Value> {
     Ok(serde_json::from_slice(&bytes)?)
 }
 
-/// A WorkloadSpread CREATE as the API server sends it to the validating webhook.
-fn ws_review(uid: &str, namespace: &str, object: &Value) -> Result<Vec<u8>> {
+/// A WorkloadSpread CREATE (a dry run if `dry_run`) as the API server sends it to the
+/// validating webhook.
+fn ws_review(uid: &str, namespace: &str, object: &Value, dry_run: bool) -> Result<Vec<u8>> {
     Ok(serde_json::to_vec(
         &json!({"apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview", "request": {"uid": uid,
@@ -325,7 +326,7 @@ fn ws_review(uid: &str, namespace: &str, object: &Value) -> Result<Vec<u8>> {
         "resource": {"group": "apps.kruise.io", "version": "v1beta1",
             "resource": "workloadspreads"},
         "namespace": namespace, "name": object["metadata"]["name"], "operation": "CREATE",
-        "userInfo": {"username": "test"}, "object": object}}),
+        "userInfo": {"username": "test"}, "object": object, "dryRun": dry_run}}),
     )?)
 }
 
@@ -338,7 +339,8 @@ fn ws_review(uid: &str, namespace: &str, object: &Value) -> Result<Vec<u8>> {
 /// had the (empty) list remembered: the WorkloadSpread's CREATE, validated by the host,
 /// drops it. The race is checked to have happened (`Missed`; a host so slow that the
 /// watch won is retried in a fresh namespace, three times at most). A namespace without
-/// any answers five pods with one list, not five.
+/// any answers five pods with one list, not five, also after a dry-run and a refused
+/// WorkloadSpread CREATE there.
 #[tokio::test]
 async fn a_workloadspread_the_watch_has_not_delivered_yet_spreads_the_first_pod() -> Result<()> {
     let Some(policy) = policy_wasm()? else {
@@ -387,7 +389,7 @@ async fn a_workloadspread_the_watch_has_not_delivered_yet_spreads_the_first_pod(
         ensure!(code == 200 && patch_of(&body)?.is_null(), "{body}");
         let missed = host.metric_with(lookups, "result=\"Missed\"").await?;
         let (code, body) = host
-            .post("/validate", &ws_review("ws-create", ns.name(), &ws)?)
+            .post("/validate", &ws_review("ws-create", ns.name(), &ws, false)?)
             .await?;
         ensure!(code == 200 && body.contains("\"allowed\":true"), "{body}");
         Api::<DynamicObject>::namespaced_with(ns.client(), ns.name(), &ws_resource())
@@ -416,6 +418,22 @@ async fn a_workloadspread_the_watch_has_not_delivered_yet_spreads_the_first_pod(
         "in three attempts the watch always delivered the WorkloadSpread before the pod came"
     );
 
+    // WorkloadSpread CREATEs that are never stored — a dry run (`kubectl apply
+    // --dry-run=server`, a GitOps diff) and one the host refuses — leave the namespace's
+    // list remembered: its pods do not each list again.
+    let (code, body) = host
+        .post("/validate", &ws_review("dry", quiet.name(), &ws, true)?)
+        .await?;
+    ensure!(code == 200 && body.contains("\"allowed\":true"), "{body}");
+    let mut invalid = ws.clone();
+    invalid["spec"]["subsets"] = json!([{"name": "a", "maxReplicas": -1}]);
+    let (code, body) = host
+        .post(
+            "/validate",
+            &ws_review("invalid", quiet.name(), &invalid, false)?,
+        )
+        .await?;
+    ensure!(code == 200 && body.contains("\"allowed\":false"), "{body}");
     let listed = host.metric_with(lookups, "result=\"Listed\"").await?;
     for i in 0..5 {
         let review = pod_review(

@@ -17,7 +17,7 @@
 //! ResourceQuota: a live lookup per namespace, coalesced, remembered for 30 s in a
 //! bounded cache), so the cost is one metadata LIST per namespace creating pods per
 //! [`REMEMBER`], not one per pod. A WorkloadSpread created within that window after a
-//! lookup is still only as fresh as the watch, unless its CREATE came through this
+//! lookup is still only as fresh as the watch, unless its CREATE was admitted by this
 //! host's webhook: that drops the namespace's list and, for [`UNSETTLED`], lists there
 //! serve only the pod they were made for (the CREATE is seen before it is stored)
 //! (`docs/semantics.md`, A10).
