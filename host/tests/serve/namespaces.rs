@@ -418,13 +418,29 @@ async fn a_workloadspread_the_watch_has_not_delivered_yet_spreads_the_first_pod(
         "in three attempts the watch always delivered the WorkloadSpread before the pod came"
     );
 
-    // WorkloadSpread CREATEs that are never stored — a dry run (`kubectl apply
-    // --dry-run=server`, a GitOps diff) and one the host refuses — leave the namespace's
-    // list remembered: its pods do not each list again.
-    let (code, body) = host
-        .post("/validate", &ws_review("dry", quiet.name(), &ws, true)?)
-        .await?;
-    ensure!(code == 200 && body.contains("\"allowed\":true"), "{body}");
+    // Five pods of a namespace without a WorkloadSpread make one list between them, also
+    // when WorkloadSpread CREATEs that are never stored come after the first pod: one the
+    // host refuses, then a dry run (`kubectl apply --dry-run=server`, a GitOps diff).
+    // Either, taken for a real CREATE, would drop the remembered list.
+    let quiet_pod = |i: usize| {
+        pod_review(
+            &format!("quiet-{i}"),
+            quiet.name(),
+            "CREATE",
+            "",
+            owned(&format!("web-{i}"), "other-uid"),
+        )
+    };
+    let listed = host.metric_with(lookups, "result=\"Listed\"").await?;
+    let unchanged = |code: u16, body: &str| -> Result<()> {
+        ensure!(
+            code == 200 && patch_of(body)?.is_null(),
+            "a pod of a namespace without a WorkloadSpread was changed: {body}"
+        );
+        Ok(())
+    };
+    let (code, body) = host.post("/mutate", &quiet_pod(0)).await?;
+    unchanged(code, &body)?;
     let mut invalid = ws.clone();
     invalid["spec"]["subsets"] = json!([{"name": "a", "maxReplicas": -1}]);
     let (code, body) = host
@@ -434,20 +450,13 @@ async fn a_workloadspread_the_watch_has_not_delivered_yet_spreads_the_first_pod(
         )
         .await?;
     ensure!(code == 200 && body.contains("\"allowed\":false"), "{body}");
-    let listed = host.metric_with(lookups, "result=\"Listed\"").await?;
-    for i in 0..5 {
-        let review = pod_review(
-            &format!("quiet-{i}"),
-            quiet.name(),
-            "CREATE",
-            "",
-            owned(&format!("web-{i}"), "other-uid"),
-        );
-        let (code, body) = host.post("/mutate", &review).await?;
-        ensure!(
-            code == 200 && patch_of(&body)?.is_null(),
-            "a pod of a namespace without a WorkloadSpread was changed: {body}"
-        );
+    let (code, body) = host
+        .post("/validate", &ws_review("dry", quiet.name(), &ws, true)?)
+        .await?;
+    ensure!(code == 200 && body.contains("\"allowed\":true"), "{body}");
+    for i in 1..5 {
+        let (code, body) = host.post("/mutate", &quiet_pod(i)).await?;
+        unchanged(code, &body)?;
     }
     let listed_quiet = host.metric_with(lookups, "result=\"Listed\"").await? - listed;
     ensure!(

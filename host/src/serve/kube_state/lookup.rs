@@ -35,7 +35,8 @@ const CAPACITY: u64 = 10_000;
 const BUDGET: Duration = Duration::from_secs(2);
 /// How often the cache is checked while waiting.
 const CATCH_UP_POLL: Duration = Duration::from_millis(10);
-/// After a WorkloadSpread CREATE in a namespace is seen (validated before it is stored),
+/// After a WorkloadSpread CREATE in a namespace is admitted by this host (before it is
+/// stored; dry runs and refused CREATEs are never stored and do not count),
 /// lists of that namespace are trusted only by the pod they were made for, this long.
 const UNSETTLED: Duration = Duration::from_secs(5);
 
@@ -68,7 +69,7 @@ pub enum CatchUpError {
 /// Remembered live lists, one per namespace; concurrent misses share one request.
 pub(super) struct Lookups {
     listed: moka::future::Cache<String, Arc<Listing>>,
-    /// Namespaces where a WorkloadSpread CREATE was seen in the last [`UNSETTLED`].
+    /// Namespaces where this host admitted a WorkloadSpread CREATE in the last [`UNSETTLED`].
     unsettled: moka::future::Cache<String, ()>,
 }
 
