@@ -421,7 +421,7 @@ fn unrelated_pod_answer(app: &App, request: &Value) -> Option<AdmissionResponse>
 /// The namespace of a pod creation that may claim a slot: not a dry run, and the pod has
 /// a controller (unowned pods are never spread). Such creations are rate-limited.
 fn may_claim(request: &Value) -> Option<&str> {
-    owned_pod_create(request).filter(|_| request["dryRun"] != true)
+    owned_pod_create(request).filter(|_| !dry_run(request))
 }
 
 /// The namespace of a pod creation (dry run or not) whose pod has a controller: the
@@ -443,15 +443,20 @@ fn owned_pod_create(request: &Value) -> Option<&str> {
         .flatten()
 }
 
+/// Whether the API server will store nothing of this request (`dryRun`).
+fn dry_run(request: &Value) -> bool {
+    request["dryRun"] == true
+}
+
 /// The namespace of a WorkloadSpread creation (any served version) that is not a dry run.
 fn workloadspread_created(request: &Value) -> Option<&str> {
     let resource = &request["resource"];
     (resource["group"] == "apps.kruise.io"
         && resource["resource"] == "workloadspreads"
         && request["operation"] == "CREATE"
-        && request["dryRun"] != true)
-        .then(|| request["namespace"].as_str())
-        .flatten()
+        && !dry_run(request))
+    .then(|| request["namespace"].as_str())
+    .flatten()
 }
 
 fn outcome_of(r: &AdmissionResponse) -> Outcome {
