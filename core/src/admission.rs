@@ -5,11 +5,13 @@
 //! Callers skip dry-run requests entirely (no injection, no status change), as the
 //! reference does.
 //!
-//! Under [`Rules::Planned`] a percentage subset's room is its maximum scaled to the
-//! workload's *current* replicas minus its occupancy as the status records it
-//! (`replicas + |creatingPods| − |deletingPods|`), so pods created right after a scale
-//! land on the planned spread before the controller recomputes `missingReplicas`.
-//! Integer subsets (and [`Rules::Reference`]) use `missingReplicas` as the reference does.
+//! A subset's room is its maximum (integers as written, percentages scaled to the
+//! workload's *current* replicas) minus its occupancy as the status records it, a
+//! deletion counted only once its departure is a fact ([`room`]): pods created right
+//! after a scale land on the planned spread before the controller recomputes
+//! `missingReplicas`, and an admitted DELETE or eviction frees nothing the API server
+//! has not stored. Under [`Rules::Reference`] a percentage subset also needs the stored
+//! `missingReplicas` (OpenKruise's spill at the moment of change).
 
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus, WorkloadSpreadSubsetStatus};
 use crate::api::{PENDING_LABEL, PENDING_VALUE};
@@ -22,6 +24,9 @@ use crate::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use room::{has_room, limit, occupancy, recount_missing, Limit};
+pub use room::{unconfirmed, Departed};
+use std::collections::BTreeSet;
 
 /// `initializedSubsetStatuses`: one entry per spec subset, `missingReplicas` = the scaled
 /// `maxReplicas` (percentages rounded up) or -1 when unlimited.
@@ -156,27 +161,59 @@ pub fn versioned_statuses<'s>(
     entry
 }
 
-fn tracked_subset(statuses: &[WorkloadSpreadSubsetStatus], pod_name: &str) -> Option<String> {
-    if pod_name.is_empty() {
+/// The subset whose `creatingPods` records `key` (a pod name or generated id): an
+/// admission already claimed there. A `deletingPods` entry answers no claim: it stands
+/// for a pod whose deletion was asked — perhaps an earlier pod of the same name, whose
+/// slot is not the new pod's.
+fn claimed_subset(statuses: &[WorkloadSpreadSubsetStatus], key: &str) -> Option<String> {
+    if key.is_empty() {
         return None;
     }
     statuses
         .iter()
-        .find(|s| s.creating_pods.contains_key(pod_name) || s.deleting_pods.contains_key(pod_name))
+        .find(|s| s.creating_pods.contains_key(key))
         .map(|s| s.name.clone())
 }
 
-/// The workload's replica count and the rules that scale percentages with it.
+/// Whether pod `name`'s deletion is recorded in any subset of the version.
+fn deletion_recorded(statuses: &[WorkloadSpreadSubsetStatus], name: &str) -> bool {
+    statuses.iter().any(|s| s.deleting_pods.contains_key(name))
+}
+
+/// The workload's replica count and the rules that scale percentages with it, and the
+/// departures the caller has confirmed (deletions that free slots, [`room`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Scale {
+pub struct Scale<'d> {
     /// The workload's current replicas (0 when unknown or not needed).
     pub replicas: i32,
     pub rules: Rules,
+    pub departed: Departed<'d>,
 }
 
-impl Scale {
+impl Scale<'static> {
+    /// No departure confirmed: every `deletingPods` entry is an intent.
     pub fn new(replicas: i32, rules: Rules) -> Self {
-        Scale { replicas, rules }
+        Scale {
+            replicas,
+            rules,
+            departed: Departed::NONE,
+        }
+    }
+}
+
+impl Scale<'_> {
+    /// The same scale with `departed` confirmed.
+    pub fn with_departed(self, departed: &BTreeSet<String>) -> Scale<'_> {
+        Scale {
+            replicas: self.replicas,
+            rules: self.rules,
+            departed: Departed::of(departed),
+        }
+    }
+
+    /// The same scale without confirmed departures (to keep beyond their borrow).
+    pub fn detached(self) -> Scale<'static> {
+        Scale::new(self.replicas, self.rules)
     }
 }
 
@@ -219,7 +256,7 @@ fn claim_with(
     allowed: impl Fn(&str) -> bool,
 ) -> Claim {
     let statuses = versioned_statuses(status, ws, pod.version, scale.replicas);
-    if let Some(subset) = tracked_subset(statuses, pod.name) {
+    if let Some(subset) = claimed_subset(statuses, pod.name) {
         return Claim {
             subset: Some(subset),
             generated_uid: None,
@@ -229,7 +266,7 @@ fn claim_with(
     // An unnamed pod is tracked by its generated id (the admission request's uid): the
     // same request delivered again claims nothing more and gets the same answer.
     if pod.name.is_empty() && !new_uid.is_empty() {
-        if let Some(subset) = tracked_subset(statuses, new_uid) {
+        if let Some(subset) = claimed_subset(statuses, new_uid) {
             return Claim {
                 subset: Some(subset),
                 generated_uid: Some(new_uid.to_string()),
@@ -243,7 +280,7 @@ fn claim_with(
     let chosen = &mut statuses[i];
     // Unlimited subsets are not tracked (#1066) unless filling a minReplicas, which
     // needs the count of pods admitted since the controller last looked.
-    if chosen.missing_replicas == -1 && !for_min {
+    if limit(ws, chosen, scale) == Limit::Unlimited && !for_min {
         return Claim {
             subset: Some(chosen.name.clone()),
             generated_uid: None,
@@ -256,11 +293,7 @@ fn claim_with(
         (pod.name.to_string(), None)
     };
     chosen.creating_pods.insert(key, Time(now));
-    match planned_max(ws, chosen, scale) {
-        Some(max) => chosen.missing_replicas = missing_for(max, chosen),
-        None if chosen.missing_replicas > 0 => chosen.missing_replicas -= 1,
-        None => {}
-    }
+    recount_missing(ws, chosen, scale, -1);
     Claim {
         subset: Some(chosen.name.clone()),
         generated_uid: uid,
@@ -270,8 +303,8 @@ fn claim_with(
 
 /// `getSuitableSubset`, preceded by the `minReplicas` extension: the first schedulable
 /// subset still below its minimum (and with room) wins; otherwise the first schedulable
-/// subset with room (`missingReplicas > 0` or unlimited). Returns the index and
-/// whether it was chosen to fill a minimum.
+/// subset with room ([`room`]). Returns the index and whether it was chosen to fill a
+/// minimum.
 fn choose_subset(
     statuses: &[WorkloadSpreadSubsetStatus],
     ws: &WorkloadSpread,
@@ -279,12 +312,9 @@ fn choose_subset(
     allowed: &impl Fn(&str) -> bool,
 ) -> Option<(usize, bool)> {
     let replicas = scale.replicas;
-    let room = |s: &WorkloadSpreadSubsetStatus| match planned_max(ws, s, scale) {
-        Some(max) => i64::from(max) > occupancy(s),
-        None => s.missing_replicas > 0 || s.missing_replicas == -1,
+    let has_room = |s: &WorkloadSpreadSubsetStatus| {
+        allowed(&s.name) && !s.is_unschedulable() && has_room(ws, s, scale)
     };
-    let has_room =
-        |s: &WorkloadSpreadSubsetStatus| allowed(&s.name) && !s.is_unschedulable() && room(s);
     let below_min = |s: &WorkloadSpreadSubsetStatus| {
         let Some(spec) = ws.subset(&s.name) else {
             return false;
@@ -296,29 +326,12 @@ fn choose_subset(
         else {
             return false;
         };
-        let count = match planned_max(ws, s, scale) {
-            Some(_) => occupancy(s),
-            None => subset_count(s, spec.max_replicas.as_ref(), replicas),
-        };
-        count < i64::from(min)
+        occupancy(s, scale.departed) < i64::from(min)
     };
     let for_min = statuses.iter().position(|s| has_room(s) && below_min(s));
     for_min
         .map(|i| (i, true))
         .or_else(|| statuses.iter().position(has_room).map(|i| (i, false)))
-}
-
-/// Under [`Rules::Planned`], a percentage subset's maximum scaled to the current
-/// replicas; `None` where `missingReplicas` decides (integers, unlimited, reference).
-fn planned_max(ws: &WorkloadSpread, s: &WorkloadSpreadSubsetStatus, scale: Scale) -> Option<i32> {
-    if scale.rules != Rules::Planned {
-        return None;
-    }
-    let max = ws.subset(&s.name)?.max_replicas.as_ref()?;
-    match max {
-        IntOrString::String(_) => Some(scaled_value(max, scale.replicas).unwrap_or(0)),
-        IntOrString::Int(_) => None,
-    }
 }
 
 /// The planned deletion cost of a pod a claim placed in `subset`
@@ -327,9 +340,10 @@ fn planned_max(ws: &WorkloadSpread, s: &WorkloadSpreadSubsetStatus, scale: Scale
 /// (the subsets of placeholders held and not taken: slots, not pods), plus the pod
 /// itself where the status does not record it under `key` (an unlimited subset, which
 /// claims do not track, or a placeholder the pod is taking, then also in `unused`).
+/// Deletions count as the claim's `scale` confirms them.
 pub fn claimed_pod_cost(
     ws: &WorkloadSpread,
-    rules: Rules,
+    scale: Scale,
     status: &WorkloadSpreadStatus,
     version: &str,
     subset: &str,
@@ -343,7 +357,7 @@ pub fn claimed_pod_cost(
         .iter()
         .map(|spec| {
             let s = statuses.and_then(|v| v.iter().find(|s| s.name == spec.name));
-            let mut n = s.map_or(0, occupancy);
+            let mut n = s.map_or(0, |s| occupancy(s, scale.departed));
             n -= unused.iter().filter(|u| **u == spec.name).count() as i64;
             let recorded = s.is_some_and(|s| s.creating_pods.contains_key(key));
             if spec.name == subset && !recorded {
@@ -352,31 +366,15 @@ pub fn claimed_pod_cost(
             usize::try_from(n).unwrap_or(0)
         })
         .collect();
-    crate::controller::cost::admission_cost(ws, rules, &counts, subset)
+    crate::controller::cost::admission_cost(ws, scale.rules, &counts, subset)
 }
 
-/// Pods in a subset as its status records them: counted by the controller, plus
-/// admitted since, minus deleted since.
-fn occupancy(s: &WorkloadSpreadSubsetStatus) -> i64 {
-    i64::from(s.replicas) + s.creating_pods.len() as i64 - s.deleting_pods.len() as i64
-}
-
-/// `missingReplicas` of a percentage subset with maximum `max` (never below 0).
-fn missing_for(max: i32, s: &WorkloadSpreadSubsetStatus) -> i32 {
-    let missing = (i64::from(max) - occupancy(s)).max(0);
-    i32::try_from(missing).unwrap_or(i32::MAX)
-}
-
-/// Pods currently counted in a subset from the webhook's point of view.
-fn subset_count(s: &WorkloadSpreadSubsetStatus, max: Option<&IntOrString>, replicas: i32) -> i64 {
-    match max.and_then(|m| scaled_value(m, replicas).ok()) {
-        Some(max) if s.missing_replicas >= 0 => i64::from(max) - i64::from(s.missing_replicas),
-        _ => occupancy(s),
-    }
-}
-
-/// `updateSubsetForPod(Delete|Eviction)`: records the pod in deletingPods of its subset
-/// and frees its slot. Returns whether the status changed.
+/// `updateSubsetForPod(Delete|Eviction)`: records the pod in `deletingPods` of its
+/// subset — an *intent*: the slot is freed only once the pod's departure is a fact
+/// ([`room`]; a refused eviction, a refused or forged DELETE frees nothing). Recorded
+/// for a pod whose own claim is still in `creatingPods` too (its departure then cancels
+/// that claim). Unlimited subsets record nothing (#1066). Returns whether the status
+/// changed.
 pub fn release(
     status: &mut WorkloadSpreadStatus,
     ws: &WorkloadSpread,
@@ -386,26 +384,24 @@ pub fn release(
     now: Timestamp,
 ) -> bool {
     let statuses = versioned_statuses(status, ws, pod.version, scale.replicas);
-    if tracked_subset(statuses, pod.name).is_some() {
+    if pod.name.is_empty() || deletion_recorded(statuses, pod.name) {
         return false;
     }
     let Some(s) = statuses.iter_mut().find(|s| s.name == subset) else {
         return false;
     };
-    if s.missing_replicas == -1 {
+    if limit(ws, s, scale) == Limit::Unlimited {
         return false;
     }
     s.deleting_pods.insert(pod.name.to_string(), Time(now));
-    match planned_max(ws, s, scale) {
-        Some(max) => s.missing_replicas = missing_for(max, s),
-        None => s.missing_replicas = s.missing_replicas.saturating_add(1),
-    }
+    recount_missing(ws, s, scale, 0);
     true
 }
 
 /// Undoes a claim whose pod will not be created (the guest refused it after claiming):
 /// removes the pod's `creatingPods` entry (`key`: its name, or the generated id of an
-/// unnamed pod) from `subset` and frees the slot. Returns whether the status changed.
+/// unnamed pod) from `subset` and frees the slot — room only where the subset is below
+/// its maximum. Returns whether the status changed.
 pub fn unclaim(
     status: &mut WorkloadSpreadStatus,
     ws: &WorkloadSpread,
@@ -421,13 +417,7 @@ pub fn unclaim(
     if s.creating_pods.remove(key).is_none() {
         return false;
     }
-    match planned_max(ws, s, scale) {
-        Some(max) => s.missing_replicas = missing_for(max, s),
-        None if s.missing_replicas >= 0 => {
-            s.missing_replicas = s.missing_replicas.saturating_add(1)
-        }
-        None => {}
-    }
+    recount_missing(ws, s, scale, 1);
     true
 }
 
@@ -526,18 +516,14 @@ pub fn count_pending(
         .filter(|p| !p.counted_in.as_ref().is_some_and(|c| c.covers(ws)));
     for pod in uncounted {
         let statuses = versioned_statuses(status, ws, &pod.version, scale.replicas);
-        if tracked_subset(statuses, &pod.name).is_some() {
+        if claimed_subset(statuses, &pod.name).is_some() {
             continue;
         }
         let Some(s) = statuses.iter_mut().find(|s| s.name == pod.subset) else {
             continue;
         };
         s.creating_pods.insert(pod.name.clone(), Time(now));
-        match planned_max(ws, s, scale) {
-            Some(max) => s.missing_replicas = missing_for(max, s),
-            None if s.missing_replicas > 0 => s.missing_replicas -= 1,
-            None => {}
-        }
+        recount_missing(ws, s, scale, -1);
         added += 1;
     }
     added
@@ -545,6 +531,7 @@ pub fn count_pending(
 
 pub mod best_effort;
 pub mod reserve;
+pub mod room;
 #[cfg(test)]
 mod tests;
 

@@ -6,12 +6,13 @@
 //! policy-server does not offer it (its host calls are read-only), so the guest detects
 //! it with `v1/hello` and otherwise decides from what it can read. See `docs/counter-protocol.md`.
 
-use crate::admission::reserve::is_placeholder;
+use crate::admission::reserve::{is_placeholder, settle};
 use crate::admission::{claim_among, claimed_pod_cost, release, unclaim, PodKey, Scale};
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
 use crate::rules::Rules;
 use crate::Timestamp;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 
 /// waPC binding of the capability.
 pub const BINDING: &str = "workloadspread";
@@ -129,11 +130,16 @@ pub struct ReleaseRequest {
     #[serde(default = "reference_rules")]
     pub rules: Rules,
     /// The placeholder the pod was admitted into (its reservation annotation, when its
-    /// label agrees): while the placeholder is not settled it is the pod's slot, and the
-    /// release frees it instead of recording the pod as deleting (which would count the
-    /// pod's departure twice once the placeholder is settled or resolved).
+    /// label agrees): while the placeholder is not settled it is the pod's slot. The
+    /// release settles it to the pod's key first, then records the deletion: were the
+    /// deletion recorded beside a placeholder that a stale drop may later free (once the
+    /// pod is gone, nothing names it), the pod's departure would free its slot twice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<String>,
+    /// The pod's generated id (its matched annotation's `uid`), the `creatingPods` key it
+    /// was admitted under when it had no name yet; absent: its name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generated_uid: Option<String>,
 }
 
 /// `v1/unclaim` request: the claim answered for `pod` into `subset` is void.
@@ -197,29 +203,32 @@ impl Call {
 }
 
 /// Applies a claim to `ws`'s status (the host's side of `v1/claim`); returns the new
-/// status and the answer. The caller writes the status back.
+/// status and the answer. The caller writes the status back. `departed`: the pods whose
+/// departure the caller has seen stored (their `deletingPods` entries free slots).
 pub fn apply_claim(
     ws: &WorkloadSpread,
     req: &ClaimRequest,
     now: Timestamp,
+    departed: &BTreeSet<String>,
 ) -> (WorkloadSpreadStatus, ClaimResponse) {
     let mut status = ws.status.clone().unwrap_or_default();
     let pod = PodKey {
         name: &req.pod.name,
         version: &req.pod.version,
     };
+    let scale = Scale::new(req.workload_replicas, req.rules).with_departed(departed);
     let c = claim_among(
         &mut status,
         ws,
         pod,
         &req.candidates,
-        Scale::new(req.workload_replicas, req.rules),
+        scale,
         now,
         &req.generated_uid,
     );
     let key = c.generated_uid.as_deref().unwrap_or(&req.pod.name);
     let deletion_cost = c.subset.as_deref().and_then(|subset| {
-        claimed_pod_cost(ws, req.rules, &status, &req.pod.version, subset, key, &[])
+        claimed_pod_cost(ws, scale, &status, &req.pod.version, subset, key, &[])
     });
     (
         status,
@@ -249,25 +258,29 @@ pub fn apply_unclaim(
     (status, ReleaseResponse { released })
 }
 
-/// Applies a release to `ws`'s status (the host's side of `v1/release`).
+/// Applies a release to `ws`'s status (the host's side of `v1/release`): the pod's
+/// deletion is recorded as an intent (`admission::release`), which frees its slot only
+/// once the departure is a fact; a placeholder the pod was admitted into is settled to
+/// the pod's key first ([`ReleaseRequest::reservation`]).
 pub fn apply_release(
     ws: &WorkloadSpread,
     req: &ReleaseRequest,
     now: Timestamp,
 ) -> (WorkloadSpreadStatus, ReleaseResponse) {
     let mut status = ws.status.clone().unwrap_or_default();
+    let original = status.clone();
     let pod = PodKey {
         name: &req.pod.name,
         version: &req.pod.version,
     };
     let scale = Scale::new(req.workload_replicas, req.rules);
-    let placeholder = req.reservation.as_deref().filter(|r| is_placeholder(r));
-    if let Some(p) = placeholder {
-        if unclaim(&mut status, ws, pod, p, &req.subset, scale) {
-            return (status, ReleaseResponse { released: true });
-        }
+    if let Some(placeholder) = req.reservation.as_deref().filter(|r| is_placeholder(r)) {
+        let key = req.generated_uid.as_deref().unwrap_or(&req.pod.name);
+        let at = (req.pod.version.as_str(), req.subset.as_str());
+        settle(&mut status, ws, at, placeholder, key, scale, now);
     }
-    let released = release(&mut status, ws, pod, &req.subset, scale, now);
+    release(&mut status, ws, pod, &req.subset, scale, now);
+    let released = status != original;
     (status, ReleaseResponse { released })
 }
 
@@ -369,7 +382,7 @@ mod unclaim_tests {
             generated_uid: "req-1".into(),
             rules: Rules::Planned,
         };
-        let (status, answer) = apply_claim(&ws, &claim, Timestamp::UNIX_EPOCH);
+        let (status, answer) = apply_claim(&ws, &claim, Timestamp::UNIX_EPOCH, &BTreeSet::new());
         assert_eq!(answer.subset.as_deref(), Some("a"));
         ws.status = Some(status);
         let unclaim = UnclaimRequest {

@@ -30,7 +30,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::SignedDuration;
 use serde::Serialize;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One pod of the plan.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -107,6 +107,9 @@ struct Simulation {
     kinds: VersionedKinds,
     options: ReconcileOptions,
     nodes: Option<Vec<NodeInfo>>,
+    /// Pods removed since the last reconcile: their deletions are facts, so their
+    /// `deletingPods` entries free slots (`admission::room`).
+    departed: BTreeSet<String>,
 }
 
 impl Simulation {
@@ -127,11 +130,12 @@ impl Simulation {
                 ..Default::default()
             },
             nodes,
+            departed: BTreeSet::new(),
         }
     }
 
-    fn scale(&self, replicas: i32) -> Scale {
-        Scale::new(replicas, self.options.rules)
+    fn scale(&self, replicas: i32) -> Scale<'_> {
+        Scale::new(replicas, self.options.rules).with_departed(&self.departed)
     }
 
     fn is_statefulset(&self) -> bool {
@@ -231,6 +235,8 @@ impl Simulation {
             }
         }
         self.ws.status = Some(out.status);
+        // The recount no longer counts the removed pods, nor records their deletions.
+        self.departed.clear();
         out.pods_to_delete
     }
 
@@ -329,6 +335,8 @@ impl Simulation {
                     self.ws.status = Some(status);
                 }
             }
+            // The delete is stored: the pod is gone.
+            self.departed.insert(name.clone());
         }
     }
 

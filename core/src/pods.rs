@@ -44,11 +44,16 @@ pub fn reservation(pod: &Pod) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// Pod metadata only this system writes: the placeholder a pod was admitted into
-/// ([`crate::admission::reserve::RESERVATION_ANNOTATION`]) and the best-effort pending
-/// label ([`crate::api::PENDING_LABEL`]). A pod created with its own copy would be
-/// counted in another pod's slot, or counted by admissions as placed when it was not.
+/// Pod metadata only this system writes: the subset a pod is counted in
+/// ([`crate::api::MATCHED_WORKLOADSPREAD_ANNOTATION`]), the placeholder it was admitted
+/// into ([`crate::admission::reserve::RESERVATION_ANNOTATION`]), the controller's counted
+/// stamp and the best-effort pending label ([`crate::api::PENDING_LABEL`]). A pod created
+/// with its own copy would be counted in another pod's slot or another subset, or counted
+/// by admissions as placed when it was not; the chart's ValidatingAdmissionPolicy
+/// (`charts/workloadspread/files/pod-metadata.cel`) refuses changes to them after creation
+/// by anyone but the controller.
 pub const SYSTEM_ANNOTATIONS: &[&str] = &[
+    crate::api::MATCHED_WORKLOADSPREAD_ANNOTATION,
     crate::admission::reserve::RESERVATION_ANNOTATION,
     crate::api::COUNTED_ANNOTATION,
 ];
@@ -231,5 +236,53 @@ pub fn prune_for_cache(pod: &mut Pod) {
             container_statuses: containers,
             ..Default::default()
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The chart's ValidatingAdmissionPolicy guards exactly the metadata admission strips
+    /// on CREATE: its expression names every key, each in the map it belongs to.
+    #[test]
+    fn the_charts_pod_metadata_policy_guards_the_system_metadata() {
+        let cel = include_str!("../../charts/workloadspread/files/pod-metadata.cel");
+        let lists: Vec<&str> = cel.split("].all(").collect();
+        let (annotations, labels) = (lists[0], lists[1]);
+        for key in SYSTEM_ANNOTATIONS {
+            assert!(
+                annotations.contains(&format!("'{key}'")),
+                "annotation {key}"
+            );
+        }
+        for key in SYSTEM_LABELS {
+            assert!(labels.contains(&format!("'{key}'")), "label {key}");
+        }
+        let quoted = cel.matches('\'').count() / 2;
+        assert_eq!(quoted, SYSTEM_ANNOTATIONS.len() + SYSTEM_LABELS.len());
+        let (annotation_rule, label_rule) = (lists[1], lists[2]);
+        assert!(annotation_rule.contains("object.metadata.annotations[k]"));
+        assert!(label_rule.contains("object.metadata.labels[k]"));
+        assert!(!label_rule.contains("annotations"));
+    }
+
+    #[test]
+    fn an_incoming_pods_system_metadata_is_stripped() {
+        let mut pod = serde_json::json!({"metadata": {
+            "annotations": {crate::api::MATCHED_WORKLOADSPREAD_ANNOTATION: "{}", "keep": "1"},
+            "labels": {crate::api::PENDING_LABEL: "true", "app": "web"}}});
+        let removed = strip_system_metadata(&mut pod);
+        assert_eq!(
+            removed,
+            [
+                crate::api::MATCHED_WORKLOADSPREAD_ANNOTATION,
+                crate::api::PENDING_LABEL
+            ]
+        );
+        assert_eq!(
+            pod,
+            serde_json::json!({"metadata": {"annotations": {"keep": "1"}, "labels": {"app": "web"}}})
+        );
     }
 }

@@ -73,7 +73,7 @@ impl Host for FixtureHost {
             counter::OP_CLAIM => {
                 let req: counter::ClaimRequest =
                     serde_json::from_value(payload.clone()).map_err(|e| err(e.to_string()))?;
-                json!(counter::apply_claim(&ws_for(&req.workload_spread)?, &req, now).1)
+                json!(counter::apply_claim(&ws_for(&req.workload_spread)?, &req, now, &Default::default()).1)
             }
             counter::OP_RELEASE => {
                 let req: counter::ReleaseRequest =

@@ -4,7 +4,7 @@
 use crate::capabilities::{denied, AllowList, Capabilities, KubeRead};
 use anyhow::Context as _;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use workloadspread_core::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
@@ -162,19 +162,19 @@ impl ClusterState {
                 protocol: counter::PROTOCOL_VERSION
             }),
             counter::Call::Claim(req) => {
-                let answer = self.with_workloadspread(&req.workload_spread, |ws, now| {
-                    counter::apply_claim(ws, &req, now)
+                let answer = self.with_workloadspread(&req.workload_spread, |ws, now, gone| {
+                    counter::apply_claim(ws, &req, now, gone)
                 })?;
                 json!(answer)
             }
             counter::Call::Release(req) => {
-                let answer = self.with_workloadspread(&req.workload_spread, |ws, now| {
+                let answer = self.with_workloadspread(&req.workload_spread, |ws, now, _| {
                     counter::apply_release(ws, &req, now)
                 })?;
                 json!(answer)
             }
             counter::Call::Unclaim(req) => {
-                let answer = self.with_workloadspread(&req.workload_spread, |ws, _| {
+                let answer = self.with_workloadspread(&req.workload_spread, |ws, _, _| {
                     counter::apply_unclaim(ws, &req)
                 })?;
                 json!(answer)
@@ -183,11 +183,13 @@ impl ClusterState {
         serde_json::to_vec(&answer).map_err(|e| e.to_string())
     }
 
-    /// Applies `f` to a WorkloadSpread's status and stores the result.
+    /// Applies `f` to a WorkloadSpread's status and stores the result; `f` also gets the
+    /// pods whose deletion the status records and which this state shows departed
+    /// (absent, deleted or finished), as the host's consistent reads would.
     fn with_workloadspread<R>(
         &self,
         key: &counter::WorkloadSpreadKey,
-        f: impl FnOnce(&WorkloadSpread, Timestamp) -> (WorkloadSpreadStatus, R),
+        f: impl FnOnce(&WorkloadSpread, Timestamp, &BTreeSet<String>) -> (WorkloadSpreadStatus, R),
     ) -> Result<R, String> {
         let mut objects = self.lock();
         let position = self.index.named(
@@ -202,11 +204,13 @@ impl ClusterState {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(i);
         }
-        let slot = position.and_then(|i| objects.get_mut(i)).ok_or_else(|| {
-            let message = format!("WorkloadSpread {}/{} not found", key.namespace, key.name);
-            hostcall::coded(hostcall::ErrorCode::NotFound, &message)
-        })?;
-        let ws: WorkloadSpread = serde_json::from_value(slot.clone())
+        let (i, stored) = position
+            .and_then(|i| Some((i, objects.get(i)?)))
+            .ok_or_else(|| {
+                let message = format!("WorkloadSpread {}/{} not found", key.namespace, key.name);
+                hostcall::coded(hostcall::ErrorCode::NotFound, &message)
+            })?;
+        let ws: WorkloadSpread = serde_json::from_value(stored.clone())
             .map_err(|e| format!("WorkloadSpread {}: {e}", key.name))?;
         if key
             .uid
@@ -218,9 +222,43 @@ impl ClusterState {
                 key.namespace, key.name
             ));
         }
-        let (status, result) = f(&ws, self.now);
-        slot["status"] = serde_json::to_value(&status).map_err(|e| e.to_string())?;
+        let departed = self.departed(&objects, &ws, &key.namespace);
+        let (status, result) = f(&ws, self.now, &departed);
+        objects[i]["status"] = serde_json::to_value(&status).map_err(|e| e.to_string())?;
         Ok(result)
+    }
+}
+
+impl ClusterState {
+    /// The pods whose deletion `ws`'s status records that `objects` shows departed.
+    fn departed(
+        &self,
+        objects: &[Value],
+        ws: &WorkloadSpread,
+        namespace: &str,
+    ) -> BTreeSet<String> {
+        let Some(status) = ws.status.as_ref() else {
+            return BTreeSet::new();
+        };
+        let runs = |name: &str| {
+            let pod = self
+                .index
+                .named("v1", "Pod", Some(namespace), name)
+                .and_then(|i| objects.get(i));
+            pod.is_some_and(|p| {
+                let finished =
+                    matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
+                p["metadata"]["deletionTimestamp"].is_null() && !finished
+            })
+        };
+        status
+            .versioned_subset_statuses
+            .values()
+            .flatten()
+            .flat_map(|s| s.deleting_pods.keys())
+            .filter(|name| !runs(name))
+            .cloned()
+            .collect()
     }
 }
 

@@ -28,7 +28,7 @@ use workloadspread_core::inject::inject;
 use workloadspread_core::masks::PENDING_POD_FIELDS;
 use workloadspread_core::pods::{controller_of, is_active, matched, strip_system_metadata};
 use workloadspread_core::version::pod_version;
-use workloadspread_core::workload::{ObjectRef, OwnerLookupError};
+use workloadspread_core::workload::{owned_by_target, ObjectRef, OwnerLookupError};
 use workloadspread_core::Timestamp;
 
 /// Everything a pod decision needs besides the host.
@@ -429,6 +429,20 @@ pub fn release(ctx: &Ctx<'_>, pod: &Value) -> Outcome {
     if !matches!(create_path(&ws, name), CreatePath::Counted) {
         return Outcome::accept();
     }
+    // Only a pod of the spread's workload is counted in its subsets: any other carrying
+    // the annotation (set by hand, or a workload's pod adopted elsewhere) never held a
+    // slot, and its departure must not look like one freed.
+    let kinds = ctx.settings.workload_kinds();
+    let owner_of = |r: &ObjectRef| controller_ref_of(ctx.host, &namespace, r);
+    match owned_by_target(&ws, &controller, &kinds, owner_of) {
+        Ok(true) => {}
+        Ok(false) | Err(OwnerLookupError::NotFound(_)) => {
+            return Outcome::accept_with(&[(AUDIT_MODE, "not the workload's pod".to_string())])
+        }
+        Err(OwnerLookupError::Other(e)) => {
+            return Outcome::lookup_failure(ctx.settings, "reading the owner of the pod", &e)
+        }
+    }
     let replicas = match workload_replicas(ctx, &ws, &namespace) {
         Ok(r) => r,
         Err(e) => return Outcome::lookup_failure(ctx.settings, "reading the workload", &e),
@@ -494,6 +508,7 @@ fn exact_release(ctx: &Ctx<'_>, ws: &WorkloadSpread, pod: Released<'_>) -> Outco
         workload_replicas: pod.replicas,
         rules: ctx.settings.rules,
         reservation: pod.reservation,
+        generated_uid: pod.matched.uid.clone(),
     };
     let answer = ctx
         .host

@@ -152,7 +152,7 @@ impl Host for FakeCluster {
                 let req: ClaimRequest = serde_json::from_value(payload.clone()).unwrap();
                 let mut ws =
                     self.workloadspread(&req.workload_spread.namespace, &req.workload_spread.name);
-                let (status, answer) = counter::apply_claim(&ws, &req, now());
+                let (status, answer) = counter::apply_claim(&ws, &req, now(), &Default::default());
                 ws.status = Some(status);
                 self.store(&ws);
                 Ok(json!(answer))
@@ -369,10 +369,18 @@ fn missing_owner_follows_on_lookup_failure() {
     }
 }
 
+/// A DELETE or eviction records the pod's deletion as an intent: no slot is freed until
+/// the pod's departure is a fact (docs/semantics.md A11), so `missingReplicas` stays.
 #[test]
-fn delete_and_eviction_release_the_slot() {
+fn delete_and_eviction_record_the_deletion_as_an_intent() {
     for file in ["pod-delete.json", "pod-eviction.json"] {
         let cluster = FakeCluster::load(true);
+        let before = cluster
+            .workloadspread("demo", "web-spread")
+            .status
+            .unwrap()
+            .versioned_subset_statuses["7d4b9c"][0]
+            .missing_replicas;
         assert_eq!(
             run(file, &Settings::default(), &cluster),
             Outcome::accept_with(&[(AUDIT_MODE, "exact".into())]),
@@ -383,7 +391,7 @@ fn delete_and_eviction_release_the_slot() {
             .status
             .unwrap()
             .versioned_subset_statuses["7d4b9c"][0];
-        assert_eq!(a.missing_replicas, 1, "{file}");
+        assert_eq!(a.missing_replicas, before, "{file}");
         assert!(a.deleting_pods.contains_key("web-7d4b9c-aaaa1"), "{file}");
         let best_effort = FakeCluster::load(false);
         match run(file, &Settings::default(), &best_effort) {
@@ -391,6 +399,28 @@ fn delete_and_eviction_release_the_slot() {
             other => panic!("{file}: {other:?}"),
         }
     }
+}
+
+/// A pod of another workload carrying the matched annotation (set by hand, or copied)
+/// never held a slot: its deletion records nothing.
+#[test]
+fn the_deletion_of_another_workloads_pod_records_nothing() {
+    let cluster = FakeCluster::load(true);
+    let mut review = request("pod-delete.json");
+    review.old_object["metadata"]["ownerReferences"][0]["name"] = json!("other-7d4b9c");
+    let outcome = evaluate(&Settings::default(), &review, &cluster, now());
+    match &outcome {
+        Outcome::Accept { audit, .. } => {
+            assert_eq!(audit[AUDIT_MODE], "not the workload's pod", "{outcome:?}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let a = &cluster
+        .workloadspread("demo", "web-spread")
+        .status
+        .unwrap()
+        .versioned_subset_statuses["7d4b9c"][0];
+    assert!(a.deleting_pods.is_empty(), "{a:?}");
 }
 
 /// The same answers whichever way WorkloadSpreads are looked up (a host without field

@@ -92,7 +92,7 @@ pub fn spread_choice(
         .spec
         .subsets
         .iter()
-        .map(|s| status_of(&s.name).map_or(0, occupancy_of))
+        .map(|s| status_of(&s.name).map_or(0, |s| super::room::occupancy(s, scale.departed)))
         .collect();
     let held: Vec<Option<usize>> = ws
         .spec
@@ -147,11 +147,6 @@ pub fn spread_choice(
     };
     let index = weighted_pick(&weights, stable_hash(key))?;
     Some(ws.spec.subsets[index].name.clone())
-}
-
-/// Pods in a subset as its status records them (`replicas + creating − deleting`).
-fn occupancy_of(s: &WorkloadSpreadSubsetStatus) -> i64 {
-    i64::from(s.replicas) + s.creating_pods.len() as i64 - s.deleting_pods.len() as i64
 }
 
 /// Whether the claim rule, restricted to `subset`, would place a pod there: the room

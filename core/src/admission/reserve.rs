@@ -9,10 +9,8 @@
 //! These are the pure rules ([`decide`], [`reserve`], [`settle`], [`stale`]); the host
 //! keeps which placeholders are still unused and applies the decisions.
 
-use super::{
-    claim_among, occupancy, planned_max, tracked_subset, unclaim, versioned_statuses, Claim,
-    PodKey, Scale,
-};
+use super::room::room_left;
+use super::{claim_among, claimed_subset, unclaim, versioned_statuses, Claim, PodKey, Scale};
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
 use crate::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -101,7 +99,7 @@ pub struct Claimant<'a> {
     /// The claim's generated id (the creatingPods key of an unnamed pod).
     pub new_uid: &'a str,
     pub candidates: &'a [String],
-    pub scale: Scale,
+    pub scale: Scale<'a>,
     /// Placeholders are handed out only while younger than [`HANDOUT_SECONDS`] by
     /// their stamp in the status (written by this holder's own clock).
     pub now: Timestamp,
@@ -236,14 +234,14 @@ pub fn decide(
 }
 
 /// Whether the pod (by name, or by the claim's generated id when unnamed) is already in
-/// `creatingPods`/`deletingPods` of its version.
+/// `creatingPods` of its version (a retried request).
 fn is_tracked(status: &WorkloadSpreadStatus, pod: PodKey<'_>, new_uid: &str) -> bool {
     status
         .versioned_subset_statuses
         .get(pod.version)
         .is_some_and(|v| {
-            tracked_subset(v, pod.name).is_some()
-                || (pod.name.is_empty() && tracked_subset(v, new_uid).is_some())
+            claimed_subset(v, pod.name).is_some()
+                || (pod.name.is_empty() && claimed_subset(v, new_uid).is_some())
         })
 }
 
@@ -269,12 +267,8 @@ pub fn reserve(
         .iter()
         .filter_map(|k| s.creating_pods.get(k).map(|at| (k.clone(), at.0)))
         .collect();
-    let room = match planned_max(ws, s, scale) {
-        Some(max) => i64::from(max) - occupancy(s),
-        None if s.missing_replicas >= 0 => i64::from(s.missing_replicas),
-        // Unlimited subsets are not tracked: nothing to reserve.
-        None => 0,
-    };
+    // Unlimited subsets are not tracked: nothing to reserve.
+    let room = room_left(ws, s, scale).unwrap_or(0);
     let more = usize::try_from(room / 2).unwrap_or(0);
     let candidates = [subset.to_string()];
     let fresh: Vec<&String> = keys
@@ -301,9 +295,6 @@ pub enum Settled {
     /// answered by another replica too, which wrote it): the placeholder is freed, the
     /// pod counted once.
     Freed,
-    /// The pod was released (deleted) before the settle: its `deletingPods` entry and the
-    /// placeholder cancel out — it was counted nowhere, and stays so.
-    Released,
     /// The pod's key is in another subset (two replicas answered the same request into
     /// different subsets): the placeholder stays — an over-count, a spill at worst —
     /// until the controller counts the pod where it is.
@@ -334,7 +325,6 @@ pub fn settle(
         return Settled::Gone;
     }
     let creating_here = here.is_some_and(|s| s.creating_pods.contains_key(key));
-    let deleting = statuses.iter().any(|s| s.deleting_pods.contains_key(key));
     let elsewhere = statuses
         .iter()
         .any(|s| s.name != subset && s.creating_pods.contains_key(key));
@@ -342,11 +332,6 @@ pub fn settle(
     if creating_here {
         unclaim(status, ws, pod, placeholder, subset, scale);
         return Settled::Freed;
-    }
-    if deleting {
-        unclaim(status, ws, pod, placeholder, subset, scale);
-        unrelease(status, ws, version, key, scale);
-        return Settled::Released;
     }
     if elsewhere {
         return Settled::Kept;
@@ -360,29 +345,6 @@ pub fn settle(
         s.creating_pods.insert(key.to_string(), Time(now));
     }
     Settled::Renamed
-}
-
-/// Removes `key`'s `deletingPods` entry of `version` (a released pod whose slot its
-/// placeholder's removal frees instead), recounting `missingReplicas`.
-fn unrelease(
-    status: &mut WorkloadSpreadStatus,
-    ws: &WorkloadSpread,
-    version: &str,
-    key: &str,
-    scale: Scale,
-) {
-    let statuses = versioned_statuses(status, ws, version, scale.replicas);
-    if let Some(s) = statuses
-        .iter_mut()
-        .find(|s| s.deleting_pods.contains_key(key))
-    {
-        s.deleting_pods.remove(key);
-        match planned_max(ws, s, scale) {
-            Some(max) => s.missing_replicas = super::missing_for(max, s),
-            None if s.missing_replicas > 0 => s.missing_replicas -= 1,
-            None => {}
-        }
-    }
 }
 
 pub mod stale;

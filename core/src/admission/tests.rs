@@ -5,6 +5,7 @@ use crate::annotation::MatchedWorkloadSpread;
 use crate::api::VERSION_IGNORED;
 use crate::inject::inject;
 use serde_json::{json, Value};
+use std::collections::BTreeSet;
 
 pub(crate) fn now() -> Timestamp {
     "2024-05-01T10:00:00Z".parse().unwrap()
@@ -48,7 +49,7 @@ fn pod() -> Value {
 }
 
 /// The ported cases run under the reference's rules.
-fn reference(replicas: i32) -> Scale {
+fn reference(replicas: i32) -> Scale<'static> {
     Scale::new(replicas, Rules::Reference)
 }
 
@@ -142,15 +143,46 @@ fn case03_no_room_admits_unchanged() {
     assert!(status.is_none());
 }
 
+/// The reference's case gives the subset `maxReplicas: 5` and a stored `-1`; here the
+/// spec decides whether a subset is limited (A12), so the case is an unlimited subset.
 #[test]
 fn case05_unlimited_status_injects_without_write() {
+    let mut unlimited = subset_a();
+    unlimited.as_object_mut().unwrap().remove("maxReplicas");
     let ws = ws_with(
-        json!([subset_a()]),
+        json!([unlimited]),
         json!([{"name": "subset-a", "missingReplicas": -1, "replicas": 0}]),
     );
     let (p, status) = create(&ws, pod());
     expect_subset_a_injected(&p);
     assert!(status.is_none());
+}
+
+/// A12: a maximum set on a subset that was unlimited (its stored `missingReplicas` still
+/// -1) counts from the next admission; the reference admitted untracked pods past it
+/// until the controller recomputed.
+#[test]
+fn a_maximum_set_on_an_unlimited_subset_counts_at_once() {
+    let ws = ws_with(
+        json!([subset_a()]),
+        json!([{"name": "subset-a", "missingReplicas": -1, "replicas": 5}]),
+    );
+    let (p, status) = create(&ws, pod());
+    assert_eq!(
+        p,
+        pod(),
+        "subset-a holds its 5: the pod is admitted unchanged"
+    );
+    assert!(status.is_none());
+    let ws = ws_with(
+        json!([subset_a()]),
+        json!([{"name": "subset-a", "missingReplicas": -1, "replicas": 4}]),
+    );
+    let (p, status) = create(&ws, pod());
+    expect_subset_a_injected(&p);
+    let s = status.expect("the claim is recorded");
+    assert_eq!(versioned(&s)[0].missing_replicas, 0);
+    assert!(versioned(&s)[0].creating_pods.contains_key("test-pod-1"));
 }
 
 #[test]
@@ -170,17 +202,34 @@ fn delete(ws: &WorkloadSpread, annotation: Option<&str>) -> Option<WorkloadSprea
     decide_release(ws, key("test-pod-1"), &matched.subset, reference(0), now())
 }
 
+/// The reference's cases 7 and 8 expect `missingReplicas` 0 → 1: the admitted DELETE or
+/// eviction frees the slot. Here (A11) it records the deletion as an intent and frees
+/// nothing until the pod's departure is a fact: the next pod finds subset-a full while
+/// test-pod-1 runs (its eviction may yet be refused), and room once it has departed.
 #[test]
-fn case07_08_delete_and_eviction_free_a_slot() {
+fn case07_08_delete_and_eviction_record_an_intent() {
     let ws = ws_with(
         json!([subset_a()]),
         json!([{"name": "subset-a", "missingReplicas": 0, "replicas": 5}]),
     );
     let s = delete(&ws, Some(r#"{"name":"test-ws","subset":"subset-a"}"#)).expect("status write");
-    assert_eq!(versioned(&s)[0].missing_replicas, 1);
+    assert_eq!(versioned(&s)[0].missing_replicas, 0);
     assert_eq!(
         versioned(&s)[0].deleting_pods.keys().collect::<Vec<_>>(),
         vec!["test-pod-1"]
+    );
+    let mut ws = ws;
+    ws.status = Some(s);
+    let next = |departed: &BTreeSet<String>| {
+        let scale = reference(0).with_departed(departed);
+        decide_create(&ws, key("test-pod-2"), scale, now(), "u").subset
+    };
+    assert_eq!(next(&BTreeSet::new()), None, "test-pod-1 still runs");
+    let gone: BTreeSet<String> = ["test-pod-1".to_string()].into();
+    assert_eq!(
+        next(&gone).as_deref(),
+        Some("subset-a"),
+        "test-pod-1 has departed"
     );
 }
 
@@ -198,8 +247,10 @@ fn case09_to_12_deletes_that_change_nothing() {
         "deletingPods": {"test-pod-1": "2024-05-01T09:59:59Z"}}]),
     );
     assert!(delete(&ws, Some(r#"{"name":"test-ws","subset":"subset-a"}"#)).is_none());
+    let mut unlimited = subset_a();
+    unlimited.as_object_mut().unwrap().remove("maxReplicas");
     let ws = ws_with(
-        json!([subset_a()]),
+        json!([unlimited]),
         json!([{"name": "subset-a", "missingReplicas": -1, "replicas": 5}]),
     );
     assert!(delete(&ws, Some(r#"{"name":"test-ws","subset":"subset-a"}"#)).is_none());
@@ -414,10 +465,10 @@ fn percent_room_follows_the_current_replicas_under_planned_rules() {
     assert_eq!(count(&picks(Rules::Reference), "c"), 10);
 }
 
-/// Occupancy counts admitted-but-unseen pods and excludes deleted-but-present ones; the
-/// recorded `missingReplicas` follows it.
+/// Occupancy counts admitted-but-unseen pods, and excludes pods being deleted only once
+/// their departure is a fact; the recorded `missingReplicas` follows it (A11, A12).
 #[test]
-fn percent_occupancy_counts_creating_and_deleting_pods() {
+fn occupancy_counts_creating_pods_and_departed_deletions() {
     let ws = ws_with(
         json!([{"name": "a", "maxReplicas": "50%"}, {"name": "b"}]),
         json!([{"name": "a", "replicas": 2, "missingReplicas": 0,
@@ -425,20 +476,31 @@ fn percent_occupancy_counts_creating_and_deleting_pods() {
                 "deletingPods": {"old1": "2024-05-01T10:00:00Z", "old2": "2024-05-01T10:00:00Z"}},
                {"name": "b", "replicas": 0, "missingReplicas": -1}]),
     );
-    // 8 replicas: max 4, occupancy 2 + 1 − 2 = 1: three more fit in a.
-    let mut status = ws.status.clone().unwrap();
-    let planned = Scale::new(8, Rules::Planned);
-    let subsets: Vec<String> = (0..4)
-        .map(|i| {
-            let name = format!("p{i}");
-            let c = claim_for_create(&mut status, &ws, key(&name), planned, now(), "x");
-            c.subset.unwrap()
-        })
-        .collect();
+    let picks = |departed: &BTreeSet<String>| {
+        let mut status = ws.status.clone().unwrap();
+        let planned = Scale::new(8, Rules::Planned).with_departed(departed);
+        let subsets: Vec<String> = (0..4)
+            .map(|i| {
+                let name = format!("p{i}");
+                let c = claim_for_create(&mut status, &ws, key(&name), planned, now(), "x");
+                c.subset.unwrap()
+            })
+            .collect();
+        (subsets, status)
+    };
+    // 8 replicas: max 4. Both old pods gone: occupancy 2 + 1 − 2 = 1, three more fit.
+    let gone: BTreeSet<String> = ["old1".to_string(), "old2".to_string()].into();
+    let (subsets, mut status) = picks(&gone);
     assert_eq!(subsets, ["a", "a", "a", "b"]);
     assert_eq!(versioned(&status)[0].missing_replicas, 0);
-    // Deleting one of a's counted pods frees a slot again (a pod still in creatingPods
-    // is left to the controller, as in the reference).
+    // Their deletions only asked for (still running): occupancy 3, one more fits.
+    assert_eq!(picks(&BTreeSet::new()).0, ["a", "b", "b", "b"]);
+    let one: BTreeSet<String> = ["old1".to_string()].into();
+    assert_eq!(picks(&one).0, ["a", "a", "b", "b"]);
+    // A deletion of a pod whose claim is still in creatingPods is recorded too (its
+    // departure cancels the claim); neither frees a slot before it is a fact.
+    let planned = Scale::new(8, Rules::Planned).with_departed(&gone);
+    assert!(release(&mut status, &ws, key("p0"), "a", planned, now()));
     assert!(!release(&mut status, &ws, key("p0"), "a", planned, now()));
     assert!(release(
         &mut status,
@@ -448,7 +510,84 @@ fn percent_occupancy_counts_creating_and_deleting_pods() {
         planned,
         now()
     ));
-    assert_eq!(versioned(&status)[0].missing_replicas, 1);
+    assert_eq!(versioned(&status)[0].missing_replicas, 0);
+    let more: BTreeSet<String> = ["old1", "old2", "p0", "counted"].map(String::from).into();
+    let mut probe = status.clone();
+    let scale = Scale::new(8, Rules::Planned).with_departed(&more);
+    let c = claim_for_create(&mut probe, &ws, key("p9"), scale, now(), "x");
+    assert_eq!(c.subset.as_deref(), Some("a"));
+    assert_eq!(
+        versioned(&probe)[0].missing_replicas,
+        1,
+        "4 − (2 + 4 − 4) − 1"
+    );
+}
+
+/// A12: no release, return or unclaim makes room in a subset at or above its maximum
+/// — here an integer maximum lowered to 2 under 3 counted pods and a claim in flight —
+/// whatever `missingReplicas` says, under both rules.
+#[test]
+fn an_integer_maximum_is_judged_from_the_spec_and_the_occupancy() {
+    for rules in [Rules::Planned, Rules::Reference] {
+        let ws = ws_with(
+            json!([{"name": "a", "maxReplicas": 2}, {"name": "b"}]),
+            json!([{"name": "a", "replicas": 3, "missingReplicas": 3,
+                    "creatingPods": {"flight": "2024-05-01T10:00:00Z"}},
+                   {"name": "b", "replicas": 0, "missingReplicas": -1}]),
+        );
+        let mut status = ws.status.clone().unwrap();
+        let scale = Scale::new(6, rules);
+        let c = claim_for_create(&mut status, &ws, key("p1"), scale, now(), "x");
+        assert_eq!(c.subset.as_deref(), Some("b"), "{rules:?}: 4 in a, max 2");
+        assert!(unclaim(
+            &mut status,
+            &ws,
+            key("flight"),
+            "flight",
+            "a",
+            scale
+        ));
+        assert_eq!(versioned(&status)[0].missing_replicas, 0, "{rules:?}");
+        let c = claim_for_create(&mut status, &ws, key("p2"), scale, now(), "x");
+        assert_eq!(c.subset.as_deref(), Some("b"), "{rules:?}: 3 in a, max 2");
+        let gone: BTreeSet<String> = ["a-1".to_string(), "a-2".to_string()].into();
+        let departed = scale.with_departed(&gone);
+        assert!(release(&mut status, &ws, key("a-1"), "a", departed, now()));
+        assert!(release(&mut status, &ws, key("a-2"), "a", departed, now()));
+        let c = claim_for_create(&mut status, &ws, key("p3"), departed, now(), "x");
+        assert_eq!(c.subset.as_deref(), Some("a"), "{rules:?}: 1 left in a");
+        assert_eq!(versioned(&status)[0].missing_replicas, 0, "{rules:?}");
+    }
+}
+
+/// A claim is never answered from a `deletingPods` entry: a pod recreated under the
+/// name of one being deleted takes a slot of its own.
+#[test]
+fn a_pod_recreated_under_a_deleted_pods_name_takes_a_slot_of_its_own() {
+    let ws = ws_with(
+        json!([{"name": "a", "maxReplicas": 2}, {"name": "b"}]),
+        json!([{"name": "a", "replicas": 2, "missingReplicas": 0,
+                "deletingPods": {"web-0": "2024-05-01T10:00:00Z"}},
+               {"name": "b", "replicas": 0, "missingReplicas": -1}]),
+    );
+    let mut status = ws.status.clone().unwrap();
+    let c = claim_for_create(&mut status, &ws, key("web-0"), reference(0), now(), "x");
+    assert_eq!(
+        c.subset.as_deref(),
+        Some("b"),
+        "the old web-0 still holds a"
+    );
+    let gone: BTreeSet<String> = ["web-0".to_string()].into();
+    let mut status = ws.status.clone().unwrap();
+    let scale = reference(0).with_departed(&gone);
+    let c = claim_for_create(&mut status, &ws, key("web-0"), scale, now(), "x");
+    assert_eq!(c.subset.as_deref(), Some("a"), "the old web-0 has departed");
+    assert!(c.status_changed, "recorded in creatingPods");
+    let again = claim_for_create(&mut status, &ws, key("web-0"), scale, now(), "x");
+    assert_eq!(
+        (again.subset.as_deref(), again.status_changed),
+        (Some("a"), false)
+    );
 }
 
 /// Issue #17 (4): an unnamed pod's claim is keyed by the request uid; the same request

@@ -13,9 +13,9 @@
 //! only pods whose replacement the claim rule (the admission's own decision, applied to
 //! the spread after the eviction) would place in a subset below its target. Nothing is
 //! evicted while the workload rolls out, while its active pod count differs from its
-//! replicas (a scale, or an evicted pod not replaced yet), while a pod is not Ready (a
-//! replacement still starting), while the status holds admissions in flight, or while
-//! pods are being adopted.
+//! replicas (a scale, or an evicted pod not replaced yet), while a pod that is not itself
+//! surplus is not Ready (a replacement still starting), while the status holds
+//! admissions in flight, or while pods are being adopted.
 //! The controller applies the plan (at most `max_evictions` per interval).
 
 use super::cost::{kind_uses_deletion_cost, CostPatch};
@@ -246,6 +246,13 @@ pub fn plan_rebalance<P: std::borrow::Borrow<Pod>>(input: &RebalanceInput<'_, P>
             .then_with(|| deletion_order(a, b))
             .then_with(|| name(a).cmp(name(b)))
     });
+    // A pod that is not Ready holds evictions back (a replacement still starting) —
+    // unless it is itself surplus: evicting it costs no availability.
+    let surplus = |p: &Pod| candidates.iter().any(|(_, c)| name(c) == name(p));
+    if let Some(p) = active.iter().find(|p| !is_ready(p) && !surplus(p)) {
+        plan.hold = Some(Hold::NotReady(name(p).to_string()));
+        return plan;
+    }
     let mut counts: Vec<usize> = members.iter().map(Vec::len).collect();
     let subset_name = |g: usize| ws.spec.subsets.get(g).map(|s| s.name.clone());
     for (from, pod) in candidates {
@@ -326,9 +333,6 @@ fn guard<P>(input: &RebalanceInput<'_, P>, active: &[&Pod]) -> Option<Hold> {
             active: active.len(),
             replicas: input.workload_replicas,
         });
-    }
-    if let Some(p) = active.iter().find(|p| !is_ready(p)) {
-        return Some(Hold::NotReady(name(p).to_string()));
     }
     // Admissions the controller has not seen as pods yet: the counts may be stale.
     // (Deletions in flight are not: a pod being deleted is not active.)

@@ -184,7 +184,7 @@ impl<'a> StatusCalc<'a> {
                 status.missing_replicas -= 1;
             }
             if let Some(at) = old_deleting.get(name(pod)) {
-                self.track_deleting(&mut status, name(pod), at, max);
+                self.track_deleting(&mut status, name(pod), at);
             }
         }
         for (key, at) in old_creating {
@@ -194,13 +194,7 @@ impl<'a> StatusCalc<'a> {
         Some(status)
     }
 
-    fn track_deleting(
-        &mut self,
-        status: &mut WorkloadSpreadSubsetStatus,
-        pod: &str,
-        at: &Time,
-        max: i32,
-    ) {
+    fn track_deleting(&mut self, status: &mut WorkloadSpreadSubsetStatus, pod: &str, at: &Time) {
         match self.remaining(at, self.options.deleting_window) {
             None => self.events.push(Event::warning(
                 "DeletePodFailed",
@@ -209,11 +203,11 @@ impl<'a> StatusCalc<'a> {
                     self.ws.namespace()
                 ),
             )),
+            // The pod still runs: its deletion is an intent, kept for the window (the
+            // status view, OpenKruise's readers), but no room (docs/semantics.md A11;
+            // the reference gave its slot back here, `missing++`).
             Some(left) => {
                 status.deleting_pods.insert(pod.to_string(), at.clone());
-                if status.missing_replicas < max {
-                    status.missing_replicas = status.missing_replicas.saturating_add(1);
-                }
                 self.push_requeue(left);
             }
         }

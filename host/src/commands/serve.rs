@@ -54,9 +54,10 @@ pub struct ServeArgs {
     /// so that only a flood is refused, not a workload's scale-out.
     #[arg(long, default_value_t = 200.0)]
     pub claim_rate: f64,
-    /// How many such creations a namespace may make at once before the rate applies
-    /// (a 1 000-pod scale-out is not slowed).
-    #[arg(long, default_value_t = 1000)]
+    /// How many such creations a namespace may make at once before the rate applies: the
+    /// most a ReplicaSet or Job controller creates in one sync (its slow-start batches
+    /// stop at 500), so one workload's burst is never slowed and a flood holds no more.
+    #[arg(long, default_value_t = 500)]
     pub claim_burst: u32,
     /// kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
     #[arg(long)]

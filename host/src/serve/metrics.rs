@@ -109,6 +109,23 @@ pub enum LookupResult {
     Behind,
 }
 
+/// What a read of a pod whose deletion the status records found
+/// (`commit::departures`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum DepartureResult {
+    /// Deleted, finished or gone: its slot is free.
+    Departed,
+    /// Still running (a refused or pending deletion): its slot stays taken.
+    Running,
+    /// The read failed or came late: counted as running.
+    Failed,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DepartureLabels {
+    pub result: DepartureResult,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LookupLabels {
     pub result: LookupResult,
@@ -133,6 +150,8 @@ pub struct Metrics {
     pub batch_size: Histogram,
     pub status_writes: Counter,
     pub conflicts: Counter,
+    /// Reads of pods whose deletion the status records, before claims are decided.
+    pub departures: Family<DepartureLabels, Counter>,
     /// Status writes not answered within the call timeout (they may have landed: the
     /// object is read again before the next attempt).
     pub unanswered_writes: Counter,
@@ -172,6 +191,16 @@ impl Metrics {
         let batch_size = Histogram::new(exponential_buckets(1.0, 2.0, 10));
         let status_writes = Counter::default();
         let conflicts = Counter::default();
+        let departures = Family::<DepartureLabels, Counter>::default();
+        for result in [
+            DepartureResult::Departed,
+            DepartureResult::Running,
+            DepartureResult::Failed,
+        ] {
+            departures
+                .get_or_create(&DepartureLabels { result })
+                .inc_by(0);
+        }
         let unanswered_writes = Counter::default();
         let kind_not_served = Family::<KindLabels, Gauge>::default();
         let abandoned = Counter::default();
@@ -295,6 +324,11 @@ impl Metrics {
             conflicts.clone(),
         );
         registry.register(
+            "counter_departure_reads",
+            "Reads of pods whose deletion the status records, before claims are decided: a deletion frees its slot only once departed",
+            departures.clone(),
+        );
+        registry.register(
             "counter_unanswered_writes",
             "Status writes with no answer within the call timeout (they may have landed: the object is read again)",
             unanswered_writes.clone(),
@@ -317,6 +351,7 @@ impl Metrics {
             batch_size,
             status_writes,
             conflicts,
+            departures,
             unanswered_writes,
             kind_not_served,
             abandoned,

@@ -418,10 +418,17 @@ fn unrelated_pod_answer(app: &App, request: &Value) -> Option<AdmissionResponse>
     })
 }
 
-/// The namespace of a pod creation that may claim a slot: not a dry run, and the pod has
-/// a controller (unowned pods are never spread). Such creations are rate-limited.
+/// The namespace a pod creation may claim a slot in: not a dry run, and the pod has a
+/// controller (unowned pods are never spread). Such creations are rate-limited, by the
+/// namespace the policy decides in — the pod's own `metadata.namespace` when it names one
+/// (a review POSTed by anyone may give another in `request.namespace`), else the
+/// request's.
 fn may_claim(request: &Value) -> Option<&str> {
-    owned_pod_create(request).filter(|_| !dry_run(request))
+    let requested = owned_pod_create(request).filter(|_| !dry_run(request))?;
+    let own = request["object"]["metadata"]["namespace"]
+        .as_str()
+        .filter(|n| !n.is_empty());
+    Some(own.unwrap_or(requested))
 }
 
 /// The namespace of a pod creation (dry run or not) whose pod has a controller: the

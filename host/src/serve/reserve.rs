@@ -49,7 +49,7 @@ struct Slot {
     refilling: bool,
     refill_asked: Instant,
     /// The last claim's scale: returns and refills are judged with it.
-    scale: Scale,
+    scale: Scale<'static>,
 }
 
 /// An unused placeholder: its key, its stamp in the status, when it was asked for.
@@ -78,7 +78,7 @@ pub struct Handed {
     pub stamp: Timestamp,
     pub asked: Instant,
     /// The claim's scale (a settle that frees the placeholder recounts with it).
-    pub scale: Scale,
+    pub scale: Scale<'static>,
     /// When it was handed out: a settle that keeps failing is given up after a while
     /// (whoever finds the placeholder stale settles it to the pod that names it).
     pub at: Instant,
@@ -89,7 +89,7 @@ pub struct Handed {
 pub struct Return {
     pub slot: SlotKey,
     pub keys: Vec<String>,
-    pub scale: Scale,
+    pub scale: Scale<'static>,
 }
 
 /// One replica's reservations for one WorkloadSpread.
@@ -251,7 +251,7 @@ impl Pool {
         slot: &SlotKey,
         placeholder: &str,
         key: &str,
-        scale: Scale,
+        scale: Scale<'static>,
         mut answer: ClaimResponse,
     ) -> Option<ClaimResponse> {
         let s = self.slots.get_mut(slot)?;
@@ -317,7 +317,12 @@ impl Pool {
     /// Records a claim answered into `slot` (by a placeholder or a write) and returns how
     /// many placeholders to reserve now, if any: the block is the claims of the last
     /// second (at least 1, at most `max_block`), refilled when half of it is used.
-    pub fn claimed(&mut self, slot: &SlotKey, scale: Scale, now: Instant) -> Option<usize> {
+    pub fn claimed(
+        &mut self,
+        slot: &SlotKey,
+        scale: Scale<'static>,
+        now: Instant,
+    ) -> Option<usize> {
         let s = self.slots.entry(slot.clone()).or_insert_with(|| Slot {
             unused: VecDeque::new(),
             recent: VecDeque::new(),

@@ -380,6 +380,34 @@ fn nothing_is_evicted_while_the_workload_is_not_steady() {
     }
 }
 
+/// An unready pod that is itself surplus is evicted (it costs no availability); an
+/// unready pod elsewhere still holds every eviction back.
+#[test]
+fn an_unready_surplus_pod_is_evicted_and_other_unready_pods_hold() {
+    let case = Case {
+        name: "burst 4/5/1",
+        ws: ws(percent(), Some("true")),
+        spread: vec![4, 5, 1],
+        unplaced: 0,
+        replicas: 10,
+        unschedulable: &[],
+        max: 5,
+        evicted: &["a-0"],
+        hold: None,
+    };
+    let plan = run(&case, |p, _, _| {
+        p[0].status.as_mut().unwrap().conditions = Some(vec![]);
+    });
+    let evicted: Vec<&str> = plan.evictions.iter().map(|e| e.pod.as_str()).collect();
+    assert_eq!(evicted, ["a-0"], "a-0, unready, is a's surplus: {plan:?}");
+    let plan = run(&case, |p, _, _| {
+        p[0].status.as_mut().unwrap().conditions = Some(vec![]);
+        p[5].status.as_mut().unwrap().conditions = Some(vec![]);
+    });
+    assert!(plan.evictions.is_empty(), "{plan:?}");
+    assert_eq!(plan.hold, Some(Hold::NotReady("b-1".into())));
+}
+
 /// Evicting what the plan says and admitting each replacement with the claim rule
 /// converges on the target, with exactly as many evictions as pods above it.
 #[test]

@@ -341,6 +341,9 @@ fn reconcile_creating_and_deleting_windows() {
     );
     assert_eq!(r.cost("test-pod-4"), None);
 
+    // Reference case 13: five active pods, test-pod-4's deletion asked 1 s ago. The
+    // reference gives its slot back (missing 0 → 1) while the pod runs; here (A11) the
+    // deletion stays an intent until the pod departs: missing 0, the entry kept.
     let r = run(
         &ws(
             one_subset(json!(5)),
@@ -359,7 +362,7 @@ fn reconcile_creating_and_deleting_windows() {
                 .map(String::as_str)
                 .collect::<Vec<_>>()
         ),
-        (5, 1, vec!["test-pod-4"])
+        (5, 0, vec!["test-pod-4"])
     );
 
     let r = run(

@@ -6,6 +6,7 @@
 use super::{Answer, Applied1, Op, Pending, Work, MAX_WAIT};
 use crate::serve::reserve::Pool;
 use kube::api::DynamicObject;
+use std::collections::BTreeSet;
 use workloadspread_core::admission::reserve::stale::{self, Naming, Resolved, Stale};
 use workloadspread_core::admission::reserve::{
     decide, reserve, settle, Claimant, Decision, Holding,
@@ -27,7 +28,7 @@ pub(super) struct Resolution {
     pub named: Option<Vec<Naming>>,
     pub done: Resolved,
     /// The scale stale placeholders are dropped with when the batch has no claim.
-    pub scale: Option<Scale>,
+    pub scale: Option<Scale<'static>>,
 }
 
 impl Resolution {
@@ -56,7 +57,12 @@ pub(super) fn apply_batch(
     resolution: &mut Resolution,
 ) -> Result<Applied, String> {
     let mut ws = decode(object)?;
-    let (outcomes, changed) = apply_decoded(&mut ws, batch, now, pool, resolution);
+    let departed = BTreeSet::new();
+    let facts = Facts {
+        now,
+        departed: &departed,
+    };
+    let (outcomes, changed) = apply_decoded(&mut ws, batch, facts, pool, resolution);
     Ok((updated_object(object, &ws, changed)?, outcomes))
 }
 
@@ -88,15 +94,24 @@ pub(super) fn updated_object(
     Ok(Some(updated))
 }
 
+/// What an attempt knows besides the object: its clock, and the pods whose departure it
+/// has seen stored (their `deletingPods` entries free slots: `admission::room`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Facts<'a> {
+    pub now: Timestamp,
+    pub departed: &'a BTreeSet<String>,
+}
+
 /// [`apply_batch`] on a decoded object (the caller decodes and encodes outside the
 /// queue's lock): the outcomes, and whether the status changed.
 pub(super) fn apply_decoded(
     ws: &mut WorkloadSpread,
     batch: &[Pending],
-    now: Timestamp,
+    facts: Facts<'_>,
     mut pool: Option<&mut Pool>,
     resolution: &mut Resolution,
 ) -> (Vec<Applied1>, bool) {
+    let now = facts.now;
     if let Some(pool) = pool.as_deref_mut() {
         pool.track_uid(ws.metadata.uid.as_deref());
     }
@@ -110,7 +125,9 @@ pub(super) fn apply_decoded(
         ws,
         &resolution.stale,
         resolution.named.as_deref(),
-        scale.unwrap_or(Scale::new(0, Rules::Reference)),
+        scale
+            .unwrap_or(Scale::new(0, Rules::Reference))
+            .with_departed(facts.departed),
         now,
     );
     ws.status = Some(status);
@@ -132,8 +149,8 @@ pub(super) fn apply_decoded(
                 continue;
             }
             *outcome = Some(match &p.work {
-                Work::Op(op) => apply_op(ws, op, p.since, now, pool.as_deref_mut()),
-                work => apply_own(ws, work, now),
+                Work::Op(op) => apply_op(ws, op, p.since, facts, pool.as_deref_mut()),
+                work => apply_own(ws, work, facts),
             });
         }
     }
@@ -143,7 +160,7 @@ pub(super) fn apply_decoded(
 }
 
 /// The scale of the batch's first claim or reservation.
-fn batch_scale(batch: &[Pending]) -> Option<Scale> {
+fn batch_scale(batch: &[Pending]) -> Option<Scale<'static>> {
     batch.iter().find_map(|p| match &p.work {
         Work::Op(Op::Claim(c)) => Some(super::scale_of(c)),
         Work::Reserve { scale, .. } => Some(*scale),
@@ -155,9 +172,10 @@ fn apply_op(
     ws: &mut WorkloadSpread,
     op: &Op,
     since: std::time::Instant,
-    now: Timestamp,
+    facts: Facts<'_>,
     pool: Option<&mut Pool>,
 ) -> Applied1 {
+    let now = facts.now;
     if let Some(uid) = &op.key().uid {
         if ws.metadata.uid.as_ref() != Some(uid) {
             return Applied1::Written(Err(format!(
@@ -176,10 +194,10 @@ fn apply_op(
     let (status, answer) = match (op, pool) {
         (Op::Claim(c), Some(pool)) => {
             let may_wait = since.elapsed() < MAX_WAIT;
-            return claim_reserving(ws, c, now, pool, may_wait);
+            return claim_reserving(ws, c, facts, pool, may_wait);
         }
         (Op::Claim(c), None) => {
-            let (s, a) = apply_claim(ws, c, now);
+            let (s, a) = apply_claim(ws, c, now, facts.departed);
             (s, Answer::Claim(a))
         }
         (Op::Release(r), _) => {
@@ -206,7 +224,7 @@ pub(super) fn decide_claim(
     status: &mut workloadspread_core::api::v1beta1::WorkloadSpreadStatus,
     c: &ClaimRequest,
     pool: &Pool,
-    now: Timestamp,
+    facts: Facts<'_>,
     may_wait: bool,
 ) -> Decision {
     let unused = pool.unused(&c.pod.version);
@@ -226,8 +244,8 @@ pub(super) fn decide_claim(
         },
         new_uid: &c.generated_uid,
         candidates: &c.candidates,
-        scale: super::scale_of(c),
-        now,
+        scale: super::scale_of(c).with_departed(facts.departed),
+        now: facts.now,
         may_wait,
     };
     let holding = Holding {
@@ -244,7 +262,7 @@ pub(super) fn claim_cost(
     ws: &WorkloadSpread,
     status: &workloadspread_core::api::v1beta1::WorkloadSpreadStatus,
     c: &ClaimRequest,
-    subset: &str,
+    (subset, departed): (&str, &BTreeSet<String>),
     pool: &Pool,
 ) -> Option<i64> {
     let unused = pool.unused(&c.pod.version);
@@ -254,7 +272,8 @@ pub(super) fn claim_cost(
         false => c.pod.name.as_str(),
     };
     let version = &c.pod.version;
-    claimed_pod_cost(ws, c.rules, status, version, subset, key, &unused)
+    let scale = super::scale_of(c).with_departed(departed);
+    claimed_pod_cost(ws, scale, status, version, subset, key, &unused)
 }
 
 /// The answer of a claim taking placeholder `key` of `subset` (decided on `status`),
@@ -262,16 +281,18 @@ pub(super) fn claim_cost(
 pub(super) fn take(
     pool: &mut Pool,
     c: &ClaimRequest,
-    ws: &WorkloadSpread,
-    status: &workloadspread_core::api::v1beta1::WorkloadSpreadStatus,
-    subset: String,
-    key: &str,
+    (ws, status): (
+        &WorkloadSpread,
+        &workloadspread_core::api::v1beta1::WorkloadSpreadStatus,
+    ),
+    (subset, key): (String, &str),
+    departed: &BTreeSet<String>,
 ) -> Option<ClaimResponse> {
     let answer = ClaimResponse {
         subset: Some(subset.clone()),
         generated_uid: c.pod.name.is_empty().then(|| c.generated_uid.clone()),
         reservation: None,
-        deletion_cost: claim_cost(ws, status, c, &subset, pool),
+        deletion_cost: claim_cost(ws, status, c, (&subset, departed), pool),
     };
     let slot = (c.pod.version.clone(), subset);
     pool.take(&slot, key, super::claim_key(c), super::scale_of(c), answer)
@@ -282,7 +303,7 @@ pub(super) fn take(
 fn claim_reserving(
     ws: &mut WorkloadSpread,
     c: &ClaimRequest,
-    now: Timestamp,
+    facts: Facts<'_>,
     pool: &mut Pool,
     may_wait: bool,
 ) -> Applied1 {
@@ -291,19 +312,21 @@ fn claim_reserving(
         return Applied1::Now(Answer::Claim(h.answer.clone()));
     }
     let mut status = ws.status.clone().unwrap_or_default();
-    match decide_claim(ws, &mut status, c, pool, now, may_wait) {
-        Decision::Take { subset, key } => match take(pool, c, ws, &status, subset, &key) {
-            Some(answer) => Applied1::Now(Answer::Claim(answer)),
-            // Decided from the pool's own list: it holds it. Should it not, the claim
-            // comes again with the next write rather than spill.
-            None => Applied1::Wait,
-        },
+    match decide_claim(ws, &mut status, c, pool, facts, may_wait) {
+        Decision::Take { subset, key } => {
+            match take(pool, c, (ws, &status), (subset, &key), facts.departed) {
+                Some(answer) => Applied1::Now(Answer::Claim(answer)),
+                // Decided from the pool's own list: it holds it. Should it not, the claim
+                // comes again with the next write rather than spill.
+                None => Applied1::Wait,
+            }
+        }
         Decision::Wait => Applied1::Wait,
         Decision::Claimed(claim) => {
             let deletion_cost = claim
                 .subset
                 .as_deref()
-                .and_then(|subset| claim_cost(ws, &status, c, subset, pool));
+                .and_then(|subset| claim_cost(ws, &status, c, (subset, facts.departed), pool));
             ws.status = Some(status);
             Applied1::Written(Ok(Answer::Claim(ClaimResponse {
                 subset: claim.subset,
@@ -316,7 +339,8 @@ fn claim_reserving(
 }
 
 /// The queue's own work: reserve, settle, return.
-fn apply_own(ws: &mut WorkloadSpread, work: &Work, now: Timestamp) -> Applied1 {
+fn apply_own(ws: &mut WorkloadSpread, work: &Work, facts: Facts<'_>) -> Applied1 {
+    let (now, departed) = (facts.now, facts.departed);
     let mut status = ws.status.clone().unwrap_or_default();
     let outcome = match work {
         Work::Reserve { uid, .. } if *uid != ws.metadata.uid => Applied1::Reserved(vec![]),
@@ -324,22 +348,25 @@ fn apply_own(ws: &mut WorkloadSpread, work: &Work, now: Timestamp) -> Applied1 {
             slot, keys, scale, ..
         } => {
             let (version, subset) = slot;
-            Applied1::Reserved(reserve(&mut status, ws, version, subset, keys, *scale, now))
+            let scale = scale.with_departed(departed);
+            Applied1::Reserved(reserve(&mut status, ws, version, subset, keys, scale, now))
         }
         Work::Settle(handed) => {
             for h in handed {
                 let (version, subset) = &h.slot;
                 let (placeholder, key) = (&h.placeholder, &h.key);
                 let at = (version.as_str(), subset.as_str());
-                settle(&mut status, ws, at, placeholder, key, h.scale, now);
+                let scale = h.scale.with_departed(departed);
+                settle(&mut status, ws, at, placeholder, key, scale, now);
             }
             Applied1::Done
         }
         Work::Return(r) => {
             let (version, subset) = &r.slot;
             let pod = PodKey { name: "", version };
+            let scale = r.scale.with_departed(departed);
             for key in &r.keys {
-                unclaim(&mut status, ws, pod, key, subset, r.scale);
+                unclaim(&mut status, ws, pod, key, subset, scale);
             }
             Applied1::Done
         }

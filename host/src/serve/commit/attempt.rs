@@ -3,7 +3,7 @@
 //! name them, the batch applied, one status write guarded by `resourceVersion`; a 409
 //! re-reads and re-applies, until the batch's deadline.
 
-use super::apply::{apply_decoded, decode, updated_object, Resolution};
+use super::apply::{apply_decoded, decode, updated_object, Facts, Resolution};
 use super::queue::still_awaited;
 use super::{
     internal, lock, Answer, Applied1, Committer, Listed, Op, Pending, Queue, QueueKey, Shared,
@@ -123,11 +123,18 @@ impl Committer {
                 }
             };
             let mut resolution = self.resolution(queue, &ws, budget).await;
+            // Deletions free slots only once their pods' departure is read stored
+            // (`departures.rs`).
+            let departed = self.departures(&key.0, &ws, &batch, budget).await;
             let (outcomes, changed) = {
                 let mut shared = lock(&queue.shared);
                 let reserving = self.reserving.is_some();
                 let pool = reserving.then_some(&mut shared.pool);
-                apply_decoded(&mut ws, &batch, (self.clock)(), pool, &mut resolution)
+                let facts = Facts {
+                    now: (self.clock)(),
+                    departed: &departed,
+                };
+                apply_decoded(&mut ws, &batch, facts, pool, &mut resolution)
             };
             if resolution.done.settled + resolution.done.dropped > 0 {
                 let done = resolution.done;

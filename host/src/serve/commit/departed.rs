@@ -72,11 +72,13 @@ fn release_of(p: &Pending) -> Option<&str> {
     }
 }
 
-/// Whether pod `name` exists and is not being deleted (a consistent read: no
-/// `resourceVersion`); false when the read fails or takes longer than `budget`.
+/// Whether pod `name` exists, is not being deleted and has not finished (a consistent
+/// read: no `resourceVersion`); false when the read fails or takes longer than `budget`.
+/// A finished pod is no replica of the controller's count: recording its deletion would
+/// free a slot it no longer holds once the deletion is stored.
 async fn running(pods: &Api<Pod>, name: &str, budget: Duration) -> bool {
-    match tokio::time::timeout(budget, pods.get_metadata_opt(name)).await {
-        Ok(Ok(Some(pod))) => pod.metadata.deletion_timestamp.is_none(),
+    match tokio::time::timeout(budget, pods.get_opt(name)).await {
+        Ok(Ok(Some(pod))) => super::departures::runs(&pod),
         _ => false,
     }
 }

@@ -1,12 +1,15 @@
 //! A claim answered from one of this replica's placeholders without the queue: only when
 //! `decide` on the newest copy (the queue's or the reflector's) says *take*. Anything
 //! else — a write, a wait, a copy showing placeholders of ours the pool does not know
-//! yet — is left to the queue, which decides again on the copy it writes.
+//! yet, or deletions in the claim's version whose departure the queue must confirm
+//! first (`departures.rs`) — is left to the queue, which decides again on the copy it
+//! writes.
 
-use super::apply::{decide_claim, take};
+use super::apply::{decide_claim, take, Facts};
 use super::{lock, Committer, QueueKey};
 use crate::serve::metrics::ReservationEvent;
 use crate::serve::reserve::Pool;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use workloadspread_core::admission::reserve::{held_by, Decision};
 use workloadspread_core::api::v1beta1::WorkloadSpreadStatus;
@@ -41,12 +44,21 @@ impl Committer {
             if !own_placeholders_known(&status, &c.pod.version, &shared.pool) {
                 return None;
             }
-            let now = (self.clock)();
-            let decision = decide_claim(&ws, &mut status, c, &shared.pool, now, true);
+            // A deletion in flight may free a slot ahead of the placeholder's subset once
+            // its departure is confirmed, which takes a read: the queue's business.
+            if deletions_recorded(&status, &c.pod.version) {
+                return None;
+            }
+            let none = BTreeSet::new();
+            let facts = Facts {
+                now: (self.clock)(),
+                departed: &none,
+            };
+            let decision = decide_claim(&ws, &mut status, c, &shared.pool, facts, true);
             let Decision::Take { subset, key } = decision else {
                 return None;
             };
-            let answer = take(&mut shared.pool, c, &ws, &status, subset, &key)?;
+            let answer = take(&mut shared.pool, c, (&ws, &status), (subset, &key), &none)?;
             let refill = self.claimed(&ws, &mut shared.pool, c, &answer);
             (answer, refill)
         };
@@ -56,6 +68,16 @@ impl Committer {
         }
         Some(answer)
     }
+}
+
+/// Whether `version` records a pod's deletion in any subset.
+fn deletions_recorded(status: &WorkloadSpreadStatus, version: &str) -> bool {
+    status
+        .versioned_subset_statuses
+        .get(version)
+        .into_iter()
+        .flatten()
+        .any(|s| !s.deleting_pods.is_empty())
 }
 
 /// Whether every placeholder of this replica in `version` is one its pool knows.

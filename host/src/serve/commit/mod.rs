@@ -21,6 +21,7 @@
 mod apply;
 mod attempt;
 mod departed;
+mod departures;
 mod fast;
 mod queue;
 
@@ -136,7 +137,7 @@ enum Work {
     Reserve {
         slot: SlotKey,
         keys: Vec<String>,
-        scale: Scale,
+        scale: Scale<'static>,
         /// The object the block is for: none is reserved in a recreated one.
         uid: Option<String>,
     },
@@ -193,7 +194,7 @@ struct Shared {
     sightings: Sightings,
     /// The scale of the last claim: stale placeholders dropped without one are judged
     /// with it.
-    scale: Option<Scale>,
+    scale: Option<Scale<'static>>,
     /// The last listing of the pods naming stale placeholders.
     listed: Option<Listed>,
 }
@@ -403,7 +404,7 @@ fn claim_key(c: &ClaimRequest) -> &str {
     }
 }
 
-fn scale_of(c: &ClaimRequest) -> Scale {
+fn scale_of(c: &ClaimRequest) -> Scale<'static> {
     Scale::new(c.workload_replicas, c.rules)
 }
 

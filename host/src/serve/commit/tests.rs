@@ -546,6 +546,7 @@ fn nothing_to_release_writes_nothing() {
         workload_replicas: 4,
         rules: Default::default(),
         reservation: None,
+        generated_uid: None,
     });
     let (updated, answers) = apply_batch(
         &object("u"),

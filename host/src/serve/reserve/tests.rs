@@ -16,7 +16,7 @@ fn slot(subset: &str) -> SlotKey {
     ("v1".into(), subset.into())
 }
 
-fn scale() -> Scale {
+fn scale() -> Scale<'static> {
     Scale::new(10, Rules::Planned)
 }
 

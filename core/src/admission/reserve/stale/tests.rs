@@ -137,9 +137,10 @@ fn stale_placeholders_are_settled_to_the_pod_naming_them_or_dropped_late() {
 }
 
 /// A settle finding the pod already counted: in the same subset (another replica wrote
-/// its key), released (deleted before the settle: its deleting entry and the
-/// placeholder cancel out), or in another subset (kept: an over-count until the
-/// controller counts the pod).
+/// its key), released (a DELETE admitted before the settle: renamed, its deletion an
+/// intent that frees the slot only once the pod's departure is a fact — the DELETE may
+/// still be refused), or in another subset (kept: an over-count until the controller
+/// counts the pod).
 #[test]
 fn a_settle_counts_the_pod_once_whatever_happened_first() {
     use crate::admission::reserve::settle;
@@ -166,7 +167,7 @@ fn a_settle_counts_the_pod_once_whatever_happened_first() {
     );
     assert_eq!(
         settle(status, &spec, at, "~h1.2", "web-2", scale, now()),
-        Settled::Released
+        Settled::Renamed
     );
     assert_eq!(
         settle(status, &spec, at, "~h1.3", "web-3", scale, now()),
@@ -174,10 +175,16 @@ fn a_settle_counts_the_pod_once_whatever_happened_first() {
     );
     let a = &status.versioned_subset_statuses[VERSION_IGNORED][0];
     let keys: Vec<&String> = a.creating_pods.keys().collect();
-    assert_eq!(keys, ["web-1", "~h1.3"]);
-    assert!(
-        a.deleting_pods.is_empty(),
-        "the released pod's entry went with its placeholder"
+    assert_eq!(keys, ["web-1", "web-2", "~h1.3"]);
+    let deleting: Vec<&String> = a.deleting_pods.keys().collect();
+    assert_eq!(deleting, ["web-2"], "the deletion stays an intent");
+    let gone: std::collections::BTreeSet<String> = ["web-2".to_string()].into();
+    let occupancy = |d| crate::admission::room::occupancy(a, d);
+    use crate::admission::Departed;
+    assert_eq!(
+        occupancy(Departed::NONE) - occupancy(Departed::of(&gone)),
+        1,
+        "web-2's slot is freed once its departure is a fact, and only then"
     );
 }
 
