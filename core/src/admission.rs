@@ -530,6 +530,7 @@ pub fn count_pending(
 }
 
 pub mod best_effort;
+pub mod expire;
 pub mod reserve;
 pub mod room;
 #[cfg(test)]

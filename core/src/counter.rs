@@ -274,14 +274,40 @@ pub fn apply_release(
         version: &req.pod.version,
     };
     let scale = Scale::new(req.workload_replicas, req.rules);
+    let at = (req.pod.version.as_str(), req.subset.as_str());
     if let Some(placeholder) = req.reservation.as_deref().filter(|r| is_placeholder(r)) {
         let key = req.generated_uid.as_deref().unwrap_or(&req.pod.name);
-        let at = (req.pod.version.as_str(), req.subset.as_str());
         settle(&mut status, ws, at, placeholder, key, scale, now);
+    }
+    if let Some(uid) = req.generated_uid.as_deref() {
+        rename_claim(&mut status, at, uid, &req.pod.name);
     }
     release(&mut status, ws, pod, &req.subset, scale, now);
     let released = status != original;
     (status, ReleaseResponse { released })
+}
+
+/// Renames the claim of a pod admitted without a name (`creatingPods[uid]`) to the pod's
+/// name in `subset` of `version`, keeping its stamp: the deletion recorded next is keyed
+/// by name, and whoever later finds both entries with the pod gone removes them together
+/// (`admission::expire`). Unchanged when the claim is not there.
+fn rename_claim(status: &mut WorkloadSpreadStatus, (version, subset): (&str, &str), uid: &str, name: &str) {
+    if uid.is_empty() || name.is_empty() || uid == name {
+        return;
+    }
+    let Some(s) = status
+        .versioned_subset_statuses
+        .get_mut(version)
+        .and_then(|v| v.iter_mut().find(|s| s.name == subset))
+    else {
+        return;
+    };
+    if s.creating_pods.contains_key(name) {
+        return;
+    }
+    if let Some(at) = s.creating_pods.remove(uid) {
+        s.creating_pods.insert(name.to_string(), at);
+    }
 }
 
 #[cfg(test)]

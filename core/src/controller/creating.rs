@@ -40,13 +40,13 @@ fn subset_statuses(
         .chain(status.versioned_subset_statuses.values().flatten())
 }
 
-/// The keys a pod carries in `creatingPods`: its generated uid or name, and the
-/// placeholder it took.
+/// The keys a pod carries in `creatingPods`: its generated uid, its name (a release
+/// records the claim of a pod being deleted under its name) and the placeholder it took.
 pub fn keys_of(pod: &Pod) -> impl Iterator<Item = String> + '_ {
-    let key = matched(pod)
-        .and_then(|m| m.uid)
-        .unwrap_or_else(|| name(pod).to_string());
-    std::iter::once(key).chain(reservation(pod).map(str::to_string))
+    let uid = matched(pod).and_then(|m| m.uid);
+    uid.into_iter()
+        .chain(std::iter::once(name(pod).to_string()))
+        .chain(reservation(pod).map(str::to_string))
 }
 
 /// Entries (not placeholders: they have their own rules) seen for longer than `early`

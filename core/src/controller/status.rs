@@ -121,7 +121,7 @@ impl<'a> StatusCalc<'a> {
         let counted: BTreeSet<String> = groups
             .values()
             .flatten()
-            .map(|&p| counted_key(pods[p]))
+            .flat_map(|&p| counted_keys(pods[p]))
             .collect();
         for (i, subset) in self.ws.spec.subsets.iter().enumerate() {
             let members: Vec<&Pod> = groups
@@ -389,11 +389,12 @@ impl<'a> StatusCalc<'a> {
     }
 }
 
-/// The `creatingPods` key a counted pod stands for: its generated id, else its name.
-fn counted_key(pod: &Pod) -> String {
-    matched(pod)
-        .and_then(|m| m.uid)
-        .unwrap_or_else(|| name(pod).to_string())
+/// The `creatingPods` keys a counted pod stands for: its generated id and its name (a
+/// release records the claim of a pod being deleted under its name, beside its deletion:
+/// `counter::apply_release`).
+fn counted_keys(pod: &Pod) -> impl Iterator<Item = String> {
+    let uid = matched(pod).and_then(|m| m.uid);
+    uid.into_iter().chain(std::iter::once(name(pod).to_string()))
 }
 
 fn is_pending_unschedulable(pod: &Pod) -> bool {

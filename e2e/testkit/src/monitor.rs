@@ -12,6 +12,10 @@
 //! on its own (old and new pods of one subset may together exceed its maximum while the
 //! rollout surges).
 //!
+//! A maximum lowered below what a subset holds leaves it over (nothing evicts but
+//! rebalancing): from then on the subset may hold what it held, shrinking as pods leave,
+//! and no pod may be added while it is at or above its maximum.
+//!
 //! At the end ([`Monitor::finish`]) it reports the highest occupancy seen per subset.
 //! The judgement is the monitor's own (maxima scaled with `intstr`'s round-up, as
 //! Kubernetes does), not `workloadspread_core`'s: the rules under test do not judge
@@ -150,6 +154,9 @@ struct State {
     peak_replicas: i64,
     /// Active pods by name → (version, subset).
     pods: BTreeMap<String, (String, String)>,
+    /// (version, subset) → what it held when its maximum was lowered below that (the
+    /// bound until it is down to the maximum; lowered as pods leave).
+    held: BTreeMap<(String, String), i64>,
     report: Report,
 }
 
@@ -163,9 +170,25 @@ impl State {
         max.at(self.replicas)
     }
 
+    /// What (version, subset) may hold: its maximum, or what it held when the maximum
+    /// was lowered below that.
+    fn bound_of(&self, key: &(String, String)) -> Option<i64> {
+        let max = self.max_of(&key.1)?;
+        Some(self.held.get(key).map_or(max, |h| max.max(*h)))
+    }
+
+    fn count_of(&self, key: &(String, String)) -> i64 {
+        self.pods.values().filter(|k| *k == key).count() as i64
+    }
+
     fn workloadspread(&mut self, ws: &Value) {
         self.report.status_events += 1;
         if let Some(subsets) = ws["spec"]["subsets"].as_array() {
+            let before: BTreeMap<String, Option<i64>> = self
+                .maxima
+                .iter()
+                .map(|(s, _)| (s.clone(), self.max_of(s)))
+                .collect();
             self.maxima = subsets
                 .iter()
                 .filter_map(|s| {
@@ -175,11 +198,26 @@ impl State {
                     ))
                 })
                 .collect();
+            let keys: std::collections::BTreeSet<(String, String)> =
+                self.pods.values().cloned().collect();
+            for key in keys {
+                let (old, new) = (before.get(&key.1).copied().flatten(), self.max_of(&key.1));
+                let lowered = match (old, new) {
+                    (Some(o), Some(n)) => n < o,
+                    (None, Some(_)) => true,
+                    _ => false,
+                };
+                let count = self.count_of(&key);
+                if lowered && new.is_some_and(|n| count > n) {
+                    self.held.insert(key.clone(), count);
+                }
+            }
         }
-        for ((_, subset), occupancy) in occupancy(&ws["status"]) {
+        for ((version, subset), occupancy) in occupancy(&ws["status"]) {
             let seen = self.report.max_occupancy.entry(subset.clone()).or_default();
             *seen = (*seen).max(occupancy);
-            if let Some(max) = self.max_of(&subset).filter(|m| occupancy > *m) {
+            let key = (version, subset.clone());
+            if let Some(max) = self.bound_of(&key).filter(|m| occupancy > *m) {
                 let violation = Violation {
                     after: self.elapsed(),
                     subset,
@@ -223,10 +261,10 @@ impl State {
                     .iter()
                     .filter(|(n, k)| **k == key && **n != name)
                     .count() as i64;
-                self.pods.insert(name.clone(), key);
+                self.pods.insert(name.clone(), key.clone());
                 let seen = self.report.max_pods.entry(subset.clone()).or_default();
                 *seen = (*seen).max(count);
-                if let Some(max) = self.max_of(&subset).filter(|m| count > *m) {
+                if let Some(max) = self.bound_of(&key).filter(|m| count > *m) {
                     let violation = Violation {
                         after: self.elapsed(),
                         subset,
@@ -239,7 +277,16 @@ impl State {
                 }
             }
             None => {
-                self.pods.remove(&name);
+                if let Some(key) = self.pods.remove(&name) {
+                    let count = self.count_of(&key);
+                    let max = self.max_of(&key.1);
+                    if let Some(held) = self.held.get_mut(&key) {
+                        *held = (*held).min(count);
+                        if max.is_none_or(|m| *held <= m) {
+                            self.held.remove(&key);
+                        }
+                    }
+                }
                 self.scaled_in();
             }
         }
@@ -473,6 +520,43 @@ mod tests {
                 (key("v2", "b"), 1)
             ])
         );
+    }
+
+    /// A maximum lowered below what a subset holds: the subset may keep what it holds,
+    /// shrinking as pods leave, but nothing may be added until it is below the maximum.
+    #[test]
+    fn a_lowered_maximum_bounds_additions_not_the_pods_already_there() {
+        let mut s = State {
+            replicas: 10,
+            ..Default::default()
+        };
+        let ws = |max: i64, replicas: i64| {
+            json!({"spec": {"subsets": [{"name": "a", "maxReplicas": max}, {"name": "b"}]},
+                "status": {"versionedSubsetStatuses": {"": [{"name": "a", "replicas": replicas}]}}})
+        };
+        let pod = |name: &str| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": name, "annotations": {
+                MATCHED: json!({"name": "web", "subset": "a"}).to_string()}}}))
+            .unwrap()
+        };
+        s.workloadspread(&ws(3, 0));
+        for n in ["p1", "p2", "p3"] {
+            s.pod("web", &pod(n), false);
+        }
+        s.workloadspread(&ws(1, 3));
+        s.pod("web", &pod("p2"), false);
+        assert!(s.report.violations.is_empty(), "{:?}", s.report.violations);
+        s.pod("web", &pod("p3"), true);
+        s.pod("web", &pod("p4"), false);
+        assert_eq!(s.report.violations.len(), 1, "added while at 2 of max 1");
+        s.pod("web", &pod("p4"), true);
+        s.pod("web", &pod("p2"), true);
+        s.pod("web", &pod("p5"), false);
+        assert_eq!(s.report.violations.len(), 2, "down to 1: at the maximum");
+        s.pod("web", &pod("p5"), true);
+        s.workloadspread(&ws(1, 1));
+        s.pod("web", &pod("p6"), false);
+        assert_eq!(s.report.violations.len(), 3, "held is gone once down to the max");
     }
 
     #[test]

@@ -8,6 +8,10 @@
 mod common;
 #[path = "fault_matrix/support.rs"]
 mod support;
+#[path = "fault_matrix/ordinary.rs"]
+mod ordinary;
+#[path = "fault_matrix/ordinary_scenarios.rs"]
+mod ordinary_scenarios;
 
 use anyhow::{ensure, Context, Result};
 use common::*;

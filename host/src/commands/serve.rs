@@ -160,6 +160,13 @@ pub struct ServeArgs {
     /// it).
     #[arg(long, default_value_t = 60, hide = true)]
     pub counter_idle_seconds: u64,
+    /// Claims and deletions the controller has left in a WorkloadSpread's status this long
+    /// (as this host saw them) are resolved by the host from a consistent list of the
+    /// namespace's pods: with the controller down, the status stays as large as the pods
+    /// (it would grow with every admission and deletion until etcd refused it). Well
+    /// above the controller's windows (30 s, 15 s), which handle them when it runs.
+    #[arg(long, default_value_t = 60)]
+    pub counter_expiry_seconds: u64,
     /// Fault tests only: seconds added to this host's clock for the stamps it writes
     /// (a machine whose clock is off; nothing compares stamps across machines).
     #[arg(long, default_value_t = 0, hide = true, allow_hyphen_values = true)]
@@ -387,7 +394,10 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
             }),
             metrics.clone(),
             super::skewed_now,
-            Duration::from_secs(args.counter_idle_seconds.max(1)),
+            crate::serve::commit::Lifetimes {
+                idle: Duration::from_secs(args.counter_idle_seconds.max(1)),
+                expiry: Duration::from_secs(args.counter_expiry_seconds.max(5)),
+            },
         )
     });
     let module = args.policy.clone().unwrap_or_else(default_policy);

@@ -121,6 +121,20 @@ pub enum DepartureResult {
     Failed,
 }
 
+/// What resolving an overdue entry did (`commit::overdue`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum ExpiredAction {
+    /// Moved into (or out of) the subset's `replicas`.
+    Folded,
+    /// Removed (the pod never came, departed with its claim, or a deletion refused).
+    Dropped,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExpiredLabels {
+    pub action: ExpiredAction,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DepartureLabels {
     pub result: DepartureResult,
@@ -152,6 +166,8 @@ pub struct Metrics {
     pub conflicts: Counter,
     /// Reads of pods whose deletion the status records, before claims are decided.
     pub departures: Family<DepartureLabels, Counter>,
+    /// Entries the controller left past the expiry, resolved by the host.
+    pub expired: Family<ExpiredLabels, Counter>,
     /// Status writes not answered within the call timeout (they may have landed: the
     /// object is read again before the next attempt).
     pub unanswered_writes: Counter,
@@ -200,6 +216,10 @@ impl Metrics {
             departures
                 .get_or_create(&DepartureLabels { result })
                 .inc_by(0);
+        }
+        let expired = Family::<ExpiredLabels, Counter>::default();
+        for action in [ExpiredAction::Folded, ExpiredAction::Dropped] {
+            expired.get_or_create(&ExpiredLabels { action }).inc_by(0);
         }
         let unanswered_writes = Counter::default();
         let kind_not_served = Family::<KindLabels, Gauge>::default();
@@ -329,6 +349,11 @@ impl Metrics {
             departures.clone(),
         );
         registry.register(
+            "counter_entries_expired",
+            "Claims and deletions the controller left past --counter-expiry-seconds, resolved from the pods (it is down)",
+            expired.clone(),
+        );
+        registry.register(
             "counter_unanswered_writes",
             "Status writes with no answer within the call timeout (they may have landed: the object is read again)",
             unanswered_writes.clone(),
@@ -352,6 +377,7 @@ impl Metrics {
             status_writes,
             conflicts,
             departures,
+            expired,
             unanswered_writes,
             kind_not_served,
             abandoned,

@@ -116,9 +116,17 @@ pub struct Pool {
     /// Returns to write again (a failed return, a failed reserve whose keys may have
     /// landed, a placeholder given back to a slot gone idle).
     retry: Vec<Return>,
+    /// Failed returns in a row, and when they are next written: a write the API server
+    /// keeps refusing (403, 422) backs off instead of coming every tick.
+    return_failures: u32,
+    retry_after: Option<Instant>,
     /// The host is stopping: nothing more is reserved.
     closing: bool,
 }
+
+/// The first and longest wait before a failed return is written again.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(30);
 
 const RATE_WINDOW: Duration = Duration::from_secs(1);
 
@@ -136,6 +144,8 @@ impl Pool {
             settling: Default::default(),
             returning: vec![],
             retry: vec![],
+            return_failures: 0,
+            retry_after: None,
             closing: false,
         }
     }
@@ -211,12 +221,17 @@ impl Pool {
     pub fn returned(&mut self, r: &Return) {
         self.returning
             .retain(|(slot, k)| !(*slot == r.slot && r.keys.contains(k)));
+        self.return_failures = 0;
     }
 
     /// A return write failed: the placeholders stay this replica's room, and the return
-    /// is tried again with the next maintenance.
-    pub fn return_failed(&mut self, r: Return) {
+    /// is tried again after a pause that doubles with each failure in a row (from
+    /// [`RETRY_FIRST`] to [`RETRY_MAX`]).
+    pub fn return_failed(&mut self, r: Return, now: Instant) {
         self.retry.push(r);
+        let pause = RETRY_FIRST.saturating_mul(1 << self.return_failures.min(16));
+        self.retry_after = Some(now + pause.min(RETRY_MAX));
+        self.return_failures = self.return_failures.saturating_add(1);
     }
 
     /// A reserve write failed: its keys may have landed all the same; they are given
@@ -447,7 +462,10 @@ impl Pool {
     pub fn expired(&mut self, now: Instant, clock: Timestamp) -> Vec<Return> {
         let handout = k8s_openapi::jiff::SignedDuration::from_secs(HANDOUT_SECONDS);
         let idle = self.policy.idle;
-        let mut out = std::mem::take(&mut self.retry);
+        let mut out = match self.retry_after {
+            Some(t) if now < t => vec![],
+            _ => std::mem::take(&mut self.retry),
+        };
         for (key, s) in &mut self.slots {
             let slot_idle = now.saturating_duration_since(s.last_claim) >= idle;
             let old = |h: &Held| {

@@ -60,6 +60,16 @@ impl Sightings {
         }
     }
 
+    /// As [`Sightings::observe`], for any set of keys (a host's claims and deletions,
+    /// `admission::expire`).
+    pub fn observe_keys<'k>(&mut self, keys: impl IntoIterator<Item = &'k String>, now: Timestamp) {
+        let present: BTreeSet<&str> = keys.into_iter().map(String::as_str).collect();
+        self.first.retain(|k, _| present.contains(k.as_str()));
+        for key in present {
+            self.first.entry(key.to_string()).or_insert(now);
+        }
+    }
+
     /// Sightings as if each placeholder had been seen when its holder stamped it: for a
     /// reader with no history of its own (an offline reconcile of a saved object), on
     /// the assumption that the clocks agree.

@@ -77,41 +77,65 @@ pub async fn no_disruption(ns: &TestNamespace) -> Result<()> {
 }
 
 /// Evicts `pod` every 200 ms, as `kubectl drain` retries, until stopped; counts the
-/// refusals (429: the budget allows no disruption).
+/// refusals (429: the budget allows no disruption). Through a client that does not
+/// retry a 429 itself (kube's default does, with backoff, for ever as seen from here).
 pub struct Drain {
     stop: Arc<AtomicBool>,
     pub refused: Arc<AtomicUsize>,
+    /// Why the drain stopped on its own, if it did.
+    failed: Arc<std::sync::Mutex<Option<String>>>,
     task: tokio::task::JoinHandle<Result<()>>,
 }
 
 impl Drain {
-    pub fn start(ns: &TestNamespace, pod: &str) -> Self {
-        let (stop, refused) = (Arc::new(AtomicBool::new(false)), Arc::default());
-        let pods = ns.api::<Pod>();
+    pub async fn start(ns: &TestNamespace, pod: &str) -> Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let refused = Arc::new(AtomicUsize::new(0));
+        let failed = Arc::new(std::sync::Mutex::new(None));
+        let mut config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(workloadspread_testkit::cluster()?.kubeconfig())?,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?;
+        config.default_retry = false;
+        let pods: Api<Pod> = Api::namespaced(kube::Client::try_from(config)?, ns.name());
         let (name, flag, count) = (pod.to_string(), stop.clone(), Arc::clone(&refused));
+        let why = Arc::clone(&failed);
         let task = tokio::spawn(async move {
             while !flag.load(Ordering::SeqCst) {
-                match pods.evict(&name, &EvictParams::default()).await {
-                    Err(kube::Error::Api(e)) if e.code == 429 => {
+                let params = EvictParams::default();
+                let evict = pods.evict(&name, &params);
+                let outcome = match tokio::time::timeout(Duration::from_secs(15), evict).await {
+                    Ok(Err(kube::Error::Api(e))) if e.code == 429 => {
                         count.fetch_add(1, Ordering::SeqCst);
+                        Ok(())
                     }
-                    Ok(_) => anyhow::bail!("the budget let {name} be evicted"),
-                    Err(e) => anyhow::bail!("evicting {name}: {e}"),
+                    Ok(Ok(_)) => Err(format!("the budget let {name} be evicted")),
+                    Ok(Err(e)) => Err(format!("evicting {name}: {e}")),
+                    Err(_) => Err(format!("evicting {name}: no answer in 15 s")),
+                };
+                if let Err(e) = outcome {
+                    *why.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+                    anyhow::bail!(e);
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             Ok(())
         });
-        Drain {
+        Ok(Drain {
             stop,
             refused,
+            failed,
             task,
-        }
+        })
     }
 
     /// Waits for `n` refused evictions.
     pub async fn refused_at_least(&self, n: usize) -> Result<()> {
         wait_for("evictions refused by the budget", SETTLE, || async {
+            if let Some(e) = self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+                anyhow::bail!("the drain stopped: {e}");
+            }
             Ok((self.refused.load(Ordering::SeqCst) >= n).then_some(()))
         })
         .await
@@ -172,7 +196,7 @@ pub async fn patch_metadata(
     pod: &str,
     metadata: Value,
     user: Option<&str>,
-) -> Result<Result<(), kube::core::ErrorResponse>> {
+) -> Result<Result<(), kube::core::Status>> {
     let mut config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(workloadspread_testkit::cluster()?.kubeconfig())?,
         &kube::config::KubeConfigOptions::default(),
@@ -188,7 +212,7 @@ pub async fn patch_metadata(
         .await
     {
         Ok(_) => Ok(Ok(())),
-        Err(kube::Error::Api(e)) => Ok(Err(e)),
+        Err(kube::Error::Api(e)) => Ok(Err(*e)),
         Err(e) => Err(e.into()),
     }
 }
@@ -219,6 +243,24 @@ pub async fn pod_metadata_policy(ns: &TestNamespace, writer: &str) -> Result<()>
         "spec": {"policyName": name, "validationActions": ["Deny"],
             "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name()}}}}}))?;
     let client = ns.client();
+    // The exempt account may patch pods (the controller's RBAC in the chart).
+    let role: k8s_openapi::api::rbac::v1::Role = serde_json::from_value(json!({
+        "metadata": {"name": "pod-writer"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]}]}))?;
+    ns.api::<k8s_openapi::api::rbac::v1::Role>()
+        .create(&PostParams::default(), &role)
+        .await?;
+    let (sa_ns, sa) = writer
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|r| r.split_once(':'))
+        .context("the writer is a service account")?;
+    let role_binding: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "pod-writer"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-writer"},
+        "subjects": [{"kind": "ServiceAccount", "namespace": sa_ns, "name": sa}]}))?;
+    ns.api::<k8s_openapi::api::rbac::v1::RoleBinding>()
+        .create(&PostParams::default(), &role_binding)
+        .await?;
     Api::<ValidatingAdmissionPolicy>::all(client.clone())
         .create(&PostParams::default(), &policy)
         .await?;

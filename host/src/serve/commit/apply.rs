@@ -7,6 +7,7 @@ use super::{Answer, Applied1, Op, Pending, Work, MAX_WAIT};
 use crate::serve::reserve::Pool;
 use kube::api::DynamicObject;
 use std::collections::BTreeSet;
+use workloadspread_core::admission::expire::{expire, Expired, Overdue, PodFacts};
 use workloadspread_core::admission::reserve::stale::{self, Naming, Resolved, Stale};
 use workloadspread_core::admission::reserve::{
     decide, reserve, settle, Claimant, Decision, Holding,
@@ -29,6 +30,8 @@ pub(super) struct Resolution {
     pub done: Resolved,
     /// The scale stale placeholders are dropped with when the batch has no claim.
     pub scale: Option<Scale<'static>>,
+    /// What resolving overdue entries did.
+    pub expired: Expired,
 }
 
 impl Resolution {
@@ -61,6 +64,7 @@ pub(super) fn apply_batch(
     let facts = Facts {
         now,
         departed: &departed,
+        overdue: None,
     };
     let (outcomes, changed) = apply_decoded(&mut ws, batch, facts, pool, resolution);
     Ok((updated_object(object, &ws, changed)?, outcomes))
@@ -94,12 +98,14 @@ pub(super) fn updated_object(
     Ok(Some(updated))
 }
 
-/// What an attempt knows besides the object: its clock, and the pods whose departure it
-/// has seen stored (their `deletingPods` entries free slots: `admission::room`).
+/// What an attempt knows besides the object: its clock, the pods whose departure it has
+/// seen stored (their `deletingPods` entries free slots: `admission::room`), and the
+/// entries overdue for a recount with the namespace's pods (`overdue.rs`).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Facts<'a> {
     pub now: Timestamp,
     pub departed: &'a BTreeSet<String>,
+    pub overdue: Option<&'a (Overdue, PodFacts)>,
 }
 
 /// [`apply_batch`] on a decoded object (the caller decodes and encodes outside the
@@ -130,6 +136,13 @@ pub(super) fn apply_decoded(
             .with_departed(facts.departed),
         now,
     );
+    // Entries the controller has left far too long, resolved by the pods (`overdue.rs`).
+    if let Some((overdue, pods)) = facts.overdue {
+        let scale = scale
+            .unwrap_or(Scale::new(0, Rules::Reference))
+            .with_departed(facts.departed);
+        resolution.expired = expire(&mut status, ws, overdue, pods, scale);
+    }
     ws.status = Some(status);
     let mut outcomes: Vec<Option<Applied1>> = batch.iter().map(|_| None).collect();
     // Returns and settles first, then the policy's operations, then reservations: a

@@ -126,6 +126,7 @@ impl Committer {
             // Deletions free slots only once their pods' departure is read stored
             // (`departures.rs`).
             let departed = self.departures(&key.0, &ws, &batch, budget).await;
+            let overdue = self.overdue(queue, &ws, budget).await;
             let (outcomes, changed) = {
                 let mut shared = lock(&queue.shared);
                 let reserving = self.reserving.is_some();
@@ -133,6 +134,7 @@ impl Committer {
                 let facts = Facts {
                     now: (self.clock)(),
                     departed: &departed,
+                    overdue: overdue.as_ref(),
                 };
                 apply_decoded(&mut ws, &batch, facts, pool, &mut resolution)
             };
@@ -184,6 +186,7 @@ impl Committer {
             };
             match written {
                 Ok(written) => {
+                    self.count_expired(resolution.expired);
                     carried.extend(self.answer(queue, written, batch, outcomes));
                     return carried;
                 }
@@ -429,7 +432,7 @@ impl Committer {
                         .settle_failed(done, Instant::now(), SETTLE_GIVE_UP)
                 }
                 Work::Return(r) if gone => shared.pool.returned(r),
-                Work::Return(r) => shared.pool.return_failed(r.clone()),
+                Work::Return(r) => shared.pool.return_failed(r.clone(), Instant::now()),
             }
             if let Some(reply) = p.reply {
                 let _ = reply.send(Err(failure.message().to_string()));

@@ -15,7 +15,9 @@ use super::{Answer, Committer, Op, Pending, Work};
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use workloadspread_core::admission::reserve::stale::named_by;
+use workloadspread_core::pods::matched;
 use std::time::Duration;
 use workloadspread_core::counter::ReleaseResponse;
 
@@ -35,17 +37,19 @@ impl Committer {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let reads = names.iter().map(|name| {
             let pods = pods.clone();
-            async move {
-                running(&pods, name, budget)
-                    .await
-                    .then_some(name.to_string())
-            }
+            async move { running(&pods, name, budget).await.map(|p| (name.to_string(), p)) }
         });
-        let running: HashSet<String> = join_all(reads).await.into_iter().flatten().collect();
+        let running: HashMap<String, Pod> = join_all(reads).await.into_iter().flatten().collect();
         let mut rest = Vec::with_capacity(batch.len());
-        for p in batch {
-            let departed = release_of(&p).is_some_and(|name| !running.contains(name));
-            if !departed {
+        for mut p in batch {
+            let stored = release_of(&p).and_then(|name| running.get(name));
+            if let (Some(pod), Work::Op(Op::Release(r))) = (stored, &mut p.work) {
+                // What the API server stored names the pod's claim key and placeholder,
+                // not the request (anyone can POST a review).
+                r.generated_uid = matched(pod).and_then(|m| m.uid);
+                r.reservation = named_by(pod).map(str::to_string);
+            }
+            if stored.is_some() || release_of(&p).is_none() {
                 rest.push(p);
                 continue;
             }
@@ -72,13 +76,13 @@ fn release_of(p: &Pending) -> Option<&str> {
     }
 }
 
-/// Whether pod `name` exists, is not being deleted and has not finished (a consistent
-/// read: no `resourceVersion`); false when the read fails or takes longer than `budget`.
-/// A finished pod is no replica of the controller's count: recording its deletion would
-/// free a slot it no longer holds once the deletion is stored.
-async fn running(pods: &Api<Pod>, name: &str, budget: Duration) -> bool {
+/// Pod `name` if it exists, is not being deleted and has not finished (a consistent
+/// read: no `resourceVersion`); `None` when the read fails or takes longer than
+/// `budget`. A finished pod is no replica of the controller's count: recording its
+/// deletion would free a slot it no longer holds once the deletion is stored.
+async fn running(pods: &Api<Pod>, name: &str, budget: Duration) -> Option<Pod> {
     match tokio::time::timeout(budget, pods.get_opt(name)).await {
-        Ok(Ok(Some(pod))) => super::departures::runs(&pod),
-        _ => false,
+        Ok(Ok(Some(pod))) if super::departures::runs(&pod) => Some(pod),
+        _ => None,
     }
 }

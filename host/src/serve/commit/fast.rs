@@ -53,6 +53,7 @@ impl Committer {
             let facts = Facts {
                 now: (self.clock)(),
                 departed: &none,
+                overdue: None,
             };
             let decision = decide_claim(&ws, &mut status, c, &shared.pool, facts, true);
             let Decision::Take { subset, key } = decision else {

@@ -22,6 +22,7 @@ mod apply;
 mod attempt;
 mod departed;
 mod departures;
+mod overdue;
 mod fast;
 mod queue;
 
@@ -182,6 +183,17 @@ pub struct BatchPolicy {
     pub max_batch: usize,
 }
 
+/// How long a queue and the entries it finds live.
+#[derive(Clone, Copy, Debug)]
+pub struct Lifetimes {
+    /// A queue without work this long stops.
+    pub idle: Duration,
+    /// Claims and deletions left in the status this long (by this replica's clock) are
+    /// resolved by the host from the pods: the controller would have recounted them long
+    /// before (its windows are 30 s and 15 s), so it is down (`overdue.rs`).
+    pub expiry: Duration,
+}
+
 /// A queue's state shared with the claims answered without it.
 struct Shared {
     /// The last copy the queue read or wrote.
@@ -197,6 +209,8 @@ struct Shared {
     scale: Option<Scale<'static>>,
     /// The last listing of the pods naming stale placeholders.
     listed: Option<Listed>,
+    /// When this replica first saw each claim and deletion (`overdue.rs`).
+    entries: overdue::EntrySightings,
 }
 
 /// Which stale placeholders were listed when, and the pods found naming them.
@@ -223,8 +237,8 @@ pub struct Committer {
     holder: String,
     next_key: Arc<AtomicU64>,
     queues: Mutex<HashMap<QueueKey, Queue>>,
-    /// How long an idle queue lives.
-    idle: Duration,
+    /// How long an idle queue lives, and how long entries wait for the controller.
+    lifetimes: Lifetimes,
     metrics: Arc<Metrics>,
     clock: fn() -> Timestamp,
     /// The WorkloadSpread reflector, once the capabilities have started it.
@@ -247,15 +261,15 @@ fn holder_id() -> String {
 }
 
 impl Committer {
-    /// The queues of one host process; a queue without work for `idle` stops, and its
-    /// entry and memory go.
+    /// The queues of one host process; a queue without work for `lifetimes.idle` stops,
+    /// and its entry and memory go.
     pub fn new(
         client: Client,
         batching: BatchPolicy,
         reserving: Option<ReservePolicy>,
         metrics: Arc<Metrics>,
         clock: fn() -> Timestamp,
-        idle: Duration,
+        lifetimes: Lifetimes,
     ) -> Arc<Self> {
         let holder = holder_id();
         let labels = super::metrics::HolderLabels {
@@ -270,7 +284,7 @@ impl Committer {
             holder,
             next_key: Arc::default(),
             queues: Mutex::new(HashMap::new()),
-            idle,
+            lifetimes,
             metrics,
             clock,
             reflector: OnceLock::new(),
@@ -349,6 +363,7 @@ impl Shared {
             sightings: Sightings::default(),
             scale: None,
             listed: None,
+            entries: Default::default(),
         }
     }
 

@@ -124,11 +124,11 @@ impl Committer {
         let mut last_work = Instant::now();
         loop {
             let busy = !carried.is_empty() || !lock(&queue.shared).pool.is_idle();
-            let wait = if busy { TICK } else { self.idle };
+            let wait = if busy { TICK } else { self.lifetimes.idle };
             let first = match tokio::time::timeout(wait, rx.recv()).await {
                 Ok(Some(p)) => Some(p),
                 Ok(None) => break,
-                Err(_) if !busy && last_work.elapsed() >= self.idle => break,
+                Err(_) if !busy && last_work.elapsed() >= self.lifetimes.idle => break,
                 Err(_) => None,
             };
             let mut batch = std::mem::take(&mut carried);

@@ -214,3 +214,32 @@ fn failed_settles_are_retried_until_they_are_given_up() {
     p.settle_failed(&again, Instant::now() + give_up, give_up);
     assert!(!p.is_handed("~h1.1") && p.settles().is_empty(), "given up");
 }
+
+/// A return the API server keeps refusing (403, 422) is written again after a pause
+/// that doubles with each failure, not every tick; one that lands resets the pause.
+#[test]
+fn failed_returns_back_off() {
+    let mut p = pool(4);
+    let t0 = Instant::now();
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    let r = Return {
+        slot: slot("a"),
+        keys: vec!["~h1.1".into()],
+        scale: scale(),
+    };
+    let retried = |p: &mut Pool, at: u64| p.expired(ms(at), clock(at)).len();
+    p.return_failed(r.clone(), ms(0));
+    assert_eq!(retried(&mut p, 50), 0, "within the first pause");
+    assert_eq!(retried(&mut p, 100), 1, "after 100 ms");
+    p.return_failed(r.clone(), ms(100));
+    assert_eq!(retried(&mut p, 250), 0, "the pause doubled");
+    assert_eq!(retried(&mut p, 300), 1);
+    for _ in 0..20 {
+        p.return_failed(r.clone(), ms(300));
+    }
+    assert_eq!(retried(&mut p, 300 + 29_999), 0, "capped at 30 s, not beyond");
+    assert_eq!(retried(&mut p, 300 + 30_000), 20, "the 20 failed returns");
+    p.returned(&r);
+    p.return_failed(r, ms(40_000));
+    assert_eq!(retried(&mut p, 40_100), 1, "a landed return resets the pause");
+}
