@@ -1,7 +1,9 @@
-//! Claims whose pods never appear (issue #30): the I/O around
-//! `core::controller::creating` — which entries are past the early window and unseen in
-//! the cache, confirmed by a live read of the namespace's pod metadata, then dropped
-//! before the reconcile recounts the status.
+//! Claims whose pods never appear (issue #30), and entries about to expire (#40): the
+//! I/O around `core::controller::creating` — which entries are past the early window
+//! and unseen in the cache, or past their window and unseen, confirmed by a live read of
+//! the namespace's pod metadata; the first are dropped before the reconcile recounts the
+//! status, and an entry past its window that a live pod carries means the cache is
+//! behind: the reconcile waits for it instead of freeing a slot the pod holds.
 
 use crate::reconciler::{bounded, Context, Error};
 use k8s_openapi::api::core::v1::Pod;
@@ -10,31 +12,55 @@ use kube::runtime::reflector::Store;
 use kube::Api;
 use std::collections::BTreeSet;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
-use workloadspread_core::controller::creating::{absent, drop_creating, early_check};
+use workloadspread_core::controller::creating::{absent, drop_creating, early_check, expiring};
+use workloadspread_core::controller::status::StatusCalc;
+
+/// What the live check found.
+#[derive(Debug, Default)]
+pub struct Unseen {
+    /// Entries dropped (their pods are confirmed absent past the early window).
+    pub dropped: BTreeSet<String>,
+    /// When the next entry reaches the early window.
+    pub recheck: Option<SignedDuration>,
+    /// Entries the reconcile would expire that a live pod carries: the cache is behind.
+    pub behind: BTreeSet<String>,
+}
 
 /// Drops creatingPods entries past `ctx.early_drop` whose pod neither the cache nor a
-/// live (consistent) read of the namespace shows (`core::controller::creating`). Returns
-/// the dropped keys and when the next entry reaches the early window.
+/// live (consistent) read of the namespace shows, and finds the entries past their
+/// window that only the live read shows (`core::controller::creating`).
 pub async fn drop_unseen(
     ws: &mut WorkloadSpread,
     pods: &Store<Pod>,
     ctx: &Context,
-) -> Result<(BTreeSet<String>, Option<SignedDuration>), Error> {
-    let Some(early) = ctx.early_drop else {
-        return Ok(Default::default());
-    };
+) -> Result<Unseen, Error> {
     let now = crate::placeholders::monotonic_now();
     let sightings = ctx.placeholders.observe(ws, now);
     let cached = pods.state();
-    let check = early_check(
+    let check = match ctx.early_drop {
+        Some(early) => early_check(
+            ws,
+            cached.iter().map(|p| p.as_ref()),
+            &sightings,
+            now,
+            early,
+        ),
+        None => Default::default(),
+    };
+    let window = ctx.options.creating_window;
+    let windows = (window, StatusCalc::placeholder_window(window));
+    let due = expiring(
         ws,
         cached.iter().map(|p| p.as_ref()),
         &sightings,
         now,
-        early,
+        windows,
     );
-    if check.unseen.is_empty() {
-        return Ok((Default::default(), check.next));
+    if check.unseen.is_empty() && due.is_empty() {
+        return Ok(Unseen {
+            recheck: check.next,
+            ..Default::default()
+        });
     }
     let ns = ws.metadata.namespace.clone().unwrap_or_default();
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
@@ -52,5 +78,10 @@ pub async fn drop_unseen(
     if let Some(status) = ws.status.as_mut() {
         drop_creating(status, &gone);
     }
-    Ok((gone, check.next))
+    let behind: BTreeSet<String> = due.difference(&absent(&due, &live)).cloned().collect();
+    Ok(Unseen {
+        dropped: gone,
+        recheck: check.next,
+        behind,
+    })
 }

@@ -246,7 +246,18 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
             return Ok(Action::await_change());
         }
         let written = ws.status.clone();
-        let (dropped, recheck) = crate::creating::drop_unseen(&mut ws, &pods, ctx).await?;
+        let unseen = crate::creating::drop_unseen(&mut ws, &pods, ctx).await?;
+        if !unseen.behind.is_empty() {
+            // Pods the cache has not shown yet carry entries the recount would expire:
+            // wait for the cache rather than free slots those pods hold.
+            tracing::info!(
+                workloadspread = name,
+                entries = ?unseen.behind,
+                "the pod cache is behind a live read: waiting for it before recounting"
+            );
+            return Ok(Action::requeue(std::time::Duration::from_secs(1)));
+        }
+        let (dropped, recheck) = (unseen.dropped, unseen.recheck);
         let (mut output, inputs) = compute(&ws, &pods, ctx).await?;
         if let Some(recheck) = recheck {
             let recheck = std::time::Duration::try_from(recheck).unwrap_or_default();

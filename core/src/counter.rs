@@ -291,7 +291,12 @@ pub fn apply_release(
 /// name in `subset` of `version`, keeping its stamp: the deletion recorded next is keyed
 /// by name, and whoever later finds both entries with the pod gone removes them together
 /// (`admission::expire`). Unchanged when the claim is not there.
-fn rename_claim(status: &mut WorkloadSpreadStatus, (version, subset): (&str, &str), uid: &str, name: &str) {
+fn rename_claim(
+    status: &mut WorkloadSpreadStatus,
+    (version, subset): (&str, &str),
+    uid: &str,
+    name: &str,
+) {
     if uid.is_empty() || name.is_empty() || uid == name {
         return;
     }

@@ -19,8 +19,8 @@
 //! touched; placeholders have their own rules (`reserve::stale`). The controller, when
 //! it comes back, recounts everything from the pods.
 
-use super::room::recount_missing;
 use super::reserve::is_placeholder;
+use super::room::recount_missing;
 use super::Scale;
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus, WorkloadSpreadSubsetStatus};
 use crate::pods::{is_active, matched, name};

@@ -95,6 +95,44 @@ pub fn early_check<'p>(
     check
 }
 
+/// Entries — placeholders included — seen for their window or longer (`window` for a
+/// pod's claim, `placeholder_window` for a placeholder) that no pod of `pods` (the cache)
+/// carries: the reconcile would expire them. Before it does, the controller reads the
+/// namespace live: one a pod carries means the cache is behind (the pod exists and the
+/// entry stands for it), and the reconcile waits for the cache instead of freeing a
+/// slot its pod holds.
+pub fn expiring<'p>(
+    ws: &WorkloadSpread,
+    pods: impl IntoIterator<Item = &'p Pod>,
+    sightings: &Sightings,
+    now: Timestamp,
+    (window, placeholder_window): (SignedDuration, SignedDuration),
+) -> BTreeSet<String> {
+    let Some(status) = ws.status.as_ref() else {
+        return BTreeSet::new();
+    };
+    let mut due: BTreeSet<&str> = subset_statuses(status)
+        .flat_map(|s| s.creating_pods.keys())
+        .map(String::as_str)
+        .filter(|k| {
+            let window = match is_placeholder(k) {
+                true => placeholder_window,
+                false => window,
+            };
+            sightings.age(k, now) >= window
+        })
+        .collect();
+    if due.is_empty() {
+        return BTreeSet::new();
+    }
+    for pod in pods {
+        for key in keys_of(pod) {
+            due.remove(key.as_str());
+        }
+    }
+    due.into_iter().map(str::to_string).collect()
+}
+
 /// The keys of `unseen` that no pod of a live read of the namespace carries.
 pub fn absent(unseen: &BTreeSet<String>, live: &[Pod]) -> BTreeSet<String> {
     let present: BTreeSet<String> = live.iter().flat_map(keys_of).collect();
@@ -193,6 +231,35 @@ mod tests {
             "seen at :08, 10 s reached at :18"
         );
         assert_eq!(both, seen, "first sightings are kept");
+    }
+
+    #[test]
+    fn entries_past_their_window_without_a_cached_pod_are_expiring() {
+        let w = ws(&[
+            ("late", "2026-01-01T00:00:00Z"),
+            ("web-1", "2026-01-01T00:00:00Z"),
+            ("~host-a.1", "2026-01-01T00:00:00Z"),
+            ("~host-a.2", "2026-01-01T00:00:00Z"),
+        ]);
+        let mut seen = Sightings::default();
+        seen.observe_creating(w.status.as_ref().unwrap(), at("2026-01-01T00:00:00Z"));
+        let mut named = pod("web-2", None);
+        named.metadata.annotations.as_mut().unwrap().insert(
+            crate::admission::reserve::RESERVATION_ANNOTATION.into(),
+            "~host-a.2".into(),
+        );
+        let cached = [pod("web-1", None), named];
+        let windows = (secs(30), secs(40));
+        let check = |t| expiring(&w, &cached, &seen, at(t), windows);
+        assert!(check("2026-01-01T00:00:29Z").is_empty());
+        assert_eq!(
+            check("2026-01-01T00:00:30Z"),
+            BTreeSet::from(["late".to_string()])
+        );
+        assert_eq!(
+            check("2026-01-01T00:00:40Z"),
+            BTreeSet::from(["late".to_string(), "~host-a.1".to_string()])
+        );
     }
 
     #[test]

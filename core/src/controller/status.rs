@@ -394,7 +394,8 @@ impl<'a> StatusCalc<'a> {
 /// `counter::apply_release`).
 fn counted_keys(pod: &Pod) -> impl Iterator<Item = String> {
     let uid = matched(pod).and_then(|m| m.uid);
-    uid.into_iter().chain(std::iter::once(name(pod).to_string()))
+    uid.into_iter()
+        .chain(std::iter::once(name(pod).to_string()))
 }
 
 fn is_pending_unschedulable(pod: &Pod) -> bool {

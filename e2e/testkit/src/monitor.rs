@@ -556,7 +556,11 @@ mod tests {
         s.pod("web", &pod("p5"), true);
         s.workloadspread(&ws(1, 1));
         s.pod("web", &pod("p6"), false);
-        assert_eq!(s.report.violations.len(), 3, "held is gone once down to the max");
+        assert_eq!(
+            s.report.violations.len(),
+            3,
+            "held is gone once down to the max"
+        );
     }
 
     #[test]

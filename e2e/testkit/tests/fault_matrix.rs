@@ -6,12 +6,12 @@
 //! scaled out in bursts. Each scenario prints its report (the highest occupancy seen).
 
 mod common;
-#[path = "fault_matrix/support.rs"]
-mod support;
 #[path = "fault_matrix/ordinary.rs"]
 mod ordinary;
 #[path = "fault_matrix/ordinary_scenarios.rs"]
 mod ordinary_scenarios;
+#[path = "fault_matrix/support.rs"]
+mod support;
 
 use anyhow::{ensure, Context, Result};
 use common::*;

@@ -19,7 +19,8 @@ fn pod(name: &str, subset: &str, uid: &str, state: &str) -> Pod {
     if !uid.is_empty() {
         matched["uid"] = json!(uid);
     }
-    let mut p = json!({"metadata": {"name": name, "annotations": {}}, "status": {"phase": "Running"}});
+    let mut p =
+        json!({"metadata": {"name": name, "annotations": {}}, "status": {"phase": "Running"}});
     if !subset.is_empty() {
         p["metadata"]["annotations"]["apps.kruise.io/matched-workloadspread"] =
             json!(matched.to_string());
@@ -33,7 +34,10 @@ fn pod(name: &str, subset: &str, uid: &str, state: &str) -> Pod {
 }
 
 fn entries(keys: &[&str]) -> Value {
-    keys.iter().map(|k| (k.to_string(), json!("2026-01-01T00:00:00Z"))).collect::<serde_json::Map<_, _>>().into()
+    keys.iter()
+        .map(|k| (k.to_string(), json!("2026-01-01T00:00:00Z")))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 struct Case {
@@ -58,7 +62,11 @@ fn overdue_entries_resolve_to_the_pods_they_stand_for() {
             creating: &[],
             deleting: &["p1"],
             overdue: &["p1"],
-            pods: vec![pod("p1", "a", "", "runs"), pod("p2", "a", "", "runs"), pod("p3", "a", "", "runs")],
+            pods: vec![
+                pod("p1", "a", "", "runs"),
+                pod("p2", "a", "", "runs"),
+                pod("p3", "a", "", "runs"),
+            ],
             want: (3, &[], &[]),
         },
         Case {
@@ -67,7 +75,11 @@ fn overdue_entries_resolve_to_the_pods_they_stand_for() {
             creating: &[],
             deleting: &["p1"],
             overdue: &["p1"],
-            pods: vec![pod("p1", "a", "", "deleted"), pod("p2", "a", "", "runs"), pod("p3", "a", "", "runs")],
+            pods: vec![
+                pod("p1", "a", "", "deleted"),
+                pod("p2", "a", "", "runs"),
+                pod("p3", "a", "", "runs"),
+            ],
             want: (2, &[], &[]),
         },
         Case {
@@ -85,7 +97,11 @@ fn overdue_entries_resolve_to_the_pods_they_stand_for() {
             creating: &["u-2", "p3"],
             deleting: &[],
             overdue: &["u-2", "p3"],
-            pods: vec![pod("p1", "a", "", "runs"), pod("p2", "a", "u-2", "runs"), pod("p3", "a", "", "runs")],
+            pods: vec![
+                pod("p1", "a", "", "runs"),
+                pod("p2", "a", "u-2", "runs"),
+                pod("p3", "a", "", "runs"),
+            ],
             want: (3, &[], &[]),
         },
         Case {
@@ -94,7 +110,11 @@ fn overdue_entries_resolve_to_the_pods_they_stand_for() {
             creating: &["ghost", "p9", "p8"],
             deleting: &[],
             overdue: &["ghost", "p9", "p8"],
-            pods: vec![pod("p1", "a", "", "runs"), pod("p9", "b", "", "runs"), pod("p8", "a", "", "failed")],
+            pods: vec![
+                pod("p1", "a", "", "runs"),
+                pod("p9", "b", "", "runs"),
+                pod("p8", "a", "", "failed"),
+            ],
             want: (1, &[], &[]),
         },
         Case {
@@ -126,12 +146,24 @@ fn overdue_entries_resolve_to_the_pods_they_stand_for() {
             deleting: case.overdue.iter().map(|k| k.to_string()).collect(),
         };
         let facts = PodFacts::from_pods(&case.pods, "web");
-        expire(&mut status, &w, &overdue, &facts, Scale::new(4, Rules::Planned));
+        expire(
+            &mut status,
+            &w,
+            &overdue,
+            &facts,
+            Scale::new(4, Rules::Planned),
+        );
         let a = &status.versioned_subset_statuses[VERSION_IGNORED][0];
         let got = (
             a.replicas,
-            a.creating_pods.keys().map(String::as_str).collect::<Vec<_>>(),
-            a.deleting_pods.keys().map(String::as_str).collect::<Vec<_>>(),
+            a.creating_pods
+                .keys()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+            a.deleting_pods
+                .keys()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
         );
         let want = (case.want.0, case.want.1.to_vec(), case.want.2.to_vec());
         assert_eq!(got, want, "{}", case.name);

@@ -133,7 +133,12 @@ impl Drain {
     /// Waits for `n` refused evictions.
     pub async fn refused_at_least(&self, n: usize) -> Result<()> {
         wait_for("evictions refused by the budget", SETTLE, || async {
-            if let Some(e) = self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            if let Some(e) = self
+                .failed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+            {
                 anyhow::bail!("the drain stopped: {e}");
             }
             Ok((self.refused.load(Ordering::SeqCst) >= n).then_some(()))

@@ -12,8 +12,8 @@ use std::time::Duration;
 use workloadspread_testkit::monitor::Monitor;
 use workloadspread_testkit::pods::subset_of;
 use workloadspread_testkit::stack::Stack;
-use workloadspread_testkit::webhook::{apply_crd, fleet_crd, fleet_pod, fleet_settings};
 use workloadspread_testkit::wait_for;
+use workloadspread_testkit::webhook::{apply_crd, fleet_crd, fleet_pod, fleet_settings};
 
 /// A drain blocked by a PodDisruptionBudget: the eviction of a zone-a pod is admitted
 /// (its deletion recorded) and refused by the budget, again and again, while the
@@ -133,12 +133,13 @@ async fn a_pod_recreated_under_its_own_name_takes_a_slot_of_its_own() -> Result<
             "subsets": [zone("a", "zone-a", json!(2)), zone("b", "zone-b", serde_json::Value::Null)]}});
     api.create(&PostParams::default(), &serde_json::from_value(ws)?)
         .await?;
-    let target = json!({"apiVersion": "burst.workloadspread.test/v1", "kind": "Fleet", "name": "fleet"});
+    let target =
+        json!({"apiVersion": "burst.workloadspread.test/v1", "kind": "Fleet", "name": "fleet"});
     s.host
         .wait_sees_workloadspread(s.ns.name(), "web", &target)
         .await?;
-    let monitor = Monitor::start(s.ns.client(), s.ns.name(), "web", fleet_resource(), "fleet")
-        .await?;
+    let monitor =
+        Monitor::start(s.ns.client(), s.ns.name(), "web", fleet_resource(), "fleet").await?;
     let pods = s.ns.api::<Pod>();
     let create = |name: &str| {
         let mut pod = fleet_pod(name, &uid);
@@ -179,7 +180,10 @@ async fn a_pod_recreated_under_its_own_name_takes_a_slot_of_its_own() -> Result<
         placed.push(subset(&pods.get(name).await?));
     }
     let report = verdict(&s.ns, monitor, "a pod recreated under its own name").await?;
-    eprintln!("  recreated f-0 went to {}, f-3 to {}", placed[0], placed[1]);
+    eprintln!(
+        "  recreated f-0 went to {}, f-3 to {}",
+        placed[0], placed[1]
+    );
     ensure!(report.max_pods.get("a").copied().unwrap_or(0) <= 2);
     let _ = std::fs::remove_file(&workloads);
     s.finish().await
@@ -202,7 +206,10 @@ async fn forged_pod_metadata_updates_are_refused() -> Result<()> {
     let Some(s) = Stack::start("forged-update", &[]).await? else {
         return Ok(());
     };
-    let writer = format!("system:serviceaccount:{}:workloadspread-controller", s.ns.name());
+    let writer = format!(
+        "system:serviceaccount:{}:workloadspread-controller",
+        s.ns.name()
+    );
     pod_metadata_policy(&s.ns, &writer).await?;
     let (_api, monitor) = spread_ten(&s, false).await?;
     let held = a_pod(&s.ns).await?;
@@ -232,7 +239,8 @@ async fn forged_pod_metadata_updates_are_refused() -> Result<()> {
     for metadata in &forged {
         match patch_metadata(&s.ns, &name, metadata.clone(), None).await? {
             Err(e) => ensure!(
-                e.message.contains("written by the WorkloadSpread controller"),
+                e.message
+                    .contains("written by the WorkloadSpread controller"),
                 "{metadata}: {e:?}"
             ),
             Ok(()) => anyhow::bail!("{metadata} was accepted"),
@@ -243,7 +251,10 @@ async fn forged_pod_metadata_updates_are_refused() -> Result<()> {
     ensure!(patch_metadata(&s.ns, &name, other, None).await?.is_ok());
     let stamp = json!({"labels": {"workloadspread.io/pending": "true"}});
     let by_controller = patch_metadata(&s.ns, &name, stamp, Some(&writer)).await?;
-    ensure!(by_controller.is_ok(), "the controller's account: {by_controller:?}");
+    ensure!(
+        by_controller.is_ok(),
+        "the controller's account: {by_controller:?}"
+    );
     let unstamp = json!({"labels": {"workloadspread.io/pending": null}});
     patch_metadata(&s.ns, &name, unstamp, Some(&writer))
         .await?
@@ -252,7 +263,10 @@ async fn forged_pod_metadata_updates_are_refused() -> Result<()> {
     let on_a_nodes = pods_on_zone(&s.ns, "zone-a").await?;
     let report = verdict(&s.ns, monitor, "forged pod metadata updates").await?;
     eprintln!("  pods on zone-a nodes: {on_a_nodes}");
-    ensure!(on_a_nodes <= 3, "{on_a_nodes} pods run on zone-a nodes, max 3");
+    ensure!(
+        on_a_nodes <= 3,
+        "{on_a_nodes} pods run on zone-a nodes, max 3"
+    );
     ensure!(report.max_pods.get("a").copied().unwrap_or(0) <= 3);
     s.finish().await
 }
@@ -332,7 +346,11 @@ async fn a_lowered_maximum_converges_with_one_eviction_per_surplus_pod() -> Resu
         .await?;
     let pods = settled(&s.ns, 10).await?;
     eprintln!("  lowered to 3 during the scale-out: {:?}", counts(&pods));
-    let surplus = counts(&pods).get("a").copied().unwrap_or(0).saturating_sub(2) as f64;
+    let surplus = counts(&pods)
+        .get("a")
+        .copied()
+        .unwrap_or(0)
+        .saturating_sub(2) as f64;
     let evictions = || async {
         s.controller
             .metric("workloadspread_controller_rebalance_evictions_total")
@@ -359,7 +377,10 @@ async fn a_lowered_maximum_converges_with_one_eviction_per_surplus_pod() -> Resu
     let pods = settled(&s.ns, 12).await?;
     let report = verdict(&s.ns, monitor, "a lowered maximum, rebalanced").await?;
     eprintln!("  evictions: {converged} to converge, {later} three intervals later");
-    ensure!(later == converged, "evictions went on: {converged} then {later}");
+    ensure!(
+        later == converged,
+        "evictions went on: {converged} then {later}"
+    );
     ensure!(
         converged == surplus,
         "{converged} evictions for {surplus} pods above the maximum"
@@ -377,8 +398,8 @@ async fn a_lowered_maximum_converges_with_one_eviction_per_surplus_pod() -> Resu
 /// run, and a status that grows until etcd refuses it.)
 #[tokio::test]
 async fn churn_with_the_controller_stopped_keeps_the_status_bounded() -> Result<()> {
-    let Some(mut s) = Stack::start_with("churn-alone", &["--counter-expiry-seconds", "10"], &[])
-        .await?
+    let Some(mut s) =
+        Stack::start_with("churn-alone", &["--counter-expiry-seconds", "10"], &[]).await?
     else {
         return Ok(());
     };
@@ -410,7 +431,10 @@ async fn churn_with_the_controller_stopped_keeps_the_status_bounded() -> Result<
     eprintln!(
         "  at most {most} entries during 40 rounds of churn, {left} at the end; {expired} resolved by the host"
     );
-    ensure!(most <= 40, "{most} entries: the status grows with the churn");
+    ensure!(
+        most <= 40,
+        "{most} entries: the status grows with the churn"
+    );
     ensure!(expired > 0.0, "the host resolved no entry");
     ensure!(report.max_pods.get("a").copied().unwrap_or(0) <= 3);
     s.finish().await

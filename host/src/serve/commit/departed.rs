@@ -16,10 +16,10 @@ use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use std::collections::{HashMap, HashSet};
-use workloadspread_core::admission::reserve::stale::named_by;
-use workloadspread_core::pods::matched;
 use std::time::Duration;
+use workloadspread_core::admission::reserve::stale::named_by;
 use workloadspread_core::counter::ReleaseResponse;
+use workloadspread_core::pods::matched;
 
 impl Committer {
     /// Answers the releases of `batch` whose pods no longer run ("not released") and
@@ -37,7 +37,11 @@ impl Committer {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let reads = names.iter().map(|name| {
             let pods = pods.clone();
-            async move { running(&pods, name, budget).await.map(|p| (name.to_string(), p)) }
+            async move {
+                running(&pods, name, budget)
+                    .await
+                    .map(|p| (name.to_string(), p))
+            }
         });
         let running: HashMap<String, Pod> = join_all(reads).await.into_iter().flatten().collect();
         let mut rest = Vec::with_capacity(batch.len());

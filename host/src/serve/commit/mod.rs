@@ -22,8 +22,8 @@ mod apply;
 mod attempt;
 mod departed;
 mod departures;
-mod overdue;
 mod fast;
+mod overdue;
 mod queue;
 
 use super::metrics::{CounterLabels, CounterOp, CounterResult, Metrics};

@@ -60,7 +60,10 @@ fn keys(
     status: &WorkloadSpreadStatus,
     of: impl Fn(
         &workloadspread_core::api::v1beta1::WorkloadSpreadSubsetStatus,
-    ) -> &std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    ) -> &std::collections::BTreeMap<
+        String,
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    >,
 ) -> BTreeSet<String> {
     status
         .versioned_subset_statuses
@@ -87,7 +90,10 @@ impl Committer {
         let overdue = {
             let mut shared = lock(&queue.shared);
             let overdue = shared.entries.overdue(status, now, self.lifetimes.expiry);
-            let recent = shared.entries.listed.is_some_and(|t| t.elapsed() < LIST_EVERY);
+            let recent = shared
+                .entries
+                .listed
+                .is_some_and(|t| t.elapsed() < LIST_EVERY);
             if overdue.is_empty() || recent {
                 return None;
             }
@@ -101,11 +107,17 @@ impl Committer {
         match tokio::time::timeout(budget, pods.list(&ListParams::default())).await {
             Ok(Ok(list)) => Some((overdue, PodFacts::from_pods(&list.items, name))),
             Ok(Err(e)) => {
-                tracing::warn!(workloadspread = name, "listing pods for overdue entries: {e}");
+                tracing::warn!(
+                    workloadspread = name,
+                    "listing pods for overdue entries: {e}"
+                );
                 None
             }
             Err(_) => {
-                tracing::warn!(workloadspread = name, "listing pods for overdue entries: no answer in {budget:?}");
+                tracing::warn!(
+                    workloadspread = name,
+                    "listing pods for overdue entries: no answer in {budget:?}"
+                );
                 None
             }
         }

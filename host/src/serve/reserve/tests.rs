@@ -237,9 +237,17 @@ fn failed_returns_back_off() {
     for _ in 0..20 {
         p.return_failed(r.clone(), ms(300));
     }
-    assert_eq!(retried(&mut p, 300 + 29_999), 0, "capped at 30 s, not beyond");
+    assert_eq!(
+        retried(&mut p, 300 + 29_999),
+        0,
+        "capped at 30 s, not beyond"
+    );
     assert_eq!(retried(&mut p, 300 + 30_000), 20, "the 20 failed returns");
     p.returned(&r);
     p.return_failed(r, ms(40_000));
-    assert_eq!(retried(&mut p, 40_100), 1, "a landed return resets the pause");
+    assert_eq!(
+        retried(&mut p, 40_100),
+        1,
+        "a landed return resets the pause"
+    );
 }
