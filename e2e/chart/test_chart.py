@@ -54,6 +54,7 @@ VARIANTS = {
                 "controller": {"image": {"digest": "sha256:" + "b" * 64, "tag": "0.1.0"}}},
     "kubewarden-digest": {"mode": "kubewarden", "kubewarden": {"moduleDigest": "sha256:" + "c" * 64}},
     "no-network-policy": {"mode": "bundled", "networkPolicy": {"enabled": False}},
+    "no-pod-metadata-policy": {"mode": "bundled", "podMetadataPolicy": {"enabled": False}},
 }
 
 MATCHED = "apps.kruise.io/matched-workloadspread"
@@ -342,6 +343,7 @@ def lint():
         check_workloads(name, docs)
         check_webhooks(name, docs, values)
         check_security(name, docs, values)
+        check_pod_metadata_policy(name, docs, values)
         kinds = sorted({d["kind"] for d in docs})
         print(f"render {name}: {len(docs)} objects ({', '.join(kinds)})")
     check_versions()
@@ -370,6 +372,39 @@ def lint():
     if any("resource" in w or any("resource" in k for k in w.get("subResources", []))
            for w in settings["customWorkloads"]):
         fail(f"the chart-only `resource` names leak into the policy settings: {settings}")
+
+
+def check_pod_metadata_policy(name, docs, values):
+    """Issue #40: the ValidatingAdmissionPolicy that keeps a pod's WorkloadSpread metadata
+    the controller's: on by default in every mode, its expression the shared file, the
+    controller's own service account the only writer, bound to the webhook's namespaces."""
+    policies = by_kind(docs, "ValidatingAdmissionPolicy")
+    bindings = by_kind(docs, "ValidatingAdmissionPolicyBinding")
+    if not values.get("podMetadataPolicy", {}).get("enabled", True):
+        if policies or bindings:
+            fail(f"{name}: podMetadataPolicy.enabled=false still renders the policy")
+        return
+    if len(policies) != 1 or len(bindings) != 1:
+        fail(f"{name}: want one pod metadata policy and binding, got {len(policies)}, {len(bindings)}")
+    policy, binding = policies[0], bindings[0]
+    with open(os.path.join(CHART, "files", "pod-metadata.cel")) as f:
+        expression = f.read()
+    if policy["spec"]["validations"][0]["expression"] != expression:
+        fail(f"{name}: the policy's expression is not files/pod-metadata.cel")
+    [sa] = [d for d in by_kind(docs, "ServiceAccount") if d["metadata"]["name"] == "ws-controller"]
+    writer = f"system:serviceaccount:{sa['metadata']['namespace']}:{sa['metadata']['name']}"
+    [condition] = policy["spec"]["matchConditions"]
+    if json.dumps(writer) not in condition["expression"]:
+        fail(f"{name}: the policy does not exempt the controller ({writer}): {condition}")
+    if policy["spec"]["matchConstraints"]["resourceRules"][0]["operations"] != ["UPDATE"]:
+        fail(f"{name}: the policy must judge pod UPDATEs only")
+    if binding["spec"]["policyName"] != policy["metadata"]["name"] or \
+            binding["spec"]["validationActions"] != ["Deny"]:
+        fail(f"{name}: the binding does not deny with the policy")
+    webhooks = [w for d in by_kind(docs, "MutatingWebhookConfiguration") for w in d["webhooks"]]
+    selectors = [w["namespaceSelector"] for w in webhooks if w["name"].startswith("pods.")]
+    if selectors and binding["spec"]["matchResources"]["namespaceSelector"] != selectors[0]:
+        fail(f"{name}: the binding's namespaces differ from the pod webhook's")
 
 
 def kubectl(*args, check=True, stdin=None):
