@@ -153,12 +153,17 @@ fn to_admission_response(uid: String, request: &Value, v: &Value) -> AdmissionRe
                 500,
             );
         }
-        let diff = json_patch::diff(&request["object"], mutated);
-        if !diff.0.is_empty() {
-            let bytes = serde_json::to_vec(&diff).unwrap_or_default();
-            response.patch_type = Some("JSONPatch".into());
-            response.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
-        }
+        patch_to(&mut response, &request["object"], mutated);
     }
     response
+}
+
+/// Sets `response`'s JSON patch from `object` to `mutated` (none when they are equal).
+pub fn patch_to(response: &mut AdmissionResponse, object: &Value, mutated: &Value) {
+    let diff = json_patch::diff(object, mutated);
+    if !diff.0.is_empty() {
+        let bytes = serde_json::to_vec(&diff).unwrap_or_default();
+        response.patch_type = Some("JSONPatch".into());
+        response.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+    }
 }

@@ -395,8 +395,9 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
 }
 
 /// The policy's answer to a pod request (create, delete, eviction) in a namespace where
-/// the synced WorkloadSpread cache holds none — "allowed, unchanged", whatever the pod —
-/// given without instantiating the module: most pods of a cluster are not spread.
+/// the synced WorkloadSpread cache holds none — allowed, and a created pod stripped of
+/// the metadata only this system writes — given without instantiating the module: most
+/// pods of a cluster are not spread.
 /// `None` (ask the guest) for anything else or while the cache is not synced.
 fn unrelated_pod_answer(app: &App, request: &Value) -> Option<AdmissionResponse> {
     let resource = &request["resource"];
@@ -407,7 +408,7 @@ fn unrelated_pod_answer(app: &App, request: &Value) -> Option<AdmissionResponse>
     if app.capabilities.has_workloadspread(namespace)? {
         return None;
     }
-    Some(AdmissionResponse {
+    let mut answer = AdmissionResponse {
         uid: request["uid"].as_str().unwrap_or_default().to_string(),
         allowed: true,
         patch_type: None,
@@ -415,7 +416,21 @@ fn unrelated_pod_answer(app: &App, request: &Value) -> Option<AdmissionResponse>
         status: None,
         audit_annotations: None,
         warnings: None,
-    })
+    };
+    // As the guest does with every pod it is asked to create: the metadata only this
+    // system writes leaves an incoming pod (`core::pods::strip_system_metadata`).
+    let create = request["operation"] == "CREATE"
+        && request["subResource"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty();
+    if create && request["object"].is_object() {
+        let mut clean = request["object"].clone();
+        if !workloadspread_core::pods::strip_system_metadata(&mut clean).is_empty() {
+            run::patch_to(&mut answer, &request["object"], &clean);
+        }
+    }
+    Some(answer)
 }
 
 /// The namespace a pod creation may claim a slot in: not a dry run, and the pod has a
@@ -651,6 +666,22 @@ mod tests {
         assert!(!allow.permits_resource("v1", "Secret"));
         assert!(allow.permits_capability("kubernetes", "get_resource"));
         assert!(!allow.permits_capability("kubernetes", "list_resources_all"));
+    }
+
+    /// The claim limiter counts the namespace the claim is made in: the pod's own, which
+    /// a review POSTed by anyone may contradict in `request.namespace` (#40).
+    #[test]
+    fn claims_are_limited_in_the_pods_own_namespace() {
+        let review = |pod_ns: Value, dry_run: bool| {
+            json!({"resource": {"group": "", "resource": "pods"}, "operation": "CREATE",
+                "namespace": "decoy", "dryRun": dry_run,
+                "object": {"metadata": {"namespace": pod_ns,
+                    "ownerReferences": [{"controller": true, "kind": "ReplicaSet", "name": "web"}]}}})
+        };
+        assert_eq!(may_claim(&review(json!("team-a"), false)), Some("team-a"));
+        assert_eq!(may_claim(&review(json!(""), false)), Some("decoy"));
+        assert_eq!(may_claim(&review(Value::Null, false)), Some("decoy"));
+        assert_eq!(may_claim(&review(json!("team-a"), true)), None, "a dry run");
     }
 
     #[test]
