@@ -57,7 +57,9 @@ VARIANTS = {
 }
 
 MATCHED = "apps.kruise.io/matched-workloadspread"
-MATCH_CONDITIONS = ["pod-create-with-a-workload-controller", "pod-delete-of-a-matched-pod"]
+HOLD = "workloadspread.test/hold"
+MATCH_CONDITIONS = ["pod-create-with-a-workload-controller", "pod-delete-of-a-matched-pod",
+                    "pod-delete-of-a-live-pod"]
 
 
 def fail(msg):
@@ -95,8 +97,16 @@ def check_workloads(name, docs):
                 fail(f"{who}: probes missing")
 
 
+def webhook_definitions(docs):
+    """The webhooks the host writes into the configurations once it serves them (issue #41):
+    {"mutating": [...], "validating": [...]} from the host's ConfigMap."""
+    found = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] == "ws-host-webhooks"]
+    return yaml.safe_load(found[0]["data"]["webhooks.yaml"]) if found else None
+
+
 def check_webhooks(name, docs, values):
-    hooks = by_kind(docs, "MutatingWebhookConfiguration") + by_kind(docs, "ValidatingWebhookConfiguration")
+    configs = by_kind(docs, "MutatingWebhookConfiguration") + by_kind(docs, "ValidatingWebhookConfiguration")
+    hooks = configs
     if values["mode"] == "kubewarden":
         if hooks or [d for d in by_kind(docs, "Deployment") if "host" in d["metadata"]["name"]]:
             fail(f"{name}: kubewarden mode must not deploy the host or its webhooks")
@@ -124,8 +134,26 @@ def check_webhooks(name, docs, values):
         if settings["mode"] != "best-effort" or settings["spreadLookup"] != "list":
             fail(f"{name}: kubewarden settings {settings} (want mode best-effort, spreadLookup list)")
         return
-    if len(hooks) != 2:
-        fail(f"{name}: expected a mutating and a validating configuration, got {len(hooks)}")
+    if len(configs) != 2:
+        fail(f"{name}: expected a mutating and a validating configuration, got {len(configs)}")
+    # Issue #41: the chart renders the configurations without webhooks (no pod is sent to a
+    # host that does not serve yet); the host writes the definitions from its ConfigMap.
+    if any("webhooks" in c for c in configs):
+        fail(f"{name}: the chart renders webhooks into the configurations: {configs}")
+    definitions = webhook_definitions(docs)
+    if not definitions:
+        fail(f"{name}: no webhook definitions for the host (ConfigMap ws-host-webhooks)")
+    hooks = [{"webhooks": definitions["mutating"]}, {"webhooks": definitions["validating"]}]
+    host_spec = deployment(docs, "ws-host")
+    host_args = host_spec["containers"][0]["args"]
+    mounted = {v["name"]: v for v in host_spec["volumes"]}.get("webhooks", {}).get("configMap", {})
+    if "--webhook-config=ws" not in host_args or "--webhooks-file=/etc/workloadspread/webhooks.yaml" \
+            not in host_args or mounted.get("name") != "ws-host-webhooks":
+        fail(f"{name}: the host is not given the webhook definitions: {host_args} {host_spec['volumes']}")
+    pod_annotations = [d for d in by_kind(docs, "Deployment")
+                       if d["metadata"]["name"] == "ws-host"][0]["spec"]["template"]["metadata"]["annotations"]
+    if "checksum/webhooks" not in pod_annotations:
+        fail(f"{name}: changed webhook definitions would not roll the hosts: {pod_annotations}")
     # Pods: CREATE/DELETE narrowed by matchConditions, Fail; evictions (which do not carry the
     # pod) Ignore; both write status outside dry runs (NoneOnDryRun); WorkloadSpreads: None.
     want = {
@@ -153,7 +181,7 @@ def check_webhooks(name, docs, values):
     if seen != set(want):
         fail(f"{name}: webhooks {sorted(seen)}, want {sorted(want)}")
     cert_manager = values.get("tls", {}).get("mode") == "certManager"
-    annotated = all("cert-manager.io/inject-ca-from" in (h["metadata"].get("annotations") or {}) for h in hooks)
+    annotated = all("cert-manager.io/inject-ca-from" in (h["metadata"].get("annotations") or {}) for h in configs)
     if cert_manager != annotated:
         fail(f"{name}: cert-manager CA injection annotation mismatch")
     if cert_manager:
@@ -266,9 +294,13 @@ def check_security(name, docs, values):
     spec = deployment(docs, "ws-host")
     c = spec["containers"][0]
     args = dict(a.split("=", 1) for a in c["args"][1:] if "=" in a)
-    for probe in ("livenessProbe", "readinessProbe"):
-        if c[probe]["httpGet"]["port"] != "health" or c[probe]["httpGet"].get("scheme", "HTTP") != "HTTP":
-            fail(f"{name}: {probe} must use the plain health port: {c[probe]}")
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        if probe not in c or c[probe]["httpGet"]["port"] != "health" \
+                or c[probe]["httpGet"].get("scheme", "HTTP") != "HTTP":
+            fail(f"{name}: {probe} must use the plain health port: {c.get(probe)}")
+    # Issue #41: the module precompiled in the image is loaded, not compiled at start.
+    if args.get("--precompiled-dir") != "/policy/precompiled":
+        fail(f"{name}: the host is not pointed at the precompiled module: {args}")
     env = {e["name"]: e for e in c.get("env", [])}
     if args.get("--memory-limit-mib") != "$(MEMORY_LIMIT_MIB)" or \
             env.get("MEMORY_LIMIT_MIB", {}).get("valueFrom", {}).get("resourceFieldRef", {}).get("resource") != "limits.memory":
@@ -276,7 +308,8 @@ def check_security(name, docs, values):
     # The host refuses to start unless its evaluations fit the limit (serve/limits.rs).
     concurrency, guest = int(args["--max-concurrency"]), int(args["--max-memory-mib"])
     request = int(args["--max-request-bytes"]) / (1 << 20)
-    need = concurrency * (guest + 4 * min(request, 1)) + min(concurrency, 2) * 4 * max(request - 1, 0) + 192
+    need = concurrency * (guest + 3 * min(request, 1)) + min(concurrency, 2) * 3 * max(request - 1, 0) \
+        + max(32, 2 * request) + 192
     limit = parse_mib(c["resources"]["limits"]["memory"])
     if need > limit:
         fail(f"{name}: concurrency x memory needs {need} MiB > the {limit} MiB limit")
@@ -469,17 +502,20 @@ def check_match_conditions():
     name = f"ws-match-{os.getpid()}"
     label = {"workloadspread.test/match-conditions": ns}
     values = {"mode": "bundled", "webhook": {"namespaceSelector": {"matchLabels": label}}}
-    [config] = by_kind(render(values, namespace=f"{ns}-release"), "MutatingWebhookConfiguration")
-    config["metadata"] = {"name": name}
+    definitions = webhook_definitions(render(values, namespace=f"{ns}-release"))
+    config = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+              "metadata": {"name": name}, "webhooks": definitions["mutating"]}
     for w in config["webhooks"]:
         w["clientConfig"] = {"url": "https://127.0.0.1:1/mutate"}
     kubectl("create", "namespace", ns)
     kubectl("label", "namespace", ns, f"workloadspread.test/match-conditions={ns}")
 
-    def pod(pod_name, owner=None, annotations=None):
+    def pod(pod_name, owner=None, annotations=None, finalizers=None):
         meta = {"name": pod_name, "namespace": ns, "annotations": annotations or {}}
         if owner:
             meta["ownerReferences"] = [owner]
+        if finalizers:
+            meta["finalizers"] = finalizers
         return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
                            "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
 
@@ -487,8 +523,15 @@ def check_match_conditions():
                 "uid": "6d0a5d62-0000-4000-8000-000000000001", "controller": True}
     matched = {MATCHED: '{"name":"web","subset":"a"}'}
     try:
-        for p, annotations in [("plain-delete", None), ("plain-evict", None), ("annotated", matched)]:
+        for p, annotations in [("plain-delete", None), ("plain-evict", None), ("annotated", matched),
+                               ("finished", matched)]:
             kubectl("create", "-f", "-", stdin=pod(p, annotations=annotations))
+        # Issue #41 (4): a matched pod already terminating (held by a finalizer) and one whose
+        # containers finished: the policy releases nothing for either.
+        kubectl("create", "-f", "-", stdin=pod("terminating", annotations=matched, finalizers=[HOLD]))
+        kubectl("delete", "pod", "-n", ns, "terminating", "--wait=false")
+        kubectl("patch", "pod", "-n", ns, "finished", "--subresource=status", "--type=merge",
+                "-p", json.dumps({"status": {"phase": "Succeeded"}}))
         kubectl("apply", "-f", "-", stdin=json.dumps(config))
         # Enforced once a pod that can be spread is refused (the API server's webhook cache lags).
         wait_until("the webhook configuration to be enforced", lambda: (
@@ -510,6 +553,10 @@ def check_match_conditions():
                                "metadata": {"name": "plain-evict", "namespace": ns}})
         kubectl("create", "--raw", f"/api/v1/namespaces/{ns}/pods/plain-evict/eviction", "-f", "-",
                 stdin=eviction)
+        for p in ("terminating", "finished"):
+            deleted = kubectl("delete", "pod", "-n", ns, p, "--wait=false", check=False)
+            if deleted.returncode != 0:
+                fail(f"deleting the {p} matched pod with no host running was refused: {deleted.stderr}")
         refused_create = kubectl("create", "-f", "-", check=False, stdin=pod("spread", rs_owner))
         refused_delete = kubectl("delete", "pod", "-n", ns, "annotated", "--wait=false", check=False)
         for what, p in [("creating a pod a WorkloadSpread may spread", refused_create),
@@ -517,9 +564,12 @@ def check_match_conditions():
             if p.returncode == 0 or "pods.workloadspread.io" not in p.stderr:
                 fail(f"{what} with no host running was not refused by the webhook: {p.stdout} {p.stderr}")
         print("match conditions: with no host answering, a DaemonSet pod and an unowned pod were "
-              "created, a plain pod deleted and another evicted; a spreadable pod and a matched "
-              "pod's deletion were refused")
+              "created, a plain pod deleted and another evicted, a terminating and a finished "
+              "matched pod deleted; a spreadable pod and a running matched pod's deletion were "
+              "refused")
     finally:
+        kubectl("patch", "pod", "-n", ns, "terminating", "--type=json", "-p",
+                json.dumps([{"op": "remove", "path": "/metadata/finalizers"}]), check=False)
         kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found", check=False)
         kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
@@ -571,6 +621,10 @@ def apply():
             (host, "patch", "customresourcedefinitions.apiextensions.k8s.io", None,
              "workloadspreads.apps.kruise.io", True),
             (host, "patch", "customresourcedefinitions.apiextensions.k8s.io", None, "other.example.com", False),
+            # Issue #41: the API server reaching a host through the Service, that Service only.
+            (host, "get", "services/proxy", ns, f"https:{host}:443", True),
+            (host, "get", "services/proxy", ns, "https:other:443", False),
+            (host, "create", "mutatingwebhookconfigurations.admissionregistration.k8s.io", None, None, False),
         ]
         for sa, verb, resource, target, name, want in checks:
             got = can_i(ns, sa, verb, resource, target or ns, name)

@@ -371,7 +371,10 @@ pub async fn keep_bundles(
 }
 
 /// A stream yielding `()` whenever the cluster-scoped object `name` of kind `K` changes.
-fn watch_named<K>(client: &Client, name: Option<&str>) -> futures::stream::BoxStream<'static, ()>
+pub(crate) fn watch_named<K>(
+    client: &Client,
+    name: Option<&str>,
+) -> futures::stream::BoxStream<'static, ()>
 where
     K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
         + Clone
