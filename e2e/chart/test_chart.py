@@ -54,6 +54,9 @@ VARIANTS = {
                 "controller": {"image": {"digest": "sha256:" + "b" * 64, "tag": "0.1.0"}}},
     "kubewarden-digest": {"mode": "kubewarden", "kubewarden": {"moduleDigest": "sha256:" + "c" * 64}},
     "no-network-policy": {"mode": "bundled", "networkPolicy": {"enabled": False}},
+    # Issue #41: the placement check warns, or is off.
+    "placement-warn": {"mode": "bundled", "placementCheck": {"action": "Warn"}},
+    "placement-off": {"mode": "kubewarden", "placementCheck": {"action": ""}},
 }
 
 MATCHED = "apps.kruise.io/matched-workloadspread"
@@ -162,6 +165,9 @@ def check_webhooks(name, docs, values):
         "workloadspreads.workloadspread.io": ([("workloadspreads", "CREATE"), ("workloadspreads", "UPDATE")],
                                               "Fail", "None", []),
     }
+    pods_hook = [w for w in definitions["mutating"] if w["name"] == "pods.workloadspread.io"]
+    if not pods_hook or pods_hook[0].get("reinvocationPolicy") != "IfNeeded":
+        fail(f"{name}: the pod webhook must be re-invoked after later webhooks: {pods_hook}")
     seen = set()
     selector = values.get("webhook", {}).get("namespaceSelector", {})
     for h in hooks:
@@ -207,6 +213,31 @@ def check_webhooks(name, docs, values):
         fail(f"{name}: rules {settings.get('rules')!r} / {controller_args} (want {want!r})")
     if not by_kind(docs, "PodDisruptionBudget"):
         fail(f"{name}: no PodDisruptionBudget for the host")
+
+
+def check_placement(name, docs, values):
+    """Issue #41 (5): the placement ValidatingAdmissionPolicy, in both modes, with the
+    action placementCheck.action names (none when empty)."""
+    action = values.get("placementCheck", {}).get("action", "Deny")
+    policies = by_kind(docs, "ValidatingAdmissionPolicy")
+    bindings = by_kind(docs, "ValidatingAdmissionPolicyBinding")
+    if not action:
+        if policies or bindings:
+            fail(f"{name}: placementCheck.action empty still renders {policies + bindings}")
+        return
+    if len(policies) != 1 or len(bindings) != 1:
+        fail(f"{name}: expected one placement policy and binding, got {len(policies)}/{len(bindings)}")
+    spec, binding = policies[0]["spec"], bindings[0]["spec"]
+    if spec["paramKind"] != {"apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread"} \
+            or spec["failurePolicy"] != "Fail":
+        fail(f"{name}: placement policy {spec}")
+    want = ["Deny"] if action == "Deny" else ["Warn", "Audit"]
+    if binding["validationActions"] != want or binding["policyName"] != policies[0]["metadata"]["name"] \
+            or binding["paramRef"] != {"selector": {}, "parameterNotFoundAction": "Allow"}:
+        fail(f"{name}: placement binding {binding} (want actions {want})")
+    excluded = binding["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"]
+    if NAMESPACE not in excluded:
+        fail(f"{name}: the placement binding must exclude the release namespace: {excluded}")
 
 
 def deployment(docs, name):
@@ -375,6 +406,7 @@ def lint():
         check_workloads(name, docs)
         check_webhooks(name, docs, values)
         check_security(name, docs, values)
+        check_placement(name, docs, values)
         kinds = sorted({d["kind"] for d in docs})
         print(f"render {name}: {len(docs)} objects ({', '.join(kinds)})")
     check_versions()
@@ -574,6 +606,109 @@ def check_match_conditions():
         kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
+def check_placement_policy():
+    """Issue #41 (5): the chart's ValidatingAdmissionPolicy on the API server. A pod whose
+    matched annotation names a subset with a required node selector is refused unless every
+    term of its final node affinity holds that selector — also when a mutating policy
+    removed it after the pod was sent (a MutatingAdmissionPolicy here, where served); other
+    subsets, other WorkloadSpreads and unannotated pods pass; with action Warn the pod is
+    admitted with a warning. Checked with server-side dry runs (admission runs, nothing is
+    stored)."""
+    ns = f"ws-placement-{os.getpid()}"
+    suffix = f"-{ns}"
+    created = []
+    kubectl("create", "namespace", ns)
+    try:
+        ws = {"apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+              "metadata": {"name": "web", "namespace": ns},
+              "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web"},
+                       "subsets": [{"name": "a", "requiredNodeSelector": {"matchExpressions": [
+                           {"key": "topology.kubernetes.io/zone", "operator": "In",
+                            "values": ["zone-a"]}]}},
+                                   {"name": "b"}]}}
+        kubectl("apply", "-f", "-", stdin=json.dumps(ws))
+
+        def policy(action):
+            docs = render({"mode": "bundled", "placementCheck": {"action": action}},
+                          namespace=f"{ns}-release")
+            objs = [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")]
+            for d in objs:
+                d["metadata"]["name"] += suffix
+                if d["kind"] == "ValidatingAdmissionPolicyBinding":
+                    d["spec"]["policyName"] += suffix
+                    # This namespace only: other tests' pods are not this policy's.
+                    d["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {
+                        "kubernetes.io/metadata.name": ns}}}
+            return objs
+
+        def pod(name, subset="a", ws_name="web", zone="zone-a", labels=None):
+            spec = {"containers": [{"name": "c", "image": "busybox"}]}
+            if zone:
+                spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+                        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}]}}}
+            annotations = {MATCHED: json.dumps({"name": ws_name, "subset": subset}, separators=(",", ":"))}
+            return json.dumps({"apiVersion": "v1", "kind": "Pod",
+                               "metadata": {"name": name, "namespace": ns, "annotations": annotations,
+                                            "labels": labels or {}},
+                               "spec": spec})
+
+        def dry_run(manifest):
+            return kubectl("create", "--dry-run=server", "-f", "-", check=False, stdin=manifest)
+
+        objs = policy("Deny")
+        created += [(d["kind"], d["metadata"]["name"]) for d in objs]
+        kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objs))
+        lacking = "lacks the subset's required node selector"
+        wait_until("the placement policy to be enforced", lambda: (
+            lambda p: (lacking in p.stderr, p.stderr.strip() or "created"))(dry_run(pod("probe", zone=None))))
+        cases = [("holds the subset's term", pod("ok"), True),
+                 ("another zone", pod("elsewhere", zone="zone-b"), False),
+                 ("no affinity", pod("bare", zone=None), False),
+                 ("a subset without a required selector", pod("in-b", subset="b", zone=None), True),
+                 ("another WorkloadSpread", pod("other", ws_name="other", zone=None), True)]
+        for what, manifest, allowed in cases:
+            p = dry_run(manifest)
+            if (p.returncode == 0) != allowed or (not allowed and lacking not in p.stderr):
+                fail(f"placement policy, {what}: allowed={p.returncode == 0}, want {allowed}: {p.stderr}")
+        # A mutating policy that strips the node affinity after the pod is sent.
+        served = kubectl("api-resources", "--api-group=admissionregistration.k8s.io", "-o", "name").stdout
+        stripped = "not served"
+        if "mutatingadmissionpolicies" in served:
+            strip = [{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+                      "metadata": {"name": f"strip{suffix}"},
+                      "spec": {"matchConstraints": {"resourceRules": [{
+                          "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                          "operations": ["CREATE"]}]},
+                          "matchConditions": [{"name": "labelled", "expression":
+                                               "has(object.metadata.labels) && 'strip' in object.metadata.labels"}],
+                          "failurePolicy": "Fail", "reinvocationPolicy": "Never",
+                          "mutations": [{"patchType": "JSONPatch", "jsonPatch": {
+                              "expression": "[JSONPatch{op: 'remove', path: '/spec/affinity'}]"}}]}},
+                     {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+                      "metadata": {"name": f"strip{suffix}"},
+                      "spec": {"policyName": f"strip{suffix}", "matchResources": {"namespaceSelector": {
+                          "matchLabels": {"kubernetes.io/metadata.name": ns}}}}}]
+            created += [(d["kind"], d["metadata"]["name"]) for d in strip]
+            kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(strip))
+            wait_until("the stripping policy to be enforced", lambda: (
+                lambda p: (lacking in p.stderr, p.stderr.strip() or "created"))(
+                dry_run(pod("stripped", labels={"strip": "yes"}))))
+            stripped = "refused"
+        # Warn: admitted, with the warning.
+        kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(policy("Warn")))
+        warned = wait_until("the policy to warn instead", lambda: (
+            lambda p: (p.returncode == 0 and lacking in p.stderr, p.stderr.strip()))(dry_run(pod("warned", zone=None))))
+        print(f"placement policy: {len(cases)} pods checked against their subset's required node "
+              f"selector; affinity stripped by a MutatingAdmissionPolicy: {stripped}; action Warn "
+              f"admits with {warned.splitlines()[0][:60]!r}...")
+    finally:
+        for kind, name in created:
+            kubectl("delete", kind.lower(), name, "--ignore-not-found", check=False)
+        kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
 def apply():
     check_flags_accepted()
     if not os.environ.get("KUBECONFIG"):
@@ -653,6 +788,7 @@ def apply():
         print(f"apply: CRD and RBAC accepted; {len(checks)} more permission checks ok (uninstall hook)")
         check_scoped_pod_writes()
         check_match_conditions()
+        check_placement_policy()
     finally:
         kubectl("delete", "namespace", ns, "--wait=false", check=False)
         for kind, name in cluster_scoped:

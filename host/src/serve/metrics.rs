@@ -170,6 +170,8 @@ pub struct Metrics {
     pub policy_compiled: Family<CompiledLabels, Gauge>,
     /// Seconds the policy module took to load (or compile) at start.
     pub policy_load_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// Re-invocations of the pod webhook answered as the first invocation, without a claim.
+    pub reinvocations: Counter,
 }
 
 impl Metrics {
@@ -251,6 +253,12 @@ impl Metrics {
             "Seconds the policy module took to load (precompiled) or compile at start",
             policy_load_seconds.clone(),
         );
+        let reinvocations = Counter::default();
+        registry.register(
+            "reinvocations",
+            "Re-invocations of the pod webhook (a later webhook changed the pod) answered as the first invocation was: the same subset injected again, no second claim",
+            reinvocations.clone(),
+        );
         let counter_queues = Gauge::default();
         registry.register(
             "counter_queues",
@@ -327,6 +335,7 @@ impl Metrics {
             limits,
             policy_compiled,
             policy_load_seconds,
+            reinvocations,
             ca_bundle_stale,
             reservations,
             counter_queues,

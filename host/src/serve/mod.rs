@@ -10,6 +10,7 @@ pub mod kube_state;
 pub mod limits;
 pub mod listener;
 pub mod metrics;
+pub mod reinvoke;
 pub mod reserve;
 pub mod rotation;
 pub mod staleness;
@@ -69,6 +70,9 @@ pub struct App {
     /// Generated certificates: whether their CA bundle reaches the webhook
     /// configurations (`/readyz` fails once the served certificate would expire first).
     pub certificates: Option<Arc<staleness::BundleWatch>>,
+    /// Keys of the tokens that make a re-invocation of the pod webhook answer as the first
+    /// invocation did, without a second claim (`reinvoke.rs`).
+    pub tokens: Arc<reinvoke::TokenKeys>,
 }
 
 /// Whether the connection's peer presented a verified client certificate.
@@ -269,6 +273,18 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
             return run::rejection(uid, e.to_string(), 503);
         }
     }
+    // A re-invocation (a later webhook changed the pod): the first answer again, no claim.
+    if request["object"]["metadata"]["annotations"][reinvoke::TOKEN_ANNOTATION].is_string() {
+        let (worker, asked) = (app.clone(), request.clone());
+        let again = tokio::task::spawn_blocking(move || {
+            let caps: &dyn Capabilities = worker.capabilities.as_ref();
+            reinvoke::answer(&asked, &worker.tokens, caps, tls::unix_now())
+        });
+        if let Ok(Some(answer)) = again.await {
+            app.metrics.reinvocations.inc();
+            return answer;
+        }
+    }
     if app.skip_unrelated {
         if let Some(answer) = unrelated_pod_answer(app, &request) {
             app.metrics.unrelated.inc();
@@ -291,7 +307,9 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
     let worker = app.clone();
     let evaluation = tokio::task::spawn_blocking(move || {
         let caps: Arc<dyn Capabilities> = worker.capabilities.clone();
-        run::evaluate(&worker.engine, &request, &worker.settings, caps)
+        let mut response = run::evaluate(&worker.engine, &request, &worker.settings, caps);
+        reinvoke::sign(&request, &mut response, &worker.tokens, tls::unix_now());
+        response
     });
     match evaluation.await {
         Ok(r) => r,

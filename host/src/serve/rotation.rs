@@ -179,6 +179,7 @@ pub async fn keep_rotating(
     resolver: Arc<CertResolver>,
     published: watch::Sender<Published>,
     health: Arc<BundleWatch>,
+    tokens: Arc<super::reinvoke::TokenKeys>,
 ) {
     let api: Api<Secret> = Api::namespaced(client.clone(), &namespace);
     let mut served = String::new();
@@ -187,6 +188,7 @@ pub async fn keep_rotating(
         match polled.await {
             Ok(state) => {
                 health.observed(&state);
+                tokens.observe(super::reinvoke::secret_of(&state));
                 if state.serving.cert_pem != served {
                     match CertBundle::from_state(&state).certified_key() {
                         Ok(key) => {

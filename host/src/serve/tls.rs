@@ -166,17 +166,22 @@ pub struct FileReloader {
     pub key: PathBuf,
     pub resolver: Arc<CertResolver>,
     loaded: (String, String),
+    /// Re-invocation token keys, derived from the serving key (`reinvoke.rs`).
+    pub tokens: Arc<super::reinvoke::TokenKeys>,
 }
 
 impl FileReloader {
     /// Loads the files once; [`FileReloader::reload_if_changed`] picks up rotations.
     pub fn new(cert: &Path, key: &Path) -> Result<Self> {
         let bundle = CertBundle::from_files(cert, key, None)?;
+        let tokens = Arc::new(super::reinvoke::TokenKeys::default());
+        tokens.observe(&bundle.key_pem);
         Ok(FileReloader {
             cert: cert.to_path_buf(),
             key: key.to_path_buf(),
             resolver: Arc::new(CertResolver::new(bundle.certified_key()?)),
             loaded: (bundle.cert_pem, bundle.key_pem),
+            tokens,
         })
     }
 
@@ -190,6 +195,7 @@ impl FileReloader {
             return Ok(false);
         }
         self.resolver.replace(bundle.certified_key()?);
+        self.tokens.observe(&bundle.key_pem);
         self.loaded = (bundle.cert_pem, bundle.key_pem);
         Ok(true)
     }

@@ -372,6 +372,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         body_timeout: Duration::from_secs(args.body_timeout_seconds.max(1)),
         client_auth: args.client_ca_file.is_some(),
         certificates: tls.health.clone(),
+        tokens: tls.tokens.clone(),
     });
     startup.serving(app.clone());
     if let (Some(name), Some(definitions)) = (&args.webhook_config, definitions) {

@@ -31,6 +31,9 @@ pub(super) struct Tls {
     pub published: Option<tokio::sync::watch::Receiver<crate::serve::rotation::Published>>,
     /// With generated certificates: whether that bundle reaches them.
     pub health: Option<Arc<crate::serve::staleness::BundleWatch>>,
+    /// Keys of the pod webhook's re-invocation tokens (`serve::reinvoke`), derived from the
+    /// secret every replica shares and kept current with it.
+    pub tokens: Arc<crate::serve::reinvoke::TokenKeys>,
 }
 
 pub(super) fn lifetimes(args: &ServeArgs) -> Result<crate::serve::certs::Lifetimes> {
@@ -73,6 +76,7 @@ pub(super) async fn tls(
     if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_key_file) {
         let bundle = CertBundle::from_files(cert, key, args.tls_ca_file.as_deref())?;
         let reloader = FileReloader::new(cert, key)?;
+        let tokens = reloader.tokens.clone();
         let config = crate::serve::tls::server_config(reloader.resolver.clone(), client_ca)?;
         if args.tls_reload_seconds > 0 {
             tokio::spawn(reloader.watch(Duration::from_secs(args.tls_reload_seconds)));
@@ -82,6 +86,7 @@ pub(super) async fn tls(
             bundle: bundle.ca_pem,
             published: None,
             health: None,
+            tokens,
         });
     }
     let lifetimes = lifetimes(args)?;
@@ -102,6 +107,8 @@ pub(super) async fn tls(
         )?,
     };
     let bundle = CertBundle::from_state(&state);
+    let tokens = Arc::new(crate::serve::reinvoke::TokenKeys::default());
+    tokens.observe(crate::serve::reinvoke::secret_of(&state));
     // Without polling the bundle is still re-checked in its targets every minute.
     let poll = match args.tls_reload_seconds {
         0 => 60,
@@ -131,6 +138,7 @@ pub(super) async fn tls(
             resolver,
             tx,
             health.clone(),
+            tokens.clone(),
         ));
     } else {
         // Nothing rotates this bundle; the sender lives as long as the process.
@@ -144,6 +152,7 @@ pub(super) async fn tls(
         bundle: bundle.ca_pem,
         published: Some(rx),
         health: Some(health),
+        tokens,
     })
 }
 
