@@ -25,6 +25,8 @@ use workloadspread_testkit::{cluster, unique_name, wait_for};
 
 mod security_support;
 use security_support::*;
+#[path = "security/starvation.rs"]
+mod starvation;
 
 /// Issue #30 (3): 200 slowloris connections and 20 concurrent senders of 8 MiB bodies
 /// against a host sized as the chart sizes it (16 slots × 32 MiB guests under 1 GiB):
@@ -218,7 +220,7 @@ async fn with_client_certificates_only_the_api_server_is_answered() -> Result<()
         webhook_crt.to_str().unwrap_or_default(),
         webhook_key.to_str().unwrap_or_default(),
     )))?;
-    let probes = host.get("/healthz").await?;
+    let probes = host.get_over_tls("/healthz").await?;
     eprintln!(
         "no certificate: {anonymous:?}; another CA's: {other_ca:?}; the API server's: \
          {api_server:?}; /healthz without one: {probes:?}"

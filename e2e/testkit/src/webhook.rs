@@ -147,12 +147,23 @@ impl HostProcess {
     /// GET `path`: probes and metrics from the health port (plain HTTP), anything else
     /// over HTTPS from the webhook port (certificate not verified: this is a probe).
     pub async fn get(&self, path: &str) -> Result<String> {
-        let url = match path {
+        match path {
             "/metrics" | "/healthz" | "/readyz" => {
-                format!("http://127.0.0.1:{}{path}", self.health_port)
+                self.fetch(&format!("http://127.0.0.1:{}{path}", self.health_port))
+                    .await
             }
-            _ => format!("https://127.0.0.1:{}{path}", self.port),
-        };
+            _ => self.get_over_tls(path).await,
+        }
+    }
+
+    /// GET `path` over HTTPS from the webhook port (its probes: the TLS handshake works
+    /// without a client certificate, with the certificate served now).
+    pub async fn get_over_tls(&self, path: &str) -> Result<String> {
+        self.fetch(&format!("https://127.0.0.1:{}{path}", self.port))
+            .await
+    }
+
+    async fn fetch(&self, url: &str) -> Result<String> {
         let out = tokio::process::Command::new("curl")
             .args(["-sSk", "--max-time", "5"])
             .arg(url)
