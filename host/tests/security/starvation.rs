@@ -72,7 +72,11 @@ async fn fresh_connection(tls: &tokio_rustls::TlsConnector, port: u16) -> Result
         .await?;
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).await?;
-    ensure!(answer.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&answer));
+    ensure!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&answer)
+    );
     Ok(started.elapsed())
 }
 
@@ -119,7 +123,10 @@ async fn slow_bodies_and_idle_connections_leave_admissions_answered() -> Result<
             "--max-connections=512".into(),
             "--max-connections-per-peer=256".into(),
             format!("--body-timeout-seconds={}", body_timeout.as_secs()),
-            format!("--first-request-timeout-seconds={}", first_request.as_secs()),
+            format!(
+                "--first-request-timeout-seconds={}",
+                first_request.as_secs()
+            ),
         ],
     )
     .await?;
@@ -145,7 +152,11 @@ async fn slow_bodies_and_idle_connections_leave_admissions_answered() -> Result<
     for wave in 0..3 {
         let names: Vec<String> = (0..10).map(|i| format!("during-{wave}-{i}")).collect();
         let creates = names.iter().map(|n| admit(&ns, &rs_uid, n));
-        for (i, result) in futures::future::join_all(creates).await.into_iter().enumerate() {
+        for (i, result) in futures::future::join_all(creates)
+            .await
+            .into_iter()
+            .enumerate()
+        {
             let (took, placed) = result?;
             ensure!(placed, "pod during-{wave}-{i} was not placed");
             during.push(took);

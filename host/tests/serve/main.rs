@@ -7,6 +7,7 @@
 mod admission;
 mod audit;
 mod certificates;
+mod chain;
 mod claims;
 mod conversion;
 mod hostile;
