@@ -11,6 +11,7 @@ mod chain;
 mod claims;
 mod conversion;
 mod hostile;
+mod install;
 mod namespaces;
 mod startup;
 mod support;
