@@ -57,6 +57,7 @@ VARIANTS = {
     # Issue #41: the placement check warns, or is off.
     "placement-warn": {"mode": "bundled", "placementCheck": {"action": "Warn"}},
     "placement-off": {"mode": "kubewarden", "placementCheck": {"action": ""}},
+    "priority": {"mode": "bundled", "priorityClassName": "system-cluster-critical"},
 }
 
 MATCHED = "apps.kruise.io/matched-workloadspread"
@@ -215,12 +216,51 @@ def check_webhooks(name, docs, values):
         fail(f"{name}: no PodDisruptionBudget for the host")
 
 
+def check_host_secrets():
+    """Issue #41 (6): the host may create Secrets in its namespace (RBAC cannot name what is
+    created) but the chart's ValidatingAdmissionPolicy refuses it any but its own."""
+    ns = f"ws-secrets-{os.getpid()}"
+    kubectl("create", "namespace", ns)
+    created = []
+    try:
+        docs = render({"mode": "bundled"}, namespace=ns)
+        objs = [d for d in docs if d["kind"] in {"ServiceAccount", "Role", "RoleBinding"}
+                and d["metadata"]["name"].startswith("ws-host")]
+        policy = [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")
+                  and d["metadata"]["name"] == "ws-host-secrets"]
+        if len(policy) != 2:
+            fail(f"no Secret policy for the host: {[d['metadata']['name'] for d in docs]}")
+        for d in policy:
+            d["metadata"]["name"] += f"-{ns}"
+            if d["kind"] == "ValidatingAdmissionPolicyBinding":
+                d["spec"]["policyName"] += f"-{ns}"
+        created = [(d["kind"], d["metadata"]["name"]) for d in policy]
+        kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objs + policy))
+        as_host = [f"--as=system:serviceaccount:{ns}:ws-host", "-n", ns]
+
+        def create(secret):
+            return kubectl("create", "secret", "generic", secret, "--dry-run=server", *as_host, check=False)
+        wait_until("the Secret policy to be enforced", lambda: (
+            lambda p: ("may create only its own Secret" in p.stderr, p.stderr.strip() or "created"))(
+            create("other")))
+        own = create("ws-host-tls")
+        if own.returncode != 0:
+            fail(f"the host cannot create its own Secret: {own.stderr}")
+        print("host Secrets: another Secret refused to the host, its own allowed")
+    finally:
+        for kind, obj in created:
+            kubectl("delete", kind.lower(), obj, "--ignore-not-found", check=False)
+        kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
 def check_placement(name, docs, values):
     """Issue #41 (5): the placement ValidatingAdmissionPolicy, in both modes, with the
     action placementCheck.action names (none when empty)."""
     action = values.get("placementCheck", {}).get("action", "Deny")
-    policies = by_kind(docs, "ValidatingAdmissionPolicy")
-    bindings = by_kind(docs, "ValidatingAdmissionPolicyBinding")
+    policies = [d for d in by_kind(docs, "ValidatingAdmissionPolicy")
+                if d["metadata"]["name"].endswith("-placement")]
+    bindings = [d for d in by_kind(docs, "ValidatingAdmissionPolicyBinding")
+                if d["metadata"]["name"].endswith("-placement")]
     if not action:
         if policies or bindings:
             fail(f"{name}: placementCheck.action empty still renders {policies + bindings}")
@@ -329,6 +369,14 @@ def check_security(name, docs, values):
         if probe not in c or c[probe]["httpGet"]["port"] != "health" \
                 or c[probe]["httpGet"].get("scheme", "HTTP") != "HTTP":
             fail(f"{name}: {probe} must use the plain health port: {c.get(probe)}")
+    # Issue #41: /tmp bounded, the priority class passed to both components.
+    cache = {v["name"]: v for v in spec["volumes"]}["cache"]
+    if not cache.get("emptyDir", {}).get("sizeLimit"):
+        fail(f"{name}: the host's /tmp has no sizeLimit: {cache}")
+    for component in ("ws-host", "ws-controller"):
+        got = deployment(docs, component).get("priorityClassName")
+        if got != (values.get("priorityClassName") or None):
+            fail(f"{name}: {component} priorityClassName {got!r}, want {values.get('priorityClassName')!r}")
     # Issue #41: the module precompiled in the image is loaded, not compiled at start.
     if args.get("--precompiled-dir") != "/policy/precompiled":
         fail(f"{name}: the host is not pointed at the precompiled module: {args}")
@@ -789,6 +837,7 @@ def apply():
         check_scoped_pod_writes()
         check_match_conditions()
         check_placement_policy()
+        check_host_secrets()
     finally:
         kubectl("delete", "namespace", ns, "--wait=false", check=False)
         for kind, name in cluster_scoped:
