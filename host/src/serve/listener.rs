@@ -144,10 +144,23 @@ pub async fn serve(
 
 /// Binds `addr`, reporting a clear error.
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
-    TcpListener::bind(addr)
-        .await
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+    }
+    .with_context(|| format!("listening on {addr}"))?;
+    socket
+        .set_reuseaddr(true)
+        .and_then(|()| socket.bind(addr))
+        .and_then(|()| socket.listen(BACKLOG))
         .with_context(|| format!("listening on {addr}"))
 }
+
+/// Connections the kernel queues for `accept` (capped by `net.core.somaxconn`). The
+/// default of 128 overflows under a burst of connections (an API server's burst, or
+/// attackers'): the kernel then drops the handshakes' last packets and a client's
+/// connection hangs half-open, out of reach of the per-peer limit.
+const BACKLOG: u32 = 1024;
 
 /// Open connections per peer address, at most `limit` each (0: no limit).
 struct Peers {

@@ -80,10 +80,11 @@ async fn fresh_connection(tls: &tokio_rustls::TlsConnector, port: u16) -> Result
     Ok(started.elapsed())
 }
 
-/// A connection that never sends a byte: how long the host kept it open (capped).
+/// A connection that never sends a byte: how long the host kept it open once connected
+/// (capped).
 async fn idle(port: u16, cap: Duration) -> Result<Duration> {
-    let started = Instant::now();
     let mut tcp = tcp_from(Ipv4Addr::new(127, 0, 0, 3), port).await?;
+    let started = Instant::now();
     let mut buf = [0u8; 16];
     match tokio::time::timeout(cap, tcp.read(&mut buf)).await {
         Ok(_) => Ok(started.elapsed()),
