@@ -396,6 +396,9 @@ def check_security(name, docs, values):
     mounts = {m["name"] for m in c.get("volumeMounts", [])}
     if bool(client_ca) != ("--client-ca-file" in args and "client-ca" in mounts):
         fail(f"{name}: tls.clientCA and --client-ca-file disagree: {args} {mounts}")
+    identities = [a.split("=", 1)[1] for a in c["args"] if a.startswith("--client-cert-identity=")]
+    if identities != (["kube-apiserver"] if client_ca else []):
+        fail(f"{name}: the API server's certificate identity is not pinned: {identities}")
     if client_ca:
         cm = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] == "ws-host-client-ca"]
         if not cm or cm[0]["data"]["ca.crt"].strip() != client_ca.strip():

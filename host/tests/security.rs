@@ -175,6 +175,9 @@ async fn with_client_certificates_only_the_api_server_is_answered() -> Result<()
             name.clone(),
             "--client-ca-file".into(),
             pki("webhook-client-ca.crt")?.display().to_string(),
+            // The common name the local control plane's API server presents.
+            "--client-cert-identity".into(),
+            "kube-apiserver-webhook-client".into(),
         ],
     )
     .await?;
@@ -211,6 +214,12 @@ async fn with_client_certificates_only_the_api_server_is_answered() -> Result<()
     };
     let (webhook_crt, webhook_key) = (pki("webhook-client.crt")?, pki("webhook-client.key")?);
     let (admin_crt, admin_key) = (pki("admin.crt")?, pki("admin.key")?);
+    // Issue #41: a certificate of the same CA for another identity.
+    let (intruder_crt, intruder_key) = sign_client("intruder", "webhook-client-ca")?;
+    let intruder = curl(Some((
+        intruder_crt.to_str().unwrap_or_default(),
+        intruder_key.to_str().unwrap_or_default(),
+    )))?;
     let anonymous = curl(None)?;
     let other_ca = curl(Some((
         admin_crt.to_str().unwrap_or_default(),
@@ -222,8 +231,13 @@ async fn with_client_certificates_only_the_api_server_is_answered() -> Result<()
     )))?;
     let probes = host.get_over_tls("/healthz").await?;
     eprintln!(
-        "no certificate: {anonymous:?}; another CA's: {other_ca:?}; the API server's: \
-         {api_server:?}; /healthz without one: {probes:?}"
+        "no certificate: {anonymous:?}; another CA's: {other_ca:?}; the CA's for another \
+         identity: {intruder:?}; the API server's: {api_server:?}; /healthz without one: \
+         {probes:?}"
+    );
+    ensure!(
+        intruder == (true, "403".into()),
+        "a certificate of the CA naming another identity: {intruder:?}"
     );
     ensure!(
         anonymous == (true, "403".into()),

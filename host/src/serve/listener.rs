@@ -98,20 +98,21 @@ pub async fn serve(
             let _peer_slot = peer_slot;
             let http = hyper::server::conn::http1::Builder::new();
             let state = guard::ConnState::new();
-            let with_peer = |presented: bool| {
+            let with_peer = |presented: Option<Vec<String>>| {
                 let state = state.clone();
                 let tagged = tower::ServiceExt::map_request(
                     router,
                     move |mut r: hyper::Request<hyper::body::Incoming>| {
                         state.handled();
-                        r.extensions_mut().insert(PeerCertificate(presented));
+                        r.extensions_mut()
+                            .insert(PeerCertificate(presented.clone()));
                         r
                     },
                 );
                 hyper_util::service::TowerToHyperService::new(tagged)
             };
             let Some(acceptor) = acceptor else {
-                let service = with_peer(false);
+                let service = with_peer(None);
                 let conn = http.serve_connection(guarded(tcp, &state, &options), service);
                 if let Err(e) = watcher.watch(conn).await {
                     tracing::debug!(%peer, "connection: {e}");
@@ -125,7 +126,13 @@ pub async fn serve(
                 Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
             };
             // rustls verified the certificate against the client CA when one was sent.
-            let service = with_peer(stream.get_ref().1.peer_certificates().is_some());
+            let presented = stream.get_ref().1.peer_certificates().map(|chain| {
+                chain
+                    .first()
+                    .map(|c| super::client_auth::names_of(c))
+                    .unwrap_or_default()
+            });
+            let service = with_peer(presented);
             let conn = http.serve_connection(guarded(stream, &state, &options), service);
             if let Err(e) = watcher.watch(conn).await {
                 tracing::debug!(%peer, "connection: {e}");

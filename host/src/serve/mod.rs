@@ -3,6 +3,7 @@
 
 pub mod body;
 pub mod certs;
+pub mod client_auth;
 pub mod commit;
 pub mod convert;
 pub mod guard;
@@ -67,6 +68,8 @@ pub struct App {
     /// `/mutate` and `/validate` answer only callers that presented a client certificate
     /// of the configured CA (`--client-ca-file`): the API server.
     pub client_auth: bool,
+    /// ... naming one of these (`--client-cert-identity`; empty: any the CA signed).
+    pub client_identities: Vec<String>,
     /// Generated certificates: whether their CA bundle reaches the webhook
     /// configurations (`/readyz` fails once the served certificate would expire first).
     pub certificates: Option<Arc<staleness::BundleWatch>>,
@@ -75,9 +78,10 @@ pub struct App {
     pub tokens: Arc<reinvoke::TokenKeys>,
 }
 
-/// Whether the connection's peer presented a verified client certificate.
-#[derive(Clone, Copy, Debug)]
-pub struct PeerCertificate(pub bool);
+/// The connection's peer's verified client certificate, if it presented one: the names
+/// it goes by (`client_auth::names_of`).
+#[derive(Clone, Debug)]
+pub struct PeerCertificate(pub Option<Vec<String>>);
 
 pub use body::{LARGE_BODY, LARGE_SLOTS};
 pub use listener::{bind, serve, ServeOptions};
@@ -151,18 +155,14 @@ pub fn ready_answer(app: &App) -> Response {
 
 async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response {
     let started = Instant::now();
-    let authenticated = request
-        .extensions()
-        .get::<PeerCertificate>()
-        .is_some_and(|p| p.0);
-    if app.client_auth && !authenticated {
-        return (
-            StatusCode::FORBIDDEN,
-            "this webhook answers only the API server: present a client certificate of the CA \
-             given to --client-ca-file (the API server's admission configuration names it in a \
-             kubeConfigFile; docs/operations.md, Security)",
-        )
-            .into_response();
+    if app.client_auth {
+        let presented = request
+            .extensions()
+            .get::<PeerCertificate>()
+            .and_then(|p| p.0.clone());
+        if let Err(why) = client_allowed(&app, presented.as_deref()) {
+            return (StatusCode::FORBIDDEN, why).into_response();
+        }
     }
     // The body first, then a slot: a slow sender holds no evaluation slot.
     let body = match body::read(&app, request).await {
@@ -242,6 +242,27 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
         "response": without_nulls(serde_json::to_value(&response).unwrap_or(Value::Null)),
     }))
     .into_response()
+}
+
+/// Whether a caller presenting a certificate that goes by `names` (`None`: none) may use
+/// the webhook routes: one of the CA's, naming a pinned identity when there are any.
+fn client_allowed(app: &App, names: Option<&[String]>) -> Result<(), String> {
+    let Some(names) = names else {
+        return Err(
+            "this webhook answers only the API server: present a client certificate of \
+             the CA given to --client-ca-file (the API server's admission configuration names it \
+             in a kubeConfigFile; docs/operations.md, Security)"
+                .into(),
+        );
+    };
+    if app.client_identities.is_empty() || names.iter().any(|n| app.client_identities.contains(n)) {
+        return Ok(());
+    }
+    Err(format!(
+        "the client certificate names {names:?}, none of the identities this webhook answers \
+         (--client-cert-identity {:?}; chart tls.clientCertIdentities)",
+        app.client_identities
+    ))
 }
 
 async fn evaluate(app: &Arc<App>, request: Value) -> AdmissionResponse {

@@ -43,6 +43,12 @@ pub struct ServeArgs {
     /// CRD conversion) and the probes need none.
     #[arg(long)]
     pub client_ca_file: Option<PathBuf>,
+    /// With --client-ca-file: the certificate must also name this identity (its subject's
+    /// common name or a DNS name; repeatable), as the API server's does — any other
+    /// certificate the CA signed is refused (403). The CA file is re-read every
+    /// --tls-reload-seconds.
+    #[arg(long = "client-cert-identity", requires = "client_ca_file")]
+    pub client_cert_identities: Vec<String>,
     /// The container's memory limit in MiB: the host refuses to start when
     /// --max-concurrency evaluations at their worst would exceed it.
     #[arg(long)]
@@ -371,6 +377,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         claims: crate::serve::limits::ClaimLimiter::new(args.claim_rate, args.claim_burst),
         body_timeout: Duration::from_secs(args.body_timeout_seconds.max(1)),
         client_auth: args.client_ca_file.is_some(),
+        client_identities: args.client_cert_identities.clone(),
         certificates: tls.health.clone(),
         tokens: tls.tokens.clone(),
     });

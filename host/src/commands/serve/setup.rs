@@ -66,18 +66,24 @@ pub(super) async fn tls(
 ) -> Result<Tls> {
     use crate::serve::rotation::{self, Published};
     use crate::serve::tls::{CertBundle, CertResolver, FileReloader};
-    let client_ca = match &args.client_ca_file {
-        Some(p) => {
-            Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
-        }
-        None => None,
-    };
-    let client_ca = client_ca.as_deref();
+    let client_ca = args
+        .client_ca_file
+        .as_deref()
+        .map(crate::serve::client_auth::ReloadingVerifier::new)
+        .transpose()?;
+    if let (Some(verifier), true) = (&client_ca, args.tls_reload_seconds > 0) {
+        tokio::spawn(
+            verifier
+                .clone()
+                .watch(Duration::from_secs(args.tls_reload_seconds)),
+        );
+    }
     if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_key_file) {
         let bundle = CertBundle::from_files(cert, key, args.tls_ca_file.as_deref())?;
         let reloader = FileReloader::new(cert, key)?;
         let tokens = reloader.tokens.clone();
-        let config = crate::serve::tls::server_config(reloader.resolver.clone(), client_ca)?;
+        let config =
+            crate::serve::tls::server_config(reloader.resolver.clone(), client_ca.clone())?;
         if args.tls_reload_seconds > 0 {
             tokio::spawn(reloader.watch(Duration::from_secs(args.tls_reload_seconds)));
         }
