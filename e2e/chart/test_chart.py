@@ -188,9 +188,13 @@ def check_webhooks(name, docs, values):
     if seen != set(want):
         fail(f"{name}: webhooks {sorted(seen)}, want {sorted(want)}")
     cert_manager = values.get("tls", {}).get("mode") == "certManager"
-    annotated = all("cert-manager.io/inject-ca-from" in (h["metadata"].get("annotations") or {}) for h in configs)
-    if cert_manager != annotated:
-        fail(f"{name}: cert-manager CA injection annotation mismatch")
+    # Issue #41: the hosts keep the bundle in both modes (an overlap at a CA change), so
+    # cert-manager's cainjector must not write it too.
+    if any("cert-manager.io/inject-ca-from" in (h["metadata"].get("annotations") or {}) for h in configs) \
+            or any(a.startswith("--crd-ca-injection-from") for a in host_args):
+        fail(f"{name}: cainjector would fight the hosts over the CA bundle")
+    if cert_manager and "--tls-ca-overlap=15m" not in host_args:
+        fail(f"{name}: no CA overlap in cert-manager mode: {host_args}")
     if cert_manager:
         certs = {c["metadata"]["name"]: c["spec"] for c in by_kind(docs, "Certificate")}
         issuers = {i["metadata"]["name"]: i["spec"] for i in by_kind(docs, "Issuer")}

@@ -25,6 +25,8 @@ use workloadspread_testkit::{cluster, unique_name, wait_for};
 
 mod security_support;
 use security_support::*;
+#[path = "security/ca_rotation.rs"]
+mod ca_rotation;
 #[path = "security/starvation.rs"]
 mod starvation;
 

@@ -6,6 +6,7 @@ pub mod certs;
 pub mod client_auth;
 pub mod commit;
 pub mod convert;
+pub mod file_bundle;
 pub mod guard;
 pub mod kube_state;
 pub mod limits;

@@ -109,12 +109,20 @@ pub struct ServeArgs {
     /// Lifetime of a generated CA (at least twice the certificate's).
     #[arg(long, default_value = "1825d", value_parser = crate::serve::certs::parse_duration)]
     pub tls_ca_validity: i64,
-    /// How long a new CA is published before it signs, and an old one kept after.
+    /// How long a new CA is published before it signs, and an old one kept after; with
+    /// certificate files and --webhook-config, how long a certificate of a new CA waits
+    /// for its CA to be published before it is served.
     #[arg(long, default_value = "120s", value_parser = crate::serve::certs::parse_duration)]
     pub tls_rotation_grace: i64,
-    /// cert-manager mode: NAMESPACE/CERTIFICATE whose CA cert-manager's cainjector keeps
-    /// in the conversion CRD (annotation cert-manager.io/inject-ca-from).
-    #[arg(long, requires = "conversion_crd")]
+    /// With certificate files and --webhook-config (cert-manager): how long the CAs of the
+    /// previous certificate stay in the published bundle after a certificate of a new CA was
+    /// issued (every replica must have moved to the new certificate by then).
+    #[arg(long, default_value = "15m", value_parser = crate::serve::certs::parse_duration)]
+    pub tls_ca_overlap: i64,
+    /// NAMESPACE/CERTIFICATE whose CA cert-manager's cainjector keeps in the conversion CRD
+    /// (annotation cert-manager.io/inject-ca-from). Not with --webhook-config: the host then
+    /// keeps the bundle itself, with an overlap at a CA change (the chart no longer sets it).
+    #[arg(long, requires = "conversion_crd", conflicts_with = "webhook_config")]
     pub crd_ca_injection_from: Option<String>,
     /// DNS names / IPs of the generated certificate (repeatable).
     #[arg(long = "tls-san", default_values_t = ["localhost".to_string(), "127.0.0.1".to_string()])]

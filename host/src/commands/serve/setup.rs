@@ -80,6 +80,10 @@ pub(super) async fn tls(
     }
     if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_key_file) {
         let bundle = CertBundle::from_files(cert, key, args.tls_ca_file.as_deref())?;
+        let targets = targets(args);
+        if targets.webhook_config.is_some() || targets.conversion_crd.is_some() {
+            return files_with_bundle(args, client, bundle, targets, client_ca, stale_gauge).await;
+        }
         let reloader = FileReloader::new(cert, key)?;
         let tokens = reloader.tokens.clone();
         let config =
@@ -156,6 +160,69 @@ pub(super) async fn tls(
     Ok(Tls {
         config,
         bundle: bundle.ca_pem,
+        published: Some(rx),
+        health: Some(health),
+        tokens,
+    })
+}
+
+/// Certificates from files (cert-manager) whose CA bundle this host keeps in the targets,
+/// with an overlap at a CA change (`serve::file_bundle`).
+async fn files_with_bundle(
+    args: &ServeArgs,
+    client: &kube::Client,
+    bundle: crate::serve::tls::CertBundle,
+    targets: crate::serve::rotation::Targets,
+    client_ca: Option<Arc<crate::serve::client_auth::ReloadingVerifier>>,
+    stale_gauge: prometheus_client::metrics::gauge::Gauge,
+) -> Result<Tls> {
+    use crate::serve::file_bundle::{self, Files, Timing};
+    let resolver = Arc::new(crate::serve::tls::CertResolver::new(
+        bundle.certified_key()?,
+    ));
+    let tokens = Arc::new(crate::serve::reinvoke::TokenKeys::default());
+    tokens.observe(&bundle.key_pem);
+    let config = crate::serve::tls::server_config(resolver.clone(), client_ca)?;
+    let live = file_bundle::live(client, &targets).await;
+    let timing = Timing {
+        poll: Duration::from_secs(match args.tls_reload_seconds {
+            0 => 60,
+            s => s,
+        }),
+        grace: args.tls_rotation_grace,
+        overlap: args.tls_ca_overlap,
+    };
+    let initial = file_bundle::bundle(
+        &bundle.ca_pem,
+        &bundle.cert_pem,
+        &live,
+        crate::serve::tls::unix_now(),
+        timing.overlap,
+    );
+    let health = Arc::new(crate::serve::staleness::BundleWatch::new(
+        lifetimes(args)?,
+        timing.poll,
+        stale_gauge,
+    ));
+    let (tx, rx) = tokio::sync::watch::channel(initial.clone());
+    let files = Files {
+        cert: args.tls_cert_file.clone().unwrap_or_default(),
+        key: args.tls_key_file.clone().unwrap_or_default(),
+        ca: args.tls_ca_file.clone(),
+    };
+    tokio::spawn(file_bundle::keep(
+        client.clone(),
+        targets,
+        files,
+        resolver,
+        tokens.clone(),
+        tx,
+        timing,
+        bundle,
+    ));
+    Ok(Tls {
+        config,
+        bundle: initial.bundle,
         published: Some(rx),
         health: Some(health),
         tokens,
