@@ -390,11 +390,11 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         tokens: tls.tokens.clone(),
     });
     startup.serving(app.clone());
-    if let (Some(name), Some(definitions)) = (&args.webhook_config, definitions) {
-        let published = tls
-            .published
-            .clone()
-            .unwrap_or_else(|| fixed_bundle(&tls.bundle));
+    // Every host given --webhook-config publishes a bundle (generated certificates, or
+    // files whose bundle it keeps: `setup::tls`).
+    if let (Some(name), Some(definitions), Some(published)) =
+        (&args.webhook_config, definitions, tls.published.clone())
+    {
         tokio::spawn(crate::serve::webhooks::keep(
             client.clone(),
             name.clone(),
@@ -417,18 +417,4 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         committer.return_all(Duration::from_secs(5)).await;
     }
     Ok(())
-}
-
-/// A bundle nothing rotates (certificates from files), as the webhooks' writer takes it.
-fn fixed_bundle(bundle: &str) -> tokio::sync::watch::Receiver<crate::serve::rotation::Published> {
-    let (tx, rx) = tokio::sync::watch::channel(crate::serve::rotation::Published {
-        generation: 0,
-        bundle: bundle.to_string(),
-    });
-    // The sender lives as long as the process: the receiver's changes never end.
-    tokio::spawn(async move {
-        let _published = tx;
-        std::future::pending::<()>().await
-    });
-    rx
 }
