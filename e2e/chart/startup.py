@@ -83,6 +83,7 @@ def measure(layout, timeout=180):
     if os.geteuid() != 0:
         raise StartupError("measuring the image's start-up needs root (chroot)")
     root = tempfile.mkdtemp(prefix="ws-startup-")
+    os.chmod(root, 0o755)  # the image's user must reach its own root
     proc = None
     try:
         extract_image(layout, root)
