@@ -6,6 +6,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Mutex;
 use std::time::Duration;
 use workloadspread_core::api::v1beta1::WorkloadSpreadStatus;
 use workloadspread_core::controller::view::StatusView;
@@ -65,6 +67,10 @@ pub struct Metrics {
     pub creating_dropped: Counter,
     /// Reconciles deferred to the end of the status interval (`crate::pacing`).
     pub reconciles_deferred: Counter,
+    /// The subsets exported per WorkloadSpread (namespace, name): their series go with a
+    /// subset that is no longer in the spec, and all of them with the WorkloadSpread
+    /// (issue #41: the labels are names tenants choose; churn must not grow the registry).
+    series: Mutex<BTreeMap<(String, String), BTreeSet<String>>>,
 }
 
 impl Metrics {
@@ -206,6 +212,7 @@ impl Metrics {
             rescheduled,
             status_writes,
             conflicts,
+            series: Mutex::default(),
         }
     }
 
@@ -224,6 +231,58 @@ impl Metrics {
         if failed {
             self.reconcile_errors.inc();
         }
+    }
+
+    /// Notes that `namespace/name` exports the series of `subsets` and no others: the
+    /// series of a subset it exported before and not now are removed.
+    fn track(&self, namespace: &str, name: &str, subsets: BTreeSet<String>) {
+        let key = (namespace.to_string(), name.to_string());
+        let mut series = self.series.lock().unwrap_or_else(|p| p.into_inner());
+        let before = series.insert(key, subsets.clone()).unwrap_or_default();
+        for gone in before.difference(&subsets) {
+            self.remove_subset(namespace, name, gone);
+        }
+    }
+
+    fn remove_subset(&self, namespace: &str, name: &str, subset: &str) {
+        let labels = SubsetLabels {
+            namespace: namespace.to_string(),
+            workloadspread: name.to_string(),
+            subset: subset.to_string(),
+        };
+        self.subset_pods.remove(&labels);
+        self.subset_maximum.remove(&labels);
+        self.subset_planned.remove(&labels);
+    }
+
+    /// Removes every series of the WorkloadSpreads not in `live` (namespace, name).
+    pub fn retain(&self, live: &HashSet<(String, String)>) {
+        let mut series = self.series.lock().unwrap_or_else(|p| p.into_inner());
+        let gone: Vec<(String, String)> = series
+            .keys()
+            .filter(|k| !live.contains(*k))
+            .cloned()
+            .collect();
+        for (namespace, name) in gone {
+            for subset in series
+                .remove(&(namespace.clone(), name.clone()))
+                .unwrap_or_default()
+            {
+                self.remove_subset(&namespace, &name, &subset);
+            }
+            let spread = SpreadLabels {
+                namespace,
+                workloadspread: name,
+            };
+            self.on_plan.remove(&spread);
+            self.pending_oldest.remove(&spread);
+        }
+    }
+
+    /// WorkloadSpreads with series exported.
+    #[cfg(test)]
+    fn exported_workloadspreads(&self) -> usize {
+        self.series.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// Records the live view of one WorkloadSpread (`core::controller::view`).
@@ -267,6 +326,12 @@ impl Metrics {
     }
 
     pub fn record_subsets(&self, namespace: &str, name: &str, status: &WorkloadSpreadStatus) {
+        let subsets = status
+            .subset_statuses
+            .iter()
+            .map(|s| s.name.clone())
+            .collect();
+        self.track(namespace, name, subsets);
         for s in &status.subset_statuses {
             self.subset_pods
                 .get_or_create(&SubsetLabels {
@@ -290,5 +355,70 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Removes the series of deleted WorkloadSpreads every `period`: those `spreads` (the
+/// controller's store) no longer holds. Runs until the process ends.
+pub async fn follow_deletions(
+    metrics: std::sync::Arc<Metrics>,
+    spreads: kube::runtime::reflector::Store<kube::api::DynamicObject>,
+    period: Duration,
+) {
+    let _ = spreads.wait_until_ready().await;
+    loop {
+        let live: HashSet<(String, String)> = spreads
+            .state()
+            .iter()
+            .map(|o| {
+                (
+                    o.metadata.namespace.clone().unwrap_or_default(),
+                    o.metadata.name.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        metrics.retain(&live);
+        tokio::time::sleep(period).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use workloadspread_core::api::v1beta1::WorkloadSpreadSubsetStatus;
+
+    fn status(subsets: &[&str]) -> WorkloadSpreadStatus {
+        WorkloadSpreadStatus {
+            subset_statuses: subsets
+                .iter()
+                .map(|n| WorkloadSpreadSubsetStatus {
+                    name: n.to_string(),
+                    replicas: 1,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Issue #41: series go with their subset and their WorkloadSpread.
+    #[test]
+    fn series_are_removed_with_their_subset_and_workloadspread() {
+        let m = Metrics::new();
+        m.record_subsets("ns", "a", &status(&["x", "y"]));
+        m.record_pending("ns", "a", None);
+        m.record_subsets("ns", "b", &status(&["x"]));
+        let text = m.encode();
+        assert!(text.contains(r#"subset="y""#), "{text}");
+        m.record_subsets("ns", "a", &status(&["x"]));
+        assert!(
+            !m.encode().contains(r#"subset="y""#),
+            "a subset removed from the spec"
+        );
+        m.retain(&HashSet::from([("ns".to_string(), "b".to_string())]));
+        let text = m.encode();
+        assert!(!text.contains(r#"workloadspread="a""#), "{text}");
+        assert!(text.contains(r#"workloadspread="b""#), "{text}");
+        assert_eq!(m.exported_workloadspreads(), 1);
     }
 }

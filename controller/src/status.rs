@@ -17,7 +17,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Duration;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
-use workloadspread_core::controller::view::{status_view, table};
+use workloadspread_core::controller::view::{status_view, table, StatusView};
 
 /// Bound of each API call.
 const TIMEOUT: Duration = Duration::from_secs(15);
@@ -154,6 +154,78 @@ pub async fn render(args: &StatusArgs) -> Result<String> {
     let v = status_view(&ws, &view.pods, view.replicas, args.next);
     Ok(match args.output.as_str() {
         "json" => serde_json::to_string_pretty(&v)? + "\n",
-        _ => table(&v),
+        _ => table(&printable(v)),
     })
+}
+
+/// The view with every name a tenant chose made safe for a terminal (issue #41): control
+/// characters (escape sequences that would move the cursor, rewrite the screen or set the
+/// window title) shown escaped, as `\u{1b}`. JSON output escapes them itself.
+fn printable(mut v: StatusView) -> StatusView {
+    let clean = |s: &mut String| {
+        if s.chars().any(char::is_control) {
+            *s = s
+                .chars()
+                .map(|c| {
+                    if c.is_control() {
+                        c.escape_default().to_string()
+                    } else {
+                        c.to_string()
+                    }
+                })
+                .collect();
+        }
+    };
+    clean(&mut v.namespace);
+    clean(&mut v.name);
+    for s in &mut v.subsets {
+        clean(&mut s.name);
+    }
+    for p in &mut v.next_removed {
+        clean(&mut p.name);
+        if let Some(s) = p.subset.as_mut() {
+            clean(s);
+        }
+    }
+    v.over_maximum.iter_mut().for_each(clean);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use workloadspread_core::controller::view::{NextPod, SubsetView};
+
+    #[test]
+    fn names_with_terminal_escapes_are_printed_escaped() {
+        let evil = "a\u{1b}]0;owned\u{7}\u{1b}[2J".to_string();
+        let v = StatusView {
+            namespace: "ns".into(),
+            name: evil.clone(),
+            replicas: 1,
+            subsets: vec![SubsetView {
+                name: evil.clone(),
+                max: Some(1),
+                planned: 1,
+                pods: 2,
+                creating: 0,
+                deleting: 0,
+            }],
+            outside: 0,
+            planned_outside: 0,
+            next_removed: vec![NextPod {
+                name: evil.clone(),
+                subset: Some(evil.clone()),
+                deletion_cost: 1,
+            }],
+            on_plan: false,
+            over_maximum: vec![evil.clone()],
+        };
+        let text = table(&printable(v));
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{text:?}"
+        );
+        assert!(text.contains("a\\u{1b}]0;owned\\u{7}"), "{text}");
+    }
 }

@@ -177,6 +177,11 @@ async fn run_controller(
         grace.clamp(Duration::from_secs(1), Duration::from_secs(10)),
         grace,
     ));
+    tokio::spawn(crate::metrics::follow_deletions(
+        metrics.clone(),
+        spreads.clone(),
+        Duration::from_secs(15),
+    ));
     let (workloads, workload_triggers) =
         Workloads::start(&client, scope, &kinds, spreads.clone(), resource.clone());
     let ctx = Arc::new(

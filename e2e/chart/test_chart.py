@@ -55,10 +55,16 @@ VARIANTS = {
     "kubewarden-digest": {"mode": "kubewarden", "kubewarden": {"moduleDigest": "sha256:" + "c" * 64}},
     "no-network-policy": {"mode": "bundled", "networkPolicy": {"enabled": False}},
     "no-pod-metadata-policy": {"mode": "bundled", "podMetadataPolicy": {"enabled": False}},
+    # Issue #41: the placement check warns, or is off.
+    "placement-warn": {"mode": "bundled", "placementCheck": {"action": "Warn"}},
+    "placement-off": {"mode": "kubewarden", "placementCheck": {"action": ""}},
+    "priority": {"mode": "bundled", "priorityClassName": "system-cluster-critical"},
 }
 
 MATCHED = "apps.kruise.io/matched-workloadspread"
-MATCH_CONDITIONS = ["pod-create-with-a-workload-controller", "pod-delete-of-a-matched-pod"]
+HOLD = "workloadspread.test/hold"
+MATCH_CONDITIONS = ["pod-create-with-a-workload-controller", "pod-delete-of-a-matched-pod",
+                    "pod-delete-of-a-live-pod"]
 
 
 def fail(msg):
@@ -96,8 +102,16 @@ def check_workloads(name, docs):
                 fail(f"{who}: probes missing")
 
 
+def webhook_definitions(docs):
+    """The webhooks the host writes into the configurations once it serves them (issue #41):
+    {"mutating": [...], "validating": [...]} from the host's ConfigMap."""
+    found = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] == "ws-host-webhooks"]
+    return yaml.safe_load(found[0]["data"]["webhooks.yaml"]) if found else None
+
+
 def check_webhooks(name, docs, values):
-    hooks = by_kind(docs, "MutatingWebhookConfiguration") + by_kind(docs, "ValidatingWebhookConfiguration")
+    configs = by_kind(docs, "MutatingWebhookConfiguration") + by_kind(docs, "ValidatingWebhookConfiguration")
+    hooks = configs
     if values["mode"] == "kubewarden":
         if hooks or [d for d in by_kind(docs, "Deployment") if "host" in d["metadata"]["name"]]:
             fail(f"{name}: kubewarden mode must not deploy the host or its webhooks")
@@ -125,8 +139,26 @@ def check_webhooks(name, docs, values):
         if settings["mode"] != "best-effort" or settings["spreadLookup"] != "list":
             fail(f"{name}: kubewarden settings {settings} (want mode best-effort, spreadLookup list)")
         return
-    if len(hooks) != 2:
-        fail(f"{name}: expected a mutating and a validating configuration, got {len(hooks)}")
+    if len(configs) != 2:
+        fail(f"{name}: expected a mutating and a validating configuration, got {len(configs)}")
+    # Issue #41: the chart renders the configurations without webhooks (no pod is sent to a
+    # host that does not serve yet); the host writes the definitions from its ConfigMap.
+    if any("webhooks" in c for c in configs):
+        fail(f"{name}: the chart renders webhooks into the configurations: {configs}")
+    definitions = webhook_definitions(docs)
+    if not definitions:
+        fail(f"{name}: no webhook definitions for the host (ConfigMap ws-host-webhooks)")
+    hooks = [{"webhooks": definitions["mutating"]}, {"webhooks": definitions["validating"]}]
+    host_spec = deployment(docs, "ws-host")
+    host_args = host_spec["containers"][0]["args"]
+    mounted = {v["name"]: v for v in host_spec["volumes"]}.get("webhooks", {}).get("configMap", {})
+    if "--webhook-config=ws" not in host_args or "--webhooks-file=/etc/workloadspread/webhooks.yaml" \
+            not in host_args or mounted.get("name") != "ws-host-webhooks":
+        fail(f"{name}: the host is not given the webhook definitions: {host_args} {host_spec['volumes']}")
+    pod_annotations = [d for d in by_kind(docs, "Deployment")
+                       if d["metadata"]["name"] == "ws-host"][0]["spec"]["template"]["metadata"]["annotations"]
+    if "checksum/webhooks" not in pod_annotations:
+        fail(f"{name}: changed webhook definitions would not roll the hosts: {pod_annotations}")
     # Pods: CREATE/DELETE narrowed by matchConditions, Fail; evictions (which do not carry the
     # pod) Ignore; both write status outside dry runs (NoneOnDryRun); WorkloadSpreads: None.
     want = {
@@ -135,6 +167,9 @@ def check_webhooks(name, docs, values):
         "workloadspreads.workloadspread.io": ([("workloadspreads", "CREATE"), ("workloadspreads", "UPDATE")],
                                               "Fail", "None", []),
     }
+    pods_hook = [w for w in definitions["mutating"] if w["name"] == "pods.workloadspread.io"]
+    if not pods_hook or pods_hook[0].get("reinvocationPolicy") != "IfNeeded":
+        fail(f"{name}: the pod webhook must be re-invoked after later webhooks: {pods_hook}")
     seen = set()
     selector = values.get("webhook", {}).get("namespaceSelector", {})
     for h in hooks:
@@ -154,9 +189,13 @@ def check_webhooks(name, docs, values):
     if seen != set(want):
         fail(f"{name}: webhooks {sorted(seen)}, want {sorted(want)}")
     cert_manager = values.get("tls", {}).get("mode") == "certManager"
-    annotated = all("cert-manager.io/inject-ca-from" in (h["metadata"].get("annotations") or {}) for h in hooks)
-    if cert_manager != annotated:
-        fail(f"{name}: cert-manager CA injection annotation mismatch")
+    # Issue #41: the hosts keep the bundle in both modes (an overlap at a CA change), so
+    # cert-manager's cainjector must not write it too.
+    if any("cert-manager.io/inject-ca-from" in (h["metadata"].get("annotations") or {}) for h in configs) \
+            or any(a.startswith("--crd-ca-injection-from") for a in host_args):
+        fail(f"{name}: cainjector would fight the hosts over the CA bundle")
+    if cert_manager and "--tls-ca-overlap=15m" not in host_args:
+        fail(f"{name}: no CA overlap in cert-manager mode: {host_args}")
     if cert_manager:
         certs = {c["metadata"]["name"]: c["spec"] for c in by_kind(docs, "Certificate")}
         issuers = {i["metadata"]["name"]: i["spec"] for i in by_kind(docs, "Issuer")}
@@ -180,6 +219,70 @@ def check_webhooks(name, docs, values):
         fail(f"{name}: rules {settings.get('rules')!r} / {controller_args} (want {want!r})")
     if not by_kind(docs, "PodDisruptionBudget"):
         fail(f"{name}: no PodDisruptionBudget for the host")
+
+
+def check_host_secrets():
+    """Issue #41 (6): the host may create Secrets in its namespace (RBAC cannot name what is
+    created) but the chart's ValidatingAdmissionPolicy refuses it any but its own."""
+    ns = f"ws-secrets-{os.getpid()}"
+    kubectl("create", "namespace", ns)
+    created = []
+    try:
+        docs = render({"mode": "bundled"}, namespace=ns)
+        objs = [d for d in docs if d["kind"] in {"ServiceAccount", "Role", "RoleBinding"}
+                and d["metadata"]["name"].startswith("ws-host")]
+        policy = [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")
+                  and d["metadata"]["name"] == "ws-host-secrets"]
+        if len(policy) != 2:
+            fail(f"no Secret policy for the host: {[d['metadata']['name'] for d in docs]}")
+        for d in policy:
+            d["metadata"]["name"] += f"-{ns}"
+            if d["kind"] == "ValidatingAdmissionPolicyBinding":
+                d["spec"]["policyName"] += f"-{ns}"
+        created = [(d["kind"], d["metadata"]["name"]) for d in policy]
+        kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objs + policy))
+        as_host = [f"--as=system:serviceaccount:{ns}:ws-host", "-n", ns]
+
+        def create(secret):
+            return kubectl("create", "secret", "generic", secret, "--dry-run=server", *as_host, check=False)
+        wait_until("the Secret policy to be enforced", lambda: (
+            lambda p: ("may create only its own Secret" in p.stderr, p.stderr.strip() or "created"))(
+            create("other")))
+        own = create("ws-host-tls")
+        if own.returncode != 0:
+            fail(f"the host cannot create its own Secret: {own.stderr}")
+        print("host Secrets: another Secret refused to the host, its own allowed")
+    finally:
+        for kind, obj in created:
+            kubectl("delete", kind.lower(), obj, "--ignore-not-found", check=False)
+        kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def check_placement(name, docs, values):
+    """Issue #41 (5): the placement ValidatingAdmissionPolicy, in both modes, with the
+    action placementCheck.action names (none when empty)."""
+    action = values.get("placementCheck", {}).get("action", "Deny")
+    policies = [d for d in by_kind(docs, "ValidatingAdmissionPolicy")
+                if d["metadata"]["name"].endswith("-placement")]
+    bindings = [d for d in by_kind(docs, "ValidatingAdmissionPolicyBinding")
+                if d["metadata"]["name"].endswith("-placement")]
+    if not action:
+        if policies or bindings:
+            fail(f"{name}: placementCheck.action empty still renders {policies + bindings}")
+        return
+    if len(policies) != 1 or len(bindings) != 1:
+        fail(f"{name}: expected one placement policy and binding, got {len(policies)}/{len(bindings)}")
+    spec, binding = policies[0]["spec"], bindings[0]["spec"]
+    if spec["paramKind"] != {"apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread"} \
+            or spec["failurePolicy"] != "Fail":
+        fail(f"{name}: placement policy {spec}")
+    want = ["Deny"] if action == "Deny" else ["Warn", "Audit"]
+    if binding["validationActions"] != want or binding["policyName"] != policies[0]["metadata"]["name"] \
+            or binding["paramRef"] != {"selector": {}, "parameterNotFoundAction": "Allow"}:
+        fail(f"{name}: placement binding {binding} (want actions {want})")
+    excluded = binding["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"]
+    if NAMESPACE not in excluded:
+        fail(f"{name}: the placement binding must exclude the release namespace: {excluded}")
 
 
 def deployment(docs, name):
@@ -267,9 +370,21 @@ def check_security(name, docs, values):
     spec = deployment(docs, "ws-host")
     c = spec["containers"][0]
     args = dict(a.split("=", 1) for a in c["args"][1:] if "=" in a)
-    for probe in ("livenessProbe", "readinessProbe"):
-        if c[probe]["httpGet"]["port"] != "health" or c[probe]["httpGet"].get("scheme", "HTTP") != "HTTP":
-            fail(f"{name}: {probe} must use the plain health port: {c[probe]}")
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        if probe not in c or c[probe]["httpGet"]["port"] != "health" \
+                or c[probe]["httpGet"].get("scheme", "HTTP") != "HTTP":
+            fail(f"{name}: {probe} must use the plain health port: {c.get(probe)}")
+    # Issue #41: /tmp bounded, the priority class passed to both components.
+    cache = {v["name"]: v for v in spec["volumes"]}["cache"]
+    if not cache.get("emptyDir", {}).get("sizeLimit"):
+        fail(f"{name}: the host's /tmp has no sizeLimit: {cache}")
+    for component in ("ws-host", "ws-controller"):
+        got = deployment(docs, component).get("priorityClassName")
+        if got != (values.get("priorityClassName") or None):
+            fail(f"{name}: {component} priorityClassName {got!r}, want {values.get('priorityClassName')!r}")
+    # Issue #41: the module precompiled in the image is loaded, not compiled at start.
+    if args.get("--precompiled-dir") != "/policy/precompiled":
+        fail(f"{name}: the host is not pointed at the precompiled module: {args}")
     env = {e["name"]: e for e in c.get("env", [])}
     if args.get("--memory-limit-mib") != "$(MEMORY_LIMIT_MIB)" or \
             env.get("MEMORY_LIMIT_MIB", {}).get("valueFrom", {}).get("resourceFieldRef", {}).get("resource") != "limits.memory":
@@ -277,7 +392,8 @@ def check_security(name, docs, values):
     # The host refuses to start unless its evaluations fit the limit (serve/limits.rs).
     concurrency, guest = int(args["--max-concurrency"]), int(args["--max-memory-mib"])
     request = int(args["--max-request-bytes"]) / (1 << 20)
-    need = concurrency * (guest + 4 * min(request, 1)) + min(concurrency, 2) * 4 * max(request - 1, 0) + 192
+    need = concurrency * (guest + 3 * min(request, 1)) + min(concurrency, 2) * 3 * max(request - 1, 0) \
+        + max(32, 2 * request) + 192
     limit = parse_mib(c["resources"]["limits"]["memory"])
     if need > limit:
         fail(f"{name}: concurrency x memory needs {need} MiB > the {limit} MiB limit")
@@ -285,6 +401,9 @@ def check_security(name, docs, values):
     mounts = {m["name"] for m in c.get("volumeMounts", [])}
     if bool(client_ca) != ("--client-ca-file" in args and "client-ca" in mounts):
         fail(f"{name}: tls.clientCA and --client-ca-file disagree: {args} {mounts}")
+    identities = [a.split("=", 1)[1] for a in c["args"] if a.startswith("--client-cert-identity=")]
+    if identities != (["kube-apiserver"] if client_ca else []):
+        fail(f"{name}: the API server's certificate identity is not pinned: {identities}")
     if client_ca:
         cm = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] == "ws-host-client-ca"]
         if not cm or cm[0]["data"]["ca.crt"].strip() != client_ca.strip():
@@ -344,6 +463,7 @@ def lint():
         check_webhooks(name, docs, values)
         check_security(name, docs, values)
         check_pod_metadata_policy(name, docs, values)
+        check_placement(name, docs, values)
         kinds = sorted({d["kind"] for d in docs})
         print(f"render {name}: {len(docs)} objects ({', '.join(kinds)})")
     check_versions()
@@ -504,17 +624,20 @@ def check_match_conditions():
     name = f"ws-match-{os.getpid()}"
     label = {"workloadspread.test/match-conditions": ns}
     values = {"mode": "bundled", "webhook": {"namespaceSelector": {"matchLabels": label}}}
-    [config] = by_kind(render(values, namespace=f"{ns}-release"), "MutatingWebhookConfiguration")
-    config["metadata"] = {"name": name}
+    definitions = webhook_definitions(render(values, namespace=f"{ns}-release"))
+    config = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+              "metadata": {"name": name}, "webhooks": definitions["mutating"]}
     for w in config["webhooks"]:
         w["clientConfig"] = {"url": "https://127.0.0.1:1/mutate"}
     kubectl("create", "namespace", ns)
     kubectl("label", "namespace", ns, f"workloadspread.test/match-conditions={ns}")
 
-    def pod(pod_name, owner=None, annotations=None):
+    def pod(pod_name, owner=None, annotations=None, finalizers=None):
         meta = {"name": pod_name, "namespace": ns, "annotations": annotations or {}}
         if owner:
             meta["ownerReferences"] = [owner]
+        if finalizers:
+            meta["finalizers"] = finalizers
         return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
                            "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
 
@@ -522,8 +645,15 @@ def check_match_conditions():
                 "uid": "6d0a5d62-0000-4000-8000-000000000001", "controller": True}
     matched = {MATCHED: '{"name":"web","subset":"a"}'}
     try:
-        for p, annotations in [("plain-delete", None), ("plain-evict", None), ("annotated", matched)]:
+        for p, annotations in [("plain-delete", None), ("plain-evict", None), ("annotated", matched),
+                               ("finished", matched)]:
             kubectl("create", "-f", "-", stdin=pod(p, annotations=annotations))
+        # Issue #41 (4): a matched pod already terminating (held by a finalizer) and one whose
+        # containers finished: the policy releases nothing for either.
+        kubectl("create", "-f", "-", stdin=pod("terminating", annotations=matched, finalizers=[HOLD]))
+        kubectl("delete", "pod", "-n", ns, "terminating", "--wait=false")
+        kubectl("patch", "pod", "-n", ns, "finished", "--subresource=status", "--type=merge",
+                "-p", json.dumps({"status": {"phase": "Succeeded"}}))
         kubectl("apply", "-f", "-", stdin=json.dumps(config))
         # Enforced once a pod that can be spread is refused (the API server's webhook cache lags).
         wait_until("the webhook configuration to be enforced", lambda: (
@@ -545,6 +675,10 @@ def check_match_conditions():
                                "metadata": {"name": "plain-evict", "namespace": ns}})
         kubectl("create", "--raw", f"/api/v1/namespaces/{ns}/pods/plain-evict/eviction", "-f", "-",
                 stdin=eviction)
+        for p in ("terminating", "finished"):
+            deleted = kubectl("delete", "pod", "-n", ns, p, "--wait=false", check=False)
+            if deleted.returncode != 0:
+                fail(f"deleting the {p} matched pod with no host running was refused: {deleted.stderr}")
         refused_create = kubectl("create", "-f", "-", check=False, stdin=pod("spread", rs_owner))
         refused_delete = kubectl("delete", "pod", "-n", ns, "annotated", "--wait=false", check=False)
         for what, p in [("creating a pod a WorkloadSpread may spread", refused_create),
@@ -552,10 +686,116 @@ def check_match_conditions():
             if p.returncode == 0 or "pods.workloadspread.io" not in p.stderr:
                 fail(f"{what} with no host running was not refused by the webhook: {p.stdout} {p.stderr}")
         print("match conditions: with no host answering, a DaemonSet pod and an unowned pod were "
-              "created, a plain pod deleted and another evicted; a spreadable pod and a matched "
-              "pod's deletion were refused")
+              "created, a plain pod deleted and another evicted, a terminating and a finished "
+              "matched pod deleted; a spreadable pod and a running matched pod's deletion were "
+              "refused")
     finally:
+        kubectl("patch", "pod", "-n", ns, "terminating", "--type=json", "-p",
+                json.dumps([{"op": "remove", "path": "/metadata/finalizers"}]), check=False)
         kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found", check=False)
+        kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def check_placement_policy():
+    """Issue #41 (5): the chart's ValidatingAdmissionPolicy on the API server. A pod whose
+    matched annotation names a subset with a required node selector is refused unless every
+    term of its final node affinity holds that selector — also when a mutating policy
+    removed it after the pod was sent (a MutatingAdmissionPolicy here, where served); other
+    subsets, other WorkloadSpreads and unannotated pods pass; with action Warn the pod is
+    admitted with a warning. Checked with server-side dry runs (admission runs, nothing is
+    stored)."""
+    ns = f"ws-placement-{os.getpid()}"
+    suffix = f"-{ns}"
+    created = []
+    kubectl("create", "namespace", ns)
+    try:
+        ws = {"apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+              "metadata": {"name": "web", "namespace": ns},
+              "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web"},
+                       "subsets": [{"name": "a", "requiredNodeSelector": {"matchExpressions": [
+                           {"key": "topology.kubernetes.io/zone", "operator": "In",
+                            "values": ["zone-a"]}]}},
+                                   {"name": "b"}]}}
+        kubectl("apply", "-f", "-", stdin=json.dumps(ws))
+
+        def policy(action):
+            docs = render({"mode": "bundled", "placementCheck": {"action": action}},
+                          namespace=f"{ns}-release")
+            objs = [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")]
+            for d in objs:
+                d["metadata"]["name"] += suffix
+                if d["kind"] == "ValidatingAdmissionPolicyBinding":
+                    d["spec"]["policyName"] += suffix
+                    # This namespace only: other tests' pods are not this policy's.
+                    d["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {
+                        "kubernetes.io/metadata.name": ns}}}
+            return objs
+
+        def pod(name, subset="a", ws_name="web", zone="zone-a", labels=None):
+            spec = {"containers": [{"name": "c", "image": "busybox"}]}
+            if zone:
+                spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+                        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}]}}}
+            annotations = {MATCHED: json.dumps({"name": ws_name, "subset": subset}, separators=(",", ":"))}
+            return json.dumps({"apiVersion": "v1", "kind": "Pod",
+                               "metadata": {"name": name, "namespace": ns, "annotations": annotations,
+                                            "labels": labels or {}},
+                               "spec": spec})
+
+        def dry_run(manifest):
+            return kubectl("create", "--dry-run=server", "-f", "-", check=False, stdin=manifest)
+
+        objs = policy("Deny")
+        created += [(d["kind"], d["metadata"]["name"]) for d in objs]
+        kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objs))
+        lacking = "lacks the subset's required node selector"
+        wait_until("the placement policy to be enforced", lambda: (
+            lambda p: (lacking in p.stderr, p.stderr.strip() or "created"))(dry_run(pod("probe", zone=None))))
+        cases = [("holds the subset's term", pod("ok"), True),
+                 ("another zone", pod("elsewhere", zone="zone-b"), False),
+                 ("no affinity", pod("bare", zone=None), False),
+                 ("a subset without a required selector", pod("in-b", subset="b", zone=None), True),
+                 ("another WorkloadSpread", pod("other", ws_name="other", zone=None), True)]
+        for what, manifest, allowed in cases:
+            p = dry_run(manifest)
+            if (p.returncode == 0) != allowed or (not allowed and lacking not in p.stderr):
+                fail(f"placement policy, {what}: allowed={p.returncode == 0}, want {allowed}: {p.stderr}")
+        # A mutating policy that strips the node affinity after the pod is sent.
+        served = kubectl("api-resources", "--api-group=admissionregistration.k8s.io", "-o", "name").stdout
+        stripped = "not served"
+        if "mutatingadmissionpolicies" in served:
+            strip = [{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+                      "metadata": {"name": f"strip{suffix}"},
+                      "spec": {"matchConstraints": {"resourceRules": [{
+                          "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                          "operations": ["CREATE"]}]},
+                          "matchConditions": [{"name": "labelled", "expression":
+                                               "has(object.metadata.labels) && 'strip' in object.metadata.labels"}],
+                          "failurePolicy": "Fail", "reinvocationPolicy": "Never",
+                          "mutations": [{"patchType": "JSONPatch", "jsonPatch": {
+                              "expression": "[JSONPatch{op: 'remove', path: '/spec/affinity'}]"}}]}},
+                     {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+                      "metadata": {"name": f"strip{suffix}"},
+                      "spec": {"policyName": f"strip{suffix}", "matchResources": {"namespaceSelector": {
+                          "matchLabels": {"kubernetes.io/metadata.name": ns}}}}}]
+            created += [(d["kind"], d["metadata"]["name"]) for d in strip]
+            kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(strip))
+            wait_until("the stripping policy to be enforced", lambda: (
+                lambda p: (lacking in p.stderr, p.stderr.strip() or "created"))(
+                dry_run(pod("stripped", labels={"strip": "yes"}))))
+            stripped = "refused"
+        # Warn: admitted, with the warning.
+        kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(policy("Warn")))
+        warned = wait_until("the policy to warn instead", lambda: (
+            lambda p: (p.returncode == 0 and lacking in p.stderr, p.stderr.strip()))(dry_run(pod("warned", zone=None))))
+        print(f"placement policy: {len(cases)} pods checked against their subset's required node "
+              f"selector; affinity stripped by a MutatingAdmissionPolicy: {stripped}; action Warn "
+              f"admits with {warned.splitlines()[0][:60]!r}...")
+    finally:
+        for kind, name in created:
+            kubectl("delete", kind.lower(), name, "--ignore-not-found", check=False)
         kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
@@ -606,6 +846,10 @@ def apply():
             (host, "patch", "customresourcedefinitions.apiextensions.k8s.io", None,
              "workloadspreads.apps.kruise.io", True),
             (host, "patch", "customresourcedefinitions.apiextensions.k8s.io", None, "other.example.com", False),
+            # Issue #41: the API server reaching a host through the Service, that Service only.
+            (host, "get", "services/proxy", ns, f"https:{host}:443", True),
+            (host, "get", "services/proxy", ns, "https:other:443", False),
+            (host, "create", "mutatingwebhookconfigurations.admissionregistration.k8s.io", None, None, False),
         ]
         for sa, verb, resource, target, name, want in checks:
             got = can_i(ns, sa, verb, resource, target or ns, name)
@@ -634,6 +878,8 @@ def apply():
         print(f"apply: CRD and RBAC accepted; {len(checks)} more permission checks ok (uninstall hook)")
         check_scoped_pod_writes()
         check_match_conditions()
+        check_placement_policy()
+        check_host_secrets()
     finally:
         kubectl("delete", "namespace", ns, "--wait=false", check=False)
         for kind, name in cluster_scoped:

@@ -7,8 +7,11 @@ PATH, WS_REGISTRY and WS_REAL_NODE_NAME) and the images from `make images`; `mak
 all of it. Steps, each asserting what a user would see:
 
   1. push the images to the loopback registry; `helm install` (Helm SDK) in mode bundled with
-     the host and the controller on the real node (2 replicas each)
-  2. both Deployments Ready, the webhook configurations carry the CA bundle
+     the host (CPU limit = request, 100m) and the controller on the real node (2 replicas
+     each) while pods a WorkloadSpread may spread are created in a covered namespace: none
+     refused (the host writes the webhooks only once the API server reaches it)
+  2. both Deployments Ready, the webhook configurations carry the CA bundle; the image's
+     host started cold: /healthz within 2 s, /readyz after at most 1 CPU-second
   3. a v1alpha1 WorkloadSpread (conversion through the in-cluster host) spreads a Deployment
      over three zones of KWOK nodes exactly
   4. a 100-pod scale-out spanning one host pod's deletion: no pod refused, exact counts
@@ -30,6 +33,8 @@ import threading
 import time
 
 import helm_python
+
+import startup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMAGES = os.environ.get("IMAGES_DIR", os.path.join(ROOT, "dist", "images"))
@@ -124,10 +129,17 @@ def on_real_node(node, repository, **extra):
     }
 
 
+# Issue #41: the hosts run with a CPU limit equal to their request (what a busy node gives
+# them): one that compiled the policy module at start would need minutes to be ready.
+HOST_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"},
+                  "limits": {"cpu": "100m", "memory": "1Gi"}}
+
+
 def chart_values(refs, node, **host_extra):
     return {
         "mode": "bundled",
-        "host": on_real_node(node, refs["host"], replicas=2, **host_extra),
+        "host": on_real_node(node, refs["host"], replicas=2, resources=HOST_RESOURCES,
+                             **host_extra),
         "controller": on_real_node(node, refs["controller"], replicas=2),
     }
 
@@ -136,11 +148,75 @@ def helm():
     return helm_python.Config(kubeconfig_path=os.environ["KUBECONFIG"], namespace=SYSTEM_NS)
 
 
+class PodStream:
+    """Creates a pod a WorkloadSpread may spread (a ReplicaSet controller: the webhook's
+    matchConditions send it to the host) every `period` seconds in namespace `ns`, from
+    before `helm install` on, and records every refusal and whether the webhooks were in
+    place when each pod was created."""
+
+    def __init__(self, ns, period=0.5):
+        self.ns, self.period = ns, period
+        self.created = {"before": 0, "after": 0}
+        self.refused = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        i = 0
+        while not self.stop.is_set():
+            configured = webhooks_written()
+            p = kubectl("create", "-n", self.ns, "-f", "-", check=False,
+                        stdin=json.dumps(probe_pod(f"install-{i}")))
+            if p.returncode != 0:
+                self.refused.append(p.stderr.strip())
+            else:
+                self.created["after" if configured else "before"] += 1
+            i += 1
+            self.stop.wait(self.period)
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join(timeout=60)
+
+
+def webhooks_written():
+    """Whether both webhook configurations hold webhooks (the host writes them)."""
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        p = kubectl("get", kind, RELEASE, "-o", "json", check=False)
+        if p.returncode != 0 or not json.loads(p.stdout).get("webhooks"):
+            return False
+    return True
+
+
 def install(values):
+    """`helm install` while pods a WorkloadSpread may spread are created in a covered
+    namespace (issue #41): none may be refused — the webhooks are written only once the API
+    server reaches a host — and creations continue after they are."""
+    ns = f"{TEST_NS}-install"
+    kubectl("create", "namespace", ns)
+    stream = PodStream(ns)
     started = time.monotonic()
-    helm().install(packaged_chart(), RELEASE, values, namespace=SYSTEM_NS, create_namespace=True,
-                   wait="watcher", timeout=300)
-    log(f"helm install: deployed and Ready in {time.monotonic() - started:.0f}s")
+    try:
+        helm().install(packaged_chart(), RELEASE, values, namespace=SYSTEM_NS,
+                       create_namespace=True, wait="watcher", timeout=300)
+        took = time.monotonic() - started
+        wait_for("the host to write the webhooks", lambda: (webhooks_written(), "not yet"),
+                 timeout=120)
+        written = time.monotonic() - started
+        wait_for("pods created through the webhooks", lambda: (
+            stream.created["after"] >= 5, stream.created), timeout=60)
+    finally:
+        stream.finish()
+    if stream.refused:
+        raise Failure(f"{len(stream.refused)} pod creates refused around helm install: "
+                      f"{stream.refused[:3]}")
+    if not stream.created["before"]:
+        raise Failure(f"no pod was created before the webhooks were written: {stream.created}")
+    log(f"helm install: deployed and Ready in {took:.0f}s, webhooks written after "
+        f"{written:.0f}s; pods created meanwhile: {stream.created['before']} before the "
+        f"webhooks, {stream.created['after']} through them, none refused")
+    kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 # ------------------------------------------------------------------ 2. ready
@@ -172,6 +248,19 @@ def host_pods():
     return [p for p in get_json("pods", "-n", SYSTEM_NS,
                                 "-l", "app.kubernetes.io/component=host")["items"]
             if not p["metadata"].get("deletionTimestamp")]
+
+
+def check_startup():
+    """Issue #41: the image's own binary and module, cold cache: /healthz within 2 s of the
+    start, /readyz after at most 1 CPU-second (e2e/chart/startup.py)."""
+    try:
+        figures = startup.measure(os.path.join(IMAGES, "host"))
+        startup.check(figures)
+    except startup.StartupError as e:
+        raise Failure(str(e)) from e
+    log(f"host start-up (image's binary and module, cold cache): /healthz after "
+        f"{figures['healthz_ms']} ms, /readyz after {figures['readyz_cpu_seconds']} CPU-s "
+        f"({figures['readyz_wall_seconds']} s), module {figures['module']}")
 
 
 # ------------------------------------------------------------------ 3. spread
@@ -365,7 +454,12 @@ def check_leader_failover():
 
 def check_metrics():
     host = kubectl("get", "--raw",
-                   f"/api/v1/namespaces/{SYSTEM_NS}/services/https:{RELEASE}-host:443/proxy/metrics").stdout
+                   f"/api/v1/namespaces/{SYSTEM_NS}/services/{RELEASE}-host:8080/proxy/metrics").stdout
+    # Issue #41: not on the webhook port (its labels name tenants' namespaces).
+    webhook_port = kubectl("get", "--raw", f"/api/v1/namespaces/{SYSTEM_NS}/services/"
+                           f"https:{RELEASE}-host:443/proxy/metrics", check=False)
+    if webhook_port.returncode == 0 and "workloadspread_host_" in webhook_port.stdout:
+        raise Failure("the host serves /metrics on its webhook port")
     controller = kubectl("get", "--raw",
                          f"/api/v1/namespaces/{SYSTEM_NS}/services/{RELEASE}-controller-metrics:8080/proxy/metrics").stdout
     for who, body, want in (("host", host, "workloadspread_host_"),
@@ -453,6 +547,7 @@ def main():
         values = chart_values(refs, os.environ["WS_REAL_NODE_NAME"])
         install(values)
         check_ready()
+        check_startup()
         check_spread()
         check_burst_with_host_loss()
         check_leader_failover()

@@ -1,5 +1,6 @@
-//! A waPC host on wasmtime: the module is compiled once (with an on-disk compilation
-//! cache) and instantiated under an epoch deadline and a memory cap. Fresh for every
+//! A waPC host on wasmtime: the module is loaded precompiled (`precompiled.rs`) or
+//! compiled once (with an on-disk compilation cache) for a fixed CPU baseline
+//! (`baseline.rs`), and instantiated under an epoch deadline and a memory cap. Fresh for every
 //! evaluation, like Kubewarden's policy-server, unless [`EngineOptions::reuse`] keeps
 //! instances between evaluations (waPC's own model: `__guest_call` again on the same
 //! instance; the policy keeps no state between calls): an instance that trapped, ran out
@@ -104,12 +105,37 @@ pub struct PolicyEngine {
 impl PolicyEngine {
     /// Compiles `wasm` and links WASI preview 1 plus the waPC imports.
     pub fn new(wasm: &[u8], options: EngineOptions) -> anyhow::Result<Self> {
+        Ok(Self::load(wasm, options, None)?.0)
+    }
+
+    /// As [`PolicyEngine::new`], from the module precompiled in `precompiled` for this
+    /// engine's configuration when there is one (`precompiled::load`); says which.
+    pub fn load(
+        wasm: &[u8],
+        options: EngineOptions,
+        precompiled: Option<&Path>,
+    ) -> anyhow::Result<(Self, precompiled::Loaded)> {
         let engine = Engine::new(&engine_config(&options)?)?;
-        let module = Module::new(&engine, wasm)?;
+        let (module, loaded) = precompiled::load(&engine, wasm, precompiled)?;
+        Ok((Self::link(engine, &module, options)?, loaded))
+    }
+
+    /// Writes `wasm` compiled for the engine `options` configure into `dir` (the file
+    /// `serve --precompiled-dir` looks for); returns its path.
+    pub fn precompile(
+        wasm: &[u8],
+        options: &EngineOptions,
+        dir: &Path,
+    ) -> anyhow::Result<std::path::PathBuf> {
+        let engine = Engine::new(&engine_config(options)?)?;
+        precompiled::precompile(&engine, wasm, dir)
+    }
+
+    fn link(engine: Engine, module: &Module, options: EngineOptions) -> anyhow::Result<Self> {
         let mut linker: Linker<State> = Linker::new(&engine);
         p1::add_to_linker_sync(&mut linker, |s: &mut State| &mut s.wasi)?;
         crate::wapc::add_to_linker(&mut linker)?;
-        let pre = linker.instantiate_pre(&module)?;
+        let pre = linker.instantiate_pre(module)?;
         spawn_epoch_ticker(&engine);
         Ok(PolicyEngine {
             engine,
@@ -277,8 +303,10 @@ fn len_i32(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
+/// The engine's configuration: everything in it that changes compiled code goes into
+/// the precompiled module's name (`precompiled::artifact_name`).
 fn engine_config(options: &EngineOptions) -> anyhow::Result<Config> {
-    let mut config = Config::new();
+    let (mut config, _) = baseline::config();
     config.epoch_interruption(true);
     if options.pool_instances > 0 {
         let mut pool = PoolingAllocationConfig::default();
@@ -368,6 +396,9 @@ pub(crate) fn memory(caller: &mut Caller<'_, State>) -> wasmtime::Result<wasmtim
         .and_then(|e| e.into_memory())
         .ok_or_else(|| wasmtime::format_err!("the guest exports no memory"))
 }
+
+pub mod baseline;
+pub mod precompiled;
 
 #[cfg(test)]
 mod tests;

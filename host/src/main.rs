@@ -1,5 +1,7 @@
 //! `workloadspread-host`: runs the WorkloadSpread policy module outside Kubewarden.
-#![forbid(unsafe_code)]
+// Two audited exceptions, each with its SAFETY note: loading the precompiled policy
+// module (`engine/precompiled.rs`) and the engine's CPU baseline (`engine/baseline.rs`).
+#![deny(unsafe_code)]
 
 mod annotate;
 mod bench;
@@ -17,6 +19,7 @@ use clap::{Parser, Subcommand};
 use commands::annotate::AnnotateArgs;
 use commands::bench::BenchArgs;
 pub(crate) use commands::now;
+use commands::precompile::PrecompileArgs;
 use commands::pull::PullArgs;
 use commands::push::PushArgs;
 use commands::run::RunArgs;
@@ -40,6 +43,9 @@ enum Command {
     Run(RunArgs),
     /// Serve the policy as an HTTPS admission webhook with exact counters.
     Serve(Box<ServeArgs>),
+    /// Compile the module for the engine `serve` runs (the image ships the result, so
+    /// that the host starts without compiling).
+    Precompile(PrecompileArgs),
     /// Evaluate one request N times through the module and natively; print p50/p99.
     Bench(BenchArgs),
     /// Embed metadata in the module (`io.kubewarden.metadata`), as `kwctl annotate`.
@@ -64,6 +70,7 @@ fn main() {
         Command::Run(args) => commands::run::run(args),
         Command::Serve(args) => commands::serve::serve(*args),
         Command::Bench(args) => commands::bench::bench(args),
+        Command::Precompile(args) => commands::precompile::precompile(args),
         Command::Annotate(args) => commands::annotate::annotate(args),
         Command::Push(args) => commands::push::push(args),
         Command::Pull(args) => commands::pull::pull(args),

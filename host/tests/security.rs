@@ -25,6 +25,10 @@ use workloadspread_testkit::{cluster, unique_name, wait_for};
 
 mod security_support;
 use security_support::*;
+#[path = "security/ca_rotation.rs"]
+mod ca_rotation;
+#[path = "security/starvation.rs"]
+mod starvation;
 
 /// Issue #30 (3): 200 slowloris connections and 20 concurrent senders of 8 MiB bodies
 /// against a host sized as the chart sizes it (16 slots × 32 MiB guests under 1 GiB):
@@ -173,6 +177,9 @@ async fn with_client_certificates_only_the_api_server_is_answered() -> Result<()
             name.clone(),
             "--client-ca-file".into(),
             pki("webhook-client-ca.crt")?.display().to_string(),
+            // The common name the local control plane's API server presents.
+            "--client-cert-identity".into(),
+            "kube-apiserver-webhook-client".into(),
         ],
     )
     .await?;
@@ -209,6 +216,12 @@ async fn with_client_certificates_only_the_api_server_is_answered() -> Result<()
     };
     let (webhook_crt, webhook_key) = (pki("webhook-client.crt")?, pki("webhook-client.key")?);
     let (admin_crt, admin_key) = (pki("admin.crt")?, pki("admin.key")?);
+    // Issue #41: a certificate of the same CA for another identity.
+    let (intruder_crt, intruder_key) = sign_client("intruder", "webhook-client-ca")?;
+    let intruder = curl(Some((
+        intruder_crt.to_str().unwrap_or_default(),
+        intruder_key.to_str().unwrap_or_default(),
+    )))?;
     let anonymous = curl(None)?;
     let other_ca = curl(Some((
         admin_crt.to_str().unwrap_or_default(),
@@ -218,10 +231,15 @@ async fn with_client_certificates_only_the_api_server_is_answered() -> Result<()
         webhook_crt.to_str().unwrap_or_default(),
         webhook_key.to_str().unwrap_or_default(),
     )))?;
-    let probes = host.get("/healthz").await?;
+    let probes = host.get_over_tls("/healthz").await?;
     eprintln!(
-        "no certificate: {anonymous:?}; another CA's: {other_ca:?}; the API server's: \
-         {api_server:?}; /healthz without one: {probes:?}"
+        "no certificate: {anonymous:?}; another CA's: {other_ca:?}; the CA's for another \
+         identity: {intruder:?}; the API server's: {api_server:?}; /healthz without one: \
+         {probes:?}"
+    );
+    ensure!(
+        intruder == (true, "403".into()),
+        "a certificate of the CA naming another identity: {intruder:?}"
     );
     ensure!(
         anonymous == (true, "403".into()),

@@ -90,9 +90,54 @@ capabilities: {drop: [ALL]}
 {{- /* Only requests that can concern a WorkloadSpread reach the webhook (issue #30): a pod
      created with a controller that is not a DaemonSet (WorkloadSpreads target workloads;
      DaemonSet pods — CNI, cert-manager — must start while the host is down), and the
-     deletion of a pod carrying the matched annotation. Other requests (evictions,
+     deletion of a pod carrying the matched annotation that is neither terminating nor
+     terminal (issue #41: the policy releases nothing for those — its slot was released
+     when its deletion began, or is freed by the controller's recount — and with the host
+     down they would stay Terminating and hold up namespace deletion). Other requests (evictions,
      WorkloadSpreads) pass both conditions. An empty field is absent in CEL (has()), and an
      expression that errors fails the request under failurePolicy Fail. */ -}}
+{{- /* The webhooks the host writes into the configurations once it serves them
+     (templates/webhooks.yaml); one list per configuration. A webhook is added here (a pod
+     UPDATE rule, say) by adding its entry: the host writes whatever this renders. */ -}}
+{{- define "ws.webhookDefinitions" -}}
+mutating:
+- name: pods.workloadspread.io
+  clientConfig:
+    service: {name: {{ include "ws.host" . }}, namespace: {{ .Release.Namespace }}, path: /mutate, port: 443}
+  rules: {{- include "ws.webhookRules.pods" . | nindent 2 }}
+  {{- include "ws.namespaceSelector" . | nindent 2 }}
+  {{- include "ws.matchConditions" . | nindent 2 }}
+  failurePolicy: {{ .Values.webhook.failurePolicy }}
+  # Claims and releases write WorkloadSpread status; dry runs write nothing.
+  sideEffects: NoneOnDryRun
+  admissionReviewVersions: [v1]
+  timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+  # Called again when a later mutating webhook changed the pod: the host answers with the
+  # subset it chose the first time, injected again, and claims nothing (serve/reinvoke.rs).
+  reinvocationPolicy: IfNeeded
+# An Eviction does not carry its pod, so no condition can tell a spread pod's from any
+# other: evictions get their own failure policy (a missed release frees the slot late,
+# when the controller recounts — never early), so draining a node works while the host is down.
+- name: evictions.workloadspread.io
+  clientConfig:
+    service: {name: {{ include "ws.host" . }}, namespace: {{ .Release.Namespace }}, path: /mutate, port: 443}
+  rules: {{- include "ws.webhookRules.evictions" . | nindent 2 }}
+  {{- include "ws.namespaceSelector" . | nindent 2 }}
+  failurePolicy: {{ .Values.webhook.evictionFailurePolicy }}
+  sideEffects: NoneOnDryRun
+  admissionReviewVersions: [v1]
+  timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+validating:
+- name: workloadspreads.workloadspread.io
+  clientConfig:
+    service: {name: {{ include "ws.host" . }}, namespace: {{ .Release.Namespace }}, path: /validate, port: 443}
+  rules: {{- include "ws.webhookRules.workloadspreads" . | nindent 2 }}
+  {{- include "ws.namespaceSelector" . | nindent 2 }}
+  failurePolicy: {{ .Values.webhook.failurePolicy }}
+  sideEffects: None
+  admissionReviewVersions: [v1]
+  timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+{{- end -}}
 {{- define "ws.matchConditions" -}}
 matchConditions:
 - name: pod-create-with-a-workload-controller
@@ -107,6 +152,12 @@ matchConditions:
     (!has(request.subResource) || request.subResource == '') && request.operation == 'DELETE') ||
     (has(oldObject.metadata.annotations) &&
     'apps.kruise.io/matched-workloadspread' in oldObject.metadata.annotations)
+- name: pod-delete-of-a-live-pod
+  expression: >-
+    !(request.resource.group == '' && request.resource.resource == 'pods' &&
+    (!has(request.subResource) || request.subResource == '') && request.operation == 'DELETE') ||
+    !(has(oldObject.metadata.deletionTimestamp) || (has(oldObject.status) &&
+    has(oldObject.status.phase) && oldObject.status.phase in ['Succeeded', 'Failed']))
 {{- end -}}
 {{- /* Never the release namespace nor webhook.excludeNamespaces (nor Kubewarden's own
      namespace in mode kubewarden); webhook.namespaceSelector narrows it further (opt-in by

@@ -49,6 +49,9 @@ pub fn free_port() -> Result<u16> {
 pub struct HostProcess {
     child: Child,
     pub port: u16,
+    /// The plain-HTTP port of its probes and metrics (`--health-listen`; the webhook port
+    /// serves no `/metrics`).
+    pub health_port: u16,
     pub log: PathBuf,
 }
 
@@ -66,36 +69,39 @@ impl HostProcess {
         port: u16,
         args: &[String],
     ) -> Result<Self> {
-        let log = std::env::temp_dir().join(format!("{}.log", crate::unique_name("host")));
-        let child = Command::new(bin)
-            .arg("serve")
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--tls-san", "127.0.0.1"])
-            .args(args)
-            .env(
-                "RUST_LOG",
-                std::env::var("WS_HOST_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        let mut host = HostProcess { child, port, log };
+        let mut host = Self::spawn_on(bin, kubeconfig, port, args)?;
         host.wait_ready().await?;
         Ok(host)
     }
 
-    /// As [`HostProcess::start_on`] without waiting for `/readyz`.
+    /// As [`HostProcess::start_on`] without waiting for `/readyz`. The probes and metrics
+    /// get a port of their own (`--health-listen`) unless `args` name one.
     pub fn spawn_on(bin: &Path, kubeconfig: &Path, port: u16, args: &[String]) -> Result<Self> {
         let log = std::env::temp_dir().join(format!("{}.log", crate::unique_name("host")));
-        let child = Command::new(bin)
+        let given = args.iter().enumerate().find_map(|(i, a)| {
+            let value = a.strip_prefix("--health-listen=").or_else(|| {
+                (a == "--health-listen")
+                    .then(|| args.get(i + 1))
+                    .flatten()
+                    .map(|s| s.as_str())
+            })?;
+            value.rsplit(':').next()?.parse::<u16>().ok()
+        });
+        let health_port = match given {
+            Some(p) => p,
+            None => free_port()?,
+        };
+        let mut command = Command::new(bin);
+        command
             .arg("serve")
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--tls-san", "127.0.0.1"])
+            .args(["--tls-san", "127.0.0.1"]);
+        if given.is_none() {
+            command.args(["--health-listen", &format!("127.0.0.1:{health_port}")]);
+        }
+        let child = command
             .args(args)
             .env(
                 "RUST_LOG",
@@ -105,7 +111,12 @@ impl HostProcess {
             .stderr(std::fs::File::create(&log)?)
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
-        Ok(HostProcess { child, port, log })
+        Ok(HostProcess {
+            child,
+            port,
+            health_port,
+            log,
+        })
     }
 
     /// The process id (to read its memory and CPU time from `/proc`).
@@ -133,11 +144,29 @@ impl HostProcess {
         )
     }
 
-    /// GET `path` over HTTPS (certificate not verified: this is a probe).
+    /// GET `path`: probes and metrics from the health port (plain HTTP), anything else
+    /// over HTTPS from the webhook port (certificate not verified: this is a probe).
     pub async fn get(&self, path: &str) -> Result<String> {
+        match path {
+            "/metrics" | "/healthz" | "/readyz" => {
+                self.fetch(&format!("http://127.0.0.1:{}{path}", self.health_port))
+                    .await
+            }
+            _ => self.get_over_tls(path).await,
+        }
+    }
+
+    /// GET `path` over HTTPS from the webhook port (its probes: the TLS handshake works
+    /// without a client certificate, with the certificate served now).
+    pub async fn get_over_tls(&self, path: &str) -> Result<String> {
+        self.fetch(&format!("https://127.0.0.1:{}{path}", self.port))
+            .await
+    }
+
+    async fn fetch(&self, url: &str) -> Result<String> {
         let out = tokio::process::Command::new("curl")
             .args(["-sSk", "--max-time", "5"])
-            .arg(format!("https://127.0.0.1:{}{path}", self.port))
+            .arg(url)
             .output()
             .await
             .context("running curl")?;

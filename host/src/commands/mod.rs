@@ -3,6 +3,7 @@
 
 pub mod annotate;
 pub mod bench;
+pub mod precompile;
 pub mod pull;
 pub mod push;
 pub mod run;

@@ -1,6 +1,7 @@
 //! Per-connection deadlines (issue #30, slowloris): a request's headers must arrive
-//! within `header` of its first byte, and a connection may stay idle (between requests,
-//! or before its first) for `idle`.
+//! within `header` of its first byte, a new connection must begin its first request
+//! within `first` (issue #41: idle connections that never ask anything cannot fill the
+//! connection limit), and between requests a connection may stay idle for `idle`.
 //!
 //! hyper's own `header_read_timeout` cannot be used: its timer also runs while a
 //! keep-alive connection waits for its next request, so it closes idle connections after
@@ -35,6 +36,17 @@ pub struct ConnState {
     phase: Mutex<Phase>,
 }
 
+/// A connection's deadlines.
+#[derive(Clone, Copy, Debug)]
+pub struct Deadlines {
+    /// A request's headers, from its first byte.
+    pub header: Duration,
+    /// The first request's first byte, from the connection's start.
+    pub first: Duration,
+    /// The next request's first byte, from the previous response.
+    pub idle: Duration,
+}
+
 impl ConnState {
     pub fn new() -> Arc<Self> {
         Arc::new(ConnState {
@@ -56,21 +68,20 @@ impl ConnState {
 pub struct Guarded<I> {
     io: I,
     state: Arc<ConnState>,
-    header: Duration,
-    idle: Duration,
+    deadlines: Deadlines,
     /// The deadline of the current phase, and the phase it was set for.
     timer: Pin<Box<Sleep>>,
     timed: Option<Phase>,
 }
 
 impl<I> Guarded<I> {
-    pub fn new(io: I, state: Arc<ConnState>, header: Duration, idle: Duration) -> Self {
+    /// Until its first request begins, the connection has `deadlines.first`.
+    pub fn new(io: I, state: Arc<ConnState>, deadlines: Deadlines) -> Self {
         Guarded {
             io,
             state,
-            header,
-            idle,
-            timer: Box::pin(tokio::time::sleep(idle)),
+            deadlines,
+            timer: Box::pin(tokio::time::sleep(deadlines.first)),
             timed: Some(Phase::Idle),
         }
     }
@@ -82,8 +93,8 @@ impl<I> Guarded<I> {
         }
         self.timed = Some(phase);
         let after = match phase {
-            Phase::Idle => self.idle,
-            Phase::Head => self.header,
+            Phase::Idle => self.deadlines.idle,
+            Phase::Head => self.deadlines.header,
             Phase::Handled => return,
         };
         self.timer.as_mut().reset(Instant::now() + after);
@@ -112,7 +123,7 @@ impl<I: AsyncRead + Unpin> AsyncRead for Guarded<I> {
         {
             let what = match phase {
                 Phase::Head => "request headers did not arrive in time",
-                _ => "connection idle for too long",
+                _ => "connection idle for too long (or no first request in time)",
             };
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, what)));
         }
@@ -162,13 +173,23 @@ mod tests {
     ) {
         let (server, client) = tokio::io::duplex(1024);
         let state = ConnState::new();
-        let g = Guarded::new(
-            server,
-            state.clone(),
-            Duration::from_secs(header),
-            Duration::from_secs(idle),
-        );
+        let deadlines = Deadlines {
+            header: Duration::from_secs(header),
+            first: Duration::from_secs(3),
+            idle: Duration::from_secs(idle),
+        };
+        let g = Guarded::new(server, state.clone(), deadlines);
         (g, client, state)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_never_asks_is_closed_at_the_first_request_timeout() {
+        let (mut server, _client, _) = guarded(5, 120);
+        let started = Instant::now();
+        let mut buf = [0u8; 64];
+        let err = server.read(&mut buf).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(3), "first, not idle");
     }
 
     #[tokio::test(start_paused = true)]

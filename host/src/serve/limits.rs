@@ -148,15 +148,19 @@ impl ClaimLimiter {
 }
 
 /// Worst-case memory of `concurrency` evaluations plus the reserve, in MiB: every slot
-/// with a guest at its cap and a body of up to `super::LARGE_BODY`, and the few
-/// large-body slots (`super::LARGE_SLOTS`) with bodies of up to `max_request_bytes`.
+/// with a guest at its cap and the copies of a body of up to `super::LARGE_BODY`, the few
+/// large-body slots (`super::LARGE_SLOTS`) with those of bodies of up to
+/// `max_request_bytes`, and the read budget (`super::body::read_budget`), which holds the
+/// bodies themselves (read before a slot is taken, issue #41).
 pub fn worst_case_mib(concurrency: usize, max_memory_mib: usize, max_request_bytes: usize) -> u64 {
     let mib = |bytes: usize| (bytes as u64).div_ceil(1 << 20);
     let small = mib(max_request_bytes.min(super::LARGE_BODY));
     let large = mib(max_request_bytes.saturating_sub(super::LARGE_BODY));
     let large_slots = concurrency.min(super::LARGE_SLOTS) as u64;
-    (concurrency as u64).saturating_mul(max_memory_mib as u64 + BODY_COPIES * small)
-        + large_slots * BODY_COPIES * large
+    let copies = BODY_COPIES - 1;
+    (concurrency as u64).saturating_mul(max_memory_mib as u64 + copies * small)
+        + large_slots * copies * large
+        + mib(super::body::read_budget(max_request_bytes))
         + RESERVE_MIB
 }
 
@@ -225,8 +229,11 @@ mod tests {
             err.contains("at most 2 fit") && err.contains("--max-concurrency"),
             "{err}"
         );
-        // The chart's defaults fit: 16 × (32 + 4 × 1) + 2 × 4 × 7 + 192.
-        assert_eq!(worst_case_mib(16, 32, 8 << 20), 16 * 36 + 2 * 4 * 7 + 192);
+        // The chart's defaults fit: 16 × (32 + 3 × 1) + 2 × 3 × 7 + 32 (read budget) + 192.
+        assert_eq!(
+            worst_case_mib(16, 32, 8 << 20),
+            16 * 35 + 2 * 3 * 7 + 32 + 192
+        );
         check_memory_fit(1024, 16, 32, 8 << 20).unwrap();
     }
 }

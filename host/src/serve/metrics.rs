@@ -145,6 +145,12 @@ pub struct LookupLabels {
     pub result: LookupResult,
 }
 
+/// Why the policy module was compiled at start (`engine::precompiled::Fallback::reason`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CompiledLabels {
+    pub reason: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HolderLabels {
     pub holder: String,
@@ -194,6 +200,13 @@ pub struct Metrics {
     pub limits: super::limits::LimitMetrics,
     /// Seconds the CA bundle has not reached a target (`serve::staleness`); 0 when current.
     pub ca_bundle_stale: Gauge,
+    /// 1 (per reason) when this process compiled the policy module instead of loading it
+    /// precompiled.
+    pub policy_compiled: Family<CompiledLabels, Gauge>,
+    /// Seconds the policy module took to load (or compile) at start.
+    pub policy_load_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// Re-invocations of the pod webhook answered as the first invocation, without a claim.
+    pub reinvocations: Counter,
 }
 
 impl Metrics {
@@ -276,6 +289,24 @@ impl Metrics {
             "ca_bundle_stale_seconds",
             "Seconds the generated CA bundle has not reached a webhook configuration or the CRD (a write or check failing, or the next CA not switched to in time); 0 when current. /readyz fails once the serving certificate would expire before a fix could land",
             ca_bundle_stale.clone(),
+        );
+        let policy_compiled = Family::<CompiledLabels, Gauge>::default();
+        registry.register(
+            "policy_compiled_at_start",
+            "1 when this host compiled the policy module at start (CPU-seconds, slow under a CPU limit) instead of loading the module precompiled for its engine: reason missing (no precompiled module for this module and engine configuration), refused (wasmtime refused it), not_configured (no --precompiled-dir)",
+            policy_compiled.clone(),
+        );
+        let policy_load_seconds = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "policy_load_seconds",
+            "Seconds the policy module took to load (precompiled) or compile at start",
+            policy_load_seconds.clone(),
+        );
+        let reinvocations = Counter::default();
+        registry.register(
+            "reinvocations",
+            "Re-invocations of the pod webhook (a later webhook changed the pod) answered as the first invocation was: the same subset injected again, no second claim",
+            reinvocations.clone(),
         );
         let counter_queues = Gauge::default();
         registry.register(
@@ -361,6 +392,9 @@ impl Metrics {
         Metrics {
             registry,
             limits,
+            policy_compiled,
+            policy_load_seconds,
+            reinvocations,
             ca_bundle_stale,
             reservations,
             counter_queues,

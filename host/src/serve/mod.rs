@@ -1,25 +1,30 @@
 //! `serve`: the HTTPS admission webhook running the policy module with cluster-backed
 //! capabilities and exact counters.
 
+pub mod body;
 pub mod certs;
+pub mod client_auth;
 pub mod commit;
 pub mod convert;
+pub mod file_bundle;
 pub mod guard;
 pub mod kube_state;
 pub mod limits;
+pub mod listener;
 pub mod metrics;
+pub mod reinvoke;
 pub mod reserve;
 pub mod rotation;
 pub mod staleness;
+pub mod startup;
 pub mod tls;
+pub mod webhooks;
 
 use crate::capabilities::{AllowList, Capabilities};
 use crate::engine::PolicyEngine;
 use crate::run::{self, AdmissionResponse};
-use anyhow::{Context, Result};
-use axum::body::Bytes;
 use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -27,12 +32,9 @@ use kube_state::KubeCapabilities;
 use limits::{ClaimLimiter, Refusal};
 use metrics::{Endpoint, EndpointLabels, EvalLabels, Metrics, Outcome};
 use serde_json::{json, Value};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, SemaphorePermit};
-use tokio_rustls::TlsAcceptor;
+use tokio::sync::Semaphore;
 
 /// How long an admission waits for the caches' initial list.
 const CACHE_WAIT: Duration = Duration::from_secs(5);
@@ -43,13 +45,19 @@ pub struct App {
     pub settings: Value,
     pub capabilities: Arc<KubeCapabilities>,
     pub metrics: Arc<Metrics>,
-    /// Bounds concurrent admissions, body included: a permit is taken before the body is
-    /// read (each evaluation holds a blocking thread and up to the guest's memory cap).
+    /// Bounds concurrent evaluations (each holds a blocking thread and up to the guest's
+    /// memory cap): a permit is taken once the body is read (`body.rs`).
     pub slots: Semaphore,
-    /// Requests with bodies over [`LARGE_BODY`] (or of unknown length) also take one of
-    /// these first: a few of them at a time, so large bodies cannot hold every slot while
-    /// ordinary admissions (a few KiB) wait.
+    /// Requests with bodies over [`LARGE_BODY`] (or of unknown length) take one of these
+    /// before their body is read: a few of them at a time, so large bodies cannot hold the
+    /// read budget while ordinary admissions (a few KiB) wait.
     pub large_slots: Semaphore,
+    /// Bytes of bodies read or being read, at most ([`body::read_budget`]): taken as they
+    /// arrive, given back when the request is answered.
+    pub read_budget: Semaphore,
+    /// `/convert` (which needs no client certificate) on a budget of its own: conversions
+    /// never take an evaluation slot.
+    pub convert_slots: Semaphore,
     /// Largest AdmissionReview body accepted.
     pub max_request_bytes: usize,
     /// Answer pod requests of namespaces without a WorkloadSpread without the guest.
@@ -57,28 +65,33 @@ pub struct App {
     /// Pod creations that may claim a slot, per namespace.
     pub claims: ClaimLimiter,
     /// How long a request's body may take to arrive (its headers: [`ServeOptions`]).
-    pub read_timeout: Duration,
+    pub body_timeout: Duration,
     /// `/mutate` and `/validate` answer only callers that presented a client certificate
     /// of the configured CA (`--client-ca-file`): the API server.
     pub client_auth: bool,
+    /// ... naming one of these (`--client-cert-identity`; empty: any the CA signed).
+    pub client_identities: Vec<String>,
     /// Generated certificates: whether their CA bundle reaches the webhook
     /// configurations (`/readyz` fails once the served certificate would expire first).
     pub certificates: Option<Arc<staleness::BundleWatch>>,
+    /// Keys of the tokens that make a re-invocation of the pod webhook answer as the first
+    /// invocation did, without a second claim (`reinvoke.rs`).
+    pub tokens: Arc<reinvoke::TokenKeys>,
 }
 
-/// Whether the connection's peer presented a verified client certificate.
-#[derive(Clone, Copy, Debug)]
-pub struct PeerCertificate(pub bool);
+/// The connection's peer's verified client certificate, if it presented one: the names
+/// it goes by (`client_auth::names_of`).
+#[derive(Clone, Debug)]
+pub struct PeerCertificate(pub Option<Vec<String>>);
 
-/// How long a request waits for an evaluation slot before it is refused (503): below the
-/// API server's webhook timeout, so the refusal says why instead of timing out.
-const SLOT_WAIT: Duration = Duration::from_secs(5);
-/// Bodies above this take a large-body slot too (pod reviews are a few KiB).
-pub const LARGE_BODY: usize = 1 << 20;
-/// Large-body slots.
-pub const LARGE_SLOTS: usize = 2;
+pub use body::{LARGE_BODY, LARGE_SLOTS};
+pub use listener::{bind, serve, ServeOptions};
+/// Conversions answered at once (`/convert`).
+pub const CONVERT_SLOTS: usize = 2;
 
-/// The webhook's routes.
+/// The webhook's routes. `/metrics` is served on the health port only (`startup.rs`):
+/// its labels name namespaces and workloads, and the webhook port is reachable by every
+/// pod the NetworkPolicy lets through.
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
@@ -86,120 +99,27 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/convert", post(convert_handler))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_text))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
-            refuse_oversized,
+            body::refuse_oversized,
         ))
         .with_state(app)
 }
 
-/// Probes and metrics only, for a plain-HTTP port of their own (`--health-listen`): the
-/// webhook port may require client certificates and admit only the API server.
-pub fn health_router(app: Arc<App>) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_text))
-        .with_state(app)
-}
-
-/// Answers 413 from the declared length before any of the body is read, so the client
-/// (which may wait on `Expect: 100-continue`) gets the reason instead of a reset.
-async fn refuse_oversized(
-    State(app): State<Arc<App>>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    match declared {
-        Some(n) if n > app.max_request_bytes => too_large(&app),
-        _ => next.run(request).await,
-    }
-}
-
-/// An evaluation slot, then the body within the read timeout and the size limit. The
-/// slot comes first: bodies are only read (and held in memory) for admissions that will
-/// be evaluated, so concurrency × body size stays bounded (`limits::check_memory_fit`).
-async fn slot_and_body(
-    app: &App,
-    request: Request,
-) -> Result<(SemaphorePermit<'_>, Bytes), Response> {
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    let _large = match declared {
-        Some(n) if n <= LARGE_BODY => None,
-        _ => match tokio::time::timeout(SLOT_WAIT, app.large_slots.acquire()).await {
-            Ok(Ok(p)) => Some(p),
-            Ok(Err(_)) => return Err(unavailable("the server is shutting down; retry".into())),
-            Err(_) => {
-                app.metrics.limits.refuse(Refusal::Busy);
-                return Err(unavailable(format!(
-                    "{LARGE_SLOTS} requests over {LARGE_BODY} bytes are already being read; retry"
-                )));
-            }
-        },
-    };
-    let permit = match tokio::time::timeout(SLOT_WAIT, app.slots.acquire()).await {
-        Ok(Ok(p)) => p,
-        Ok(Err(_)) => return Err(unavailable("the server is shutting down; retry".into())),
-        Err(_) => {
-            app.metrics.limits.refuse(Refusal::Busy);
-            return Err(unavailable(format!(
-                "all {} evaluation slots stayed busy for {SLOT_WAIT:?}; retry (raise \
-                 --max-concurrency with the memory limit, or add replicas)",
-                app.slots.available_permits().max(1)
-            )));
-        }
-    };
-    let body = request.into_body();
-    match tokio::time::timeout(
-        app.read_timeout,
-        axum::body::to_bytes(body, app.max_request_bytes),
-    )
-    .await
-    {
-        Ok(Ok(bytes)) => Ok((permit, bytes)),
-        Ok(Err(e)) => Err(body_error(app, &e)),
-        Err(_) => {
-            app.metrics.limits.refuse(Refusal::BodyTimeout);
-            Err((
-                StatusCode::REQUEST_TIMEOUT,
-                format!(
-                    "the request body did not arrive within {:?} (--request-read-timeout-seconds)",
-                    app.read_timeout
-                ),
-            )
-                .into_response())
-        }
-    }
-}
-
-fn unavailable(message: String) -> Response {
-    (StatusCode::SERVICE_UNAVAILABLE, message).into_response()
-}
-
-fn too_large(app: &App) -> Response {
-    let message = format!(
-        "the AdmissionReview is larger than {} bytes (raise --max-request-bytes)",
-        app.max_request_bytes
-    );
-    (StatusCode::PAYLOAD_TOO_LARGE, message).into_response()
-}
-
 async fn convert_handler(State(app): State<Arc<App>>, request: Request) -> Response {
-    let (_permit, body) = match slot_and_body(&app, request).await {
+    let body = match body::read(&app, request).await {
         Ok(b) => b,
         Err(response) => return response,
     };
-    match serde_json::from_slice::<Value>(&body) {
+    let _slot = match body::slot(&app, &app.convert_slots, || {
+        format!("{CONVERT_SLOTS} conversions are already being answered; retry")
+    })
+    .await
+    {
+        Ok(s) => s,
+        Err(response) => return response,
+    };
+    match serde_json::from_slice::<Value>(&body.bytes) {
         Ok(review) if review["request"].is_object() => {
             axum::Json(convert::review(&review)).into_response()
         }
@@ -216,21 +136,12 @@ async fn validate(State(app): State<Arc<App>>, request: Request) -> Response {
     admit(app, Endpoint::Validate, request).await
 }
 
-/// The answer to a body that could not be read (over the limit, or the connection broke).
-fn body_error(app: &App, e: &axum::Error) -> Response {
-    let too_big =
-        std::error::Error::source(e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-    if too_big {
-        return too_large(app);
-    }
-    (
-        StatusCode::BAD_REQUEST,
-        format!("unreadable request body: {e}"),
-    )
-        .into_response()
+async fn readyz(State(app): State<Arc<App>>) -> Response {
+    ready_answer(&app)
 }
 
-async fn readyz(State(app): State<Arc<App>>) -> Response {
+/// `/readyz` of a serving host: "ok", or 503 with what it waits for.
+pub fn ready_answer(app: &App) -> Response {
     // Not part of `KubeCapabilities::not_ready_reason`: admissions are still answered
     // (whoever's TLS handshake still succeeds is served).
     let certificates = app
@@ -243,37 +154,36 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
     }
 }
 
-async fn metrics_text(State(app): State<Arc<App>>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        app.metrics.encode(),
-    )
-        .into_response()
-}
-
 async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response {
     let started = Instant::now();
-    let authenticated = request
-        .extensions()
-        .get::<PeerCertificate>()
-        .is_some_and(|p| p.0);
-    if app.client_auth && !authenticated {
-        return (
-            StatusCode::FORBIDDEN,
-            "this webhook answers only the API server: present a client certificate of the CA \
-             given to --client-ca-file (the API server's admission configuration names it in a \
-             kubeConfigFile; docs/operations.md, Security)",
-        )
-            .into_response();
+    if app.client_auth {
+        let presented = request
+            .extensions()
+            .get::<PeerCertificate>()
+            .and_then(|p| p.0.clone());
+        if let Err(why) = client_allowed(&app, presented.as_deref()) {
+            return (StatusCode::FORBIDDEN, why).into_response();
+        }
     }
-    let (_permit, body) = match slot_and_body(&app, request).await {
+    // The body first, then a slot: a slow sender holds no evaluation slot.
+    let body = match body::read(&app, request).await {
         Ok(b) => b,
         Err(response) => return response,
     };
-    let parsed = serde_json::from_slice::<Value>(&body);
+    let _permit = match body::slot(&app, &app.slots, || {
+        format!(
+            "all {} evaluation slots stayed busy for {:?}; retry (raise --max-concurrency with \
+             the memory limit, or add replicas)",
+            app.slots.available_permits().max(1),
+            body::SLOT_WAIT
+        )
+    })
+    .await
+    {
+        Ok(p) => p,
+        Err(response) => return response,
+    };
+    let parsed = serde_json::from_slice::<Value>(&body.bytes);
     drop(body);
     let mut review: Value = match parsed {
         Ok(v) => v,
@@ -335,6 +245,27 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
     .into_response()
 }
 
+/// Whether a caller presenting a certificate that goes by `names` (`None`: none) may use
+/// the webhook routes: one of the CA's, naming a pinned identity when there are any.
+fn client_allowed(app: &App, names: Option<&[String]>) -> Result<(), String> {
+    let Some(names) = names else {
+        return Err(
+            "this webhook answers only the API server: present a client certificate of \
+             the CA given to --client-ca-file (the API server's admission configuration names it \
+             in a kubeConfigFile; docs/operations.md, Security)"
+                .into(),
+        );
+    };
+    if app.client_identities.is_empty() || names.iter().any(|n| app.client_identities.contains(n)) {
+        return Ok(());
+    }
+    Err(format!(
+        "the client certificate names {names:?}, none of the identities this webhook answers \
+         (--client-cert-identity {:?}; chart tls.clientCertIdentities)",
+        app.client_identities
+    ))
+}
+
 async fn evaluate(app: &Arc<App>, request: Value) -> AdmissionResponse {
     let created = workloadspread_created(&request).map(str::to_string);
     let response = decide(app, request).await;
@@ -364,6 +295,18 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
             return run::rejection(uid, e.to_string(), 503);
         }
     }
+    // A re-invocation (a later webhook changed the pod): the first answer again, no claim.
+    if request["object"]["metadata"]["annotations"][reinvoke::TOKEN_ANNOTATION].is_string() {
+        let (worker, asked) = (app.clone(), request.clone());
+        let again = tokio::task::spawn_blocking(move || {
+            let caps: &dyn Capabilities = worker.capabilities.as_ref();
+            reinvoke::answer(&asked, &worker.tokens, caps, tls::unix_now())
+        });
+        if let Ok(Some(answer)) = again.await {
+            app.metrics.reinvocations.inc();
+            return answer;
+        }
+    }
     if app.skip_unrelated {
         if let Some(answer) = unrelated_pod_answer(app, &request) {
             app.metrics.unrelated.inc();
@@ -386,7 +329,9 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
     let worker = app.clone();
     let evaluation = tokio::task::spawn_blocking(move || {
         let caps: Arc<dyn Capabilities> = worker.capabilities.clone();
-        run::evaluate(&worker.engine, &request, &worker.settings, caps)
+        let mut response = run::evaluate(&worker.engine, &request, &worker.settings, caps);
+        reinvoke::sign(&request, &mut response, &worker.tokens, tls::unix_now());
+        response
     });
     match evaluation.await {
         Ok(r) => r,
@@ -500,127 +445,6 @@ fn without_nulls(v: Value) -> Value {
         Value::Object(m) => Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).collect()),
         other => other,
     }
-}
-
-/// Connection limits of a listener.
-#[derive(Clone, Copy, Debug)]
-pub struct ServeOptions {
-    /// A request's headers must arrive within this of its first byte (slowloris); a
-    /// connection's TLS handshake too.
-    pub header_timeout: Duration,
-    /// A connection may wait this long for its next request (longer than the API
-    /// server's 90 s, so that the client closes idle connections, not us: `guard.rs`).
-    pub idle_timeout: Duration,
-    /// Open connections; past it, new ones wait in the kernel's backlog.
-    pub max_connections: usize,
-    /// After shutdown, in-flight requests may finish for this long.
-    pub drain: Duration,
-}
-
-/// A connection's IO under its deadlines (`guard.rs`).
-fn guarded<I>(
-    io: I,
-    state: &Arc<guard::ConnState>,
-    options: &ServeOptions,
-) -> hyper_util::rt::TokioIo<guard::Guarded<I>> {
-    hyper_util::rt::TokioIo::new(guard::Guarded::new(
-        io,
-        state.clone(),
-        options.header_timeout,
-        options.idle_timeout,
-    ))
-}
-
-/// Serves `router` on `listener` (over TLS when `tls` is given) until `shutdown`
-/// resolves, then lets in-flight requests finish (bounded by `options.drain`).
-pub async fn serve(
-    listener: TcpListener,
-    tls: Option<Arc<rustls::ServerConfig>>,
-    router: Router,
-    shutdown: impl std::future::Future<Output = ()>,
-    options: ServeOptions,
-) -> Result<()> {
-    let acceptor = tls.map(TlsAcceptor::from);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let connections = Arc::new(Semaphore::new(options.max_connections.max(1)));
-    tokio::pin!(shutdown);
-    loop {
-        // A connection slot first: at the cap, connections queue in the backlog instead
-        // of each holding a task, a TLS state and buffers.
-        let slot = tokio::select! {
-            slot = connections.clone().acquire_owned() => match slot {
-                Ok(s) => s,
-                Err(_) => break,
-            },
-            () = &mut shutdown => break,
-        };
-        let (tcp, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!("accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        let acceptor = acceptor.clone();
-        let router = router.clone();
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let _slot = slot;
-            let http = hyper::server::conn::http1::Builder::new();
-            let state = guard::ConnState::new();
-            let with_peer = |presented: bool| {
-                let state = state.clone();
-                let tagged = tower::ServiceExt::map_request(
-                    router,
-                    move |mut r: hyper::Request<hyper::body::Incoming>| {
-                        state.handled();
-                        r.extensions_mut().insert(PeerCertificate(presented));
-                        r
-                    },
-                );
-                hyper_util::service::TowerToHyperService::new(tagged)
-            };
-            let Some(acceptor) = acceptor else {
-                let service = with_peer(false);
-                let conn = http.serve_connection(guarded(tcp, &state, &options), service);
-                if let Err(e) = watcher.watch(conn).await {
-                    tracing::debug!(%peer, "connection: {e}");
-                }
-                return;
-            };
-            let handshake = tokio::time::timeout(options.header_timeout, acceptor.accept(tcp));
-            let stream = match handshake.await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => return tracing::debug!(%peer, "TLS handshake: {e}"),
-                Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
-            };
-            // rustls verified the certificate against the client CA when one was sent.
-            let service = with_peer(stream.get_ref().1.peer_certificates().is_some());
-            let conn = http.serve_connection(guarded(stream, &state, &options), service);
-            if let Err(e) = watcher.watch(conn).await {
-                tracing::debug!(%peer, "connection: {e}");
-            }
-        });
-    }
-    tracing::info!("shutting down: draining in-flight requests");
-    if tokio::time::timeout(options.drain, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("connections still open after {:?}; closing", options.drain);
-    }
-    Ok(())
-}
-
-/// Binds `addr`, reporting a clear error.
-pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
-    TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("listening on {addr}"))
 }
 
 /// Allow-list from a policy's metadata (`contextAwareResources`, `hostCapabilities`).

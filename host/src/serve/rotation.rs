@@ -179,6 +179,7 @@ pub async fn keep_rotating(
     resolver: Arc<CertResolver>,
     published: watch::Sender<Published>,
     health: Arc<BundleWatch>,
+    tokens: Arc<super::reinvoke::TokenKeys>,
 ) {
     let api: Api<Secret> = Api::namespaced(client.clone(), &namespace);
     let mut served = String::new();
@@ -187,6 +188,7 @@ pub async fn keep_rotating(
         match polled.await {
             Ok(state) => {
                 health.observed(&state);
+                tokens.observe(super::reinvoke::secret_of(&state));
                 if state.serving.cert_pem != served {
                     match CertBundle::from_state(&state).certified_key() {
                         Ok(key) => {
@@ -371,7 +373,10 @@ pub async fn keep_bundles(
 }
 
 /// A stream yielding `()` whenever the cluster-scoped object `name` of kind `K` changes.
-fn watch_named<K>(client: &Client, name: Option<&str>) -> futures::stream::BoxStream<'static, ()>
+pub(crate) fn watch_named<K>(
+    client: &Client,
+    name: Option<&str>,
+) -> futures::stream::BoxStream<'static, ()>
 where
     K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
         + Clone

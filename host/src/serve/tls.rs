@@ -91,39 +91,21 @@ pub fn unix_now() -> i64 {
 }
 
 /// rustls server configuration over `resolver` (HTTP/1.1: the API server then opens one
-/// connection per concurrent call, which a Service spreads over replicas). With
-/// `client_ca` (PEM), a certificate a caller presents must be one that CA signed (else the
-/// handshake fails) — the API server presents one for the webhooks its admission
-/// configuration's kubeConfigFile names.
+/// connection per concurrent call, which a Service spreads over replicas). With `client`
+/// (`--client-ca-file`), a certificate a caller presents must be one that CA signed (else
+/// the handshake fails) — the API server presents one for the webhooks its admission
+/// configuration's kubeConfigFile names; callers without one pass the handshake (the
+/// webhook routes refuse them: `serve::App::client_auth`).
 pub fn server_config(
     resolver: Arc<CertResolver>,
-    client_ca: Option<&str>,
+    client: Option<Arc<super::client_auth::ReloadingVerifier>>,
 ) -> Result<Arc<rustls::ServerConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+    let builder = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?;
-    let builder = match client_ca {
+    let builder = match client {
         None => builder.with_no_client_auth(),
-        Some(pem) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in rustls_pemfile::certs(&mut pem.as_bytes()) {
-                roots
-                    .add(cert.context("parsing the client CA")?)
-                    .context("adding the client CA")?;
-            }
-            if roots.is_empty() {
-                bail!("no certificate in the client CA PEM");
-            }
-            // A certificate is verified when presented; the webhook routes refuse callers
-            // without one (`serve::App::client_auth`), conversion and probes do not need one
-            // (the API server presents none for CRD conversion).
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
-                    .allow_unauthenticated()
-                    .build()
-                    .context("building the client certificate verifier")?;
-            builder.with_client_cert_verifier(verifier)
-        }
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
     };
     let mut config = builder.with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -166,17 +148,22 @@ pub struct FileReloader {
     pub key: PathBuf,
     pub resolver: Arc<CertResolver>,
     loaded: (String, String),
+    /// Re-invocation token keys, derived from the serving key (`reinvoke.rs`).
+    pub tokens: Arc<super::reinvoke::TokenKeys>,
 }
 
 impl FileReloader {
     /// Loads the files once; [`FileReloader::reload_if_changed`] picks up rotations.
     pub fn new(cert: &Path, key: &Path) -> Result<Self> {
         let bundle = CertBundle::from_files(cert, key, None)?;
+        let tokens = Arc::new(super::reinvoke::TokenKeys::default());
+        tokens.observe(&bundle.key_pem);
         Ok(FileReloader {
             cert: cert.to_path_buf(),
             key: key.to_path_buf(),
             resolver: Arc::new(CertResolver::new(bundle.certified_key()?)),
             loaded: (bundle.cert_pem, bundle.key_pem),
+            tokens,
         })
     }
 
@@ -190,6 +177,7 @@ impl FileReloader {
             return Ok(false);
         }
         self.resolver.replace(bundle.certified_key()?);
+        self.tokens.observe(&bundle.key_pem);
         self.loaded = (bundle.cert_pem, bundle.key_pem);
         Ok(true)
     }
@@ -274,8 +262,13 @@ mod tests {
         let config = b.server_config().unwrap();
         assert_eq!(config.alpn_protocols, vec![b"http/1.1".to_vec()]);
         let resolver = Arc::new(CertResolver::new(b.certified_key().unwrap()));
-        server_config(resolver.clone(), Some(&b.ca_pem)).unwrap();
-        let err = server_config(resolver, Some("not pem")).unwrap_err();
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.crt");
+        std::fs::write(&ca, &b.ca_pem).unwrap();
+        let client = crate::serve::client_auth::ReloadingVerifier::new(&ca).unwrap();
+        server_config(resolver, Some(client)).unwrap();
+        std::fs::write(&ca, "not pem").unwrap();
+        let err = crate::serve::client_auth::ReloadingVerifier::new(&ca).unwrap_err();
         assert!(err.to_string().contains("no certificate"), "{err}");
     }
 

@@ -19,6 +19,64 @@ pub fn host_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_workloadspread-host"))
 }
 
+/// A client certificate for common name `cn` signed by the local control plane's CA
+/// `ca` (`pki/<ca>.crt` and `.key`), with openssl: its certificate and key files.
+pub fn sign_client(cn: &str, ca: &str) -> Result<(PathBuf, PathBuf)> {
+    let dir = std::env::temp_dir().join(unique_name("client-cert"));
+    std::fs::create_dir_all(&dir)?;
+    let (key, csr, crt) = (dir.join("c.key"), dir.join("c.csr"), dir.join("c.crt"));
+    let ext = dir.join("c.ext");
+    std::fs::write(&ext, "extendedKeyUsage = clientAuth\n")?;
+    let serial = format!(
+        "{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_nanos()
+    );
+    let run = |args: &[&std::ffi::OsStr]| -> Result<()> {
+        let out = std::process::Command::new("openssl").args(args).output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "openssl: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    };
+    let subject = format!("/CN={cn}");
+    run(&[
+        "req".as_ref(),
+        "-newkey".as_ref(),
+        "rsa:2048".as_ref(),
+        "-nodes".as_ref(),
+        "-subj".as_ref(),
+        subject.as_ref(),
+        "-keyout".as_ref(),
+        key.as_os_str(),
+        "-out".as_ref(),
+        csr.as_os_str(),
+    ])?;
+    let (ca_crt, ca_key) = (pki(&format!("{ca}.crt"))?, pki(&format!("{ca}.key"))?);
+    run(&[
+        "x509".as_ref(),
+        "-req".as_ref(),
+        "-days".as_ref(),
+        "1".as_ref(),
+        "-in".as_ref(),
+        csr.as_os_str(),
+        "-CA".as_ref(),
+        ca_crt.as_os_str(),
+        "-CAkey".as_ref(),
+        ca_key.as_os_str(),
+        "-set_serial".as_ref(),
+        serial.as_ref(),
+        "-extfile".as_ref(),
+        ext.as_os_str(),
+        "-out".as_ref(),
+        crt.as_os_str(),
+    ])?;
+    Ok((crt, key))
+}
+
 pub fn pki(file: &str) -> Result<PathBuf> {
     let dir = cluster()?
         .kubeconfig()

@@ -96,6 +96,6 @@ async fn rotated_certificate_files_are_served_without_a_restart() -> Result<()> 
         || async { Ok((served_fingerprint(host.port)? == want).then_some(())) },
     )
     .await?;
-    ensure!(host.get("/healthz").await? == "ok");
+    ensure!(host.get_over_tls("/healthz").await? == "ok");
     Ok(())
 }

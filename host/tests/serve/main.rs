@@ -7,9 +7,11 @@
 mod admission;
 mod audit;
 mod certificates;
+mod chain;
 mod claims;
 mod conversion;
 mod hostile;
+mod install;
 mod namespaces;
 mod startup;
 mod support;

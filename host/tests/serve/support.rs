@@ -91,6 +91,16 @@ impl FleetSetup {
         kubeconfig: &Path,
         patch: Option<Value>,
     ) -> Result<Option<Self>> {
+        Self::start_with(hint, kubeconfig, patch, &[]).await
+    }
+
+    /// As [`FleetSetup::start_with_patch`], the host started with `extra` arguments too.
+    pub async fn start_with(
+        hint: &str,
+        kubeconfig: &Path,
+        patch: Option<Value>,
+        extra: &[&str],
+    ) -> Result<Option<Self>> {
         let Some(policy) = policy_wasm()? else {
             return Ok(None);
         };
@@ -113,6 +123,10 @@ impl FleetSetup {
         ]
         .map(str::to_string)
         .to_vec();
+        let args: Vec<String> = args
+            .into_iter()
+            .chain(extra.iter().map(|a| a.to_string()))
+            .collect();
         let host = HostProcess::start_on(host_bin(), kubeconfig, port, &args).await?;
         let fleets: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), ns.name(), &fleet_resource());

@@ -1,10 +1,12 @@
 //! `serve`: the HTTPS admission webhook with exact counters.
 
-use super::{default_policy, engine_options, settings, PolicyArgs};
-use crate::engine::PolicyEngine;
+mod setup;
+
+use super::{default_policy, settings, PolicyArgs};
 use anyhow::{Context, Result};
 use clap::Args;
-use serde_json::Value;
+pub use setup::{conversion_endpoint, kube_client, policy_metadata};
+use setup::{load_policy, shutdown_signal, targets, tls};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +18,12 @@ pub struct ServeArgs {
     /// The policy module (default: policy/policy.wasm of this workspace or $WS_POLICY_WASM).
     #[arg(long)]
     pub policy: Option<PathBuf>,
+    /// Directory of modules precompiled by `precompile` (the image's /policy/precompiled):
+    /// the one made from --policy for this engine configuration is loaded instead of
+    /// compiling the module (~15 CPU-seconds); without one the module is compiled, with a
+    /// warning and workloadspread_host_policy_compiled_at_start.
+    #[arg(long)]
+    pub precompiled_dir: Option<PathBuf>,
     /// Policy metadata (hostCapabilities, contextAwareResources); default: the
     /// metadata.yml this binary was built with.
     #[arg(long)]
@@ -24,7 +32,9 @@ pub struct ServeArgs {
     #[arg(long, default_value = "0.0.0.0:8443")]
     pub listen: std::net::SocketAddr,
     /// Also serve /healthz, /readyz and /metrics over plain HTTP here (probes and
-    /// scrapes then need neither the webhook port nor a client certificate).
+    /// scrapes then need neither the webhook port nor a client certificate). Bound before
+    /// anything slow: /healthz answers from the first moment, /readyz says which step of
+    /// the start the host is in.
     #[arg(long)]
     pub health_listen: Option<std::net::SocketAddr>,
     /// Answer /mutate and /validate only for callers presenting a client certificate
@@ -33,14 +43,28 @@ pub struct ServeArgs {
     /// CRD conversion) and the probes need none.
     #[arg(long)]
     pub client_ca_file: Option<PathBuf>,
+    /// With --client-ca-file: the certificate must also name this identity (its subject's
+    /// common name or a DNS name; repeatable), as the API server's does — any other
+    /// certificate the CA signed is refused (403). The CA file is re-read every
+    /// --tls-reload-seconds.
+    #[arg(long = "client-cert-identity", requires = "client_ca_file")]
+    pub client_cert_identities: Vec<String>,
     /// The container's memory limit in MiB: the host refuses to start when
     /// --max-concurrency evaluations at their worst would exceed it.
     #[arg(long)]
     pub memory_limit_mib: Option<u64>,
-    /// A request's headers must arrive within this of its first byte, and then its body
-    /// within this again.
+    /// A request's headers must arrive within this of its first byte.
     #[arg(long, default_value_t = 10)]
     pub request_read_timeout_seconds: u64,
+    /// A request's body must arrive within this of its headers. It is read before the
+    /// request may take an evaluation slot: a slow sender holds none, only the bytes it
+    /// sent.
+    #[arg(long, default_value_t = 3)]
+    pub body_timeout_seconds: u64,
+    /// A new connection must begin its first request within this (idle connections that
+    /// never ask anything cannot fill --max-connections).
+    #[arg(long, default_value_t = 5)]
+    pub first_request_timeout_seconds: u64,
     /// A connection may wait this long for its next request; keep it above the API
     /// server's idle-connection timeout (90 s) so that the client closes idle connections
     /// (a connection we close as the client reuses it fails that admission with EOF).
@@ -49,6 +73,11 @@ pub struct ServeArgs {
     /// Open connections at most (more wait in the listen backlog).
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
+    /// Open connections of one peer address at most (more are closed at once; 0: no
+    /// limit). Keep it above what one API server opens at its busiest — one per admission
+    /// in flight, at most its --max-mutating-requests-inflight (200 by default).
+    #[arg(long, default_value_t = 256)]
+    pub max_connections_per_peer: usize,
     /// Pod creations that may claim a slot, per namespace and second (0: no limit). Above
     /// what a ReplicaSet or Job controller creates (kube-controller-manager's client QPS),
     /// so that only a flood is refused, not a workload's scale-out.
@@ -81,12 +110,20 @@ pub struct ServeArgs {
     /// Lifetime of a generated CA (at least twice the certificate's).
     #[arg(long, default_value = "1825d", value_parser = crate::serve::certs::parse_duration)]
     pub tls_ca_validity: i64,
-    /// How long a new CA is published before it signs, and an old one kept after.
+    /// How long a new CA is published before it signs, and an old one kept after; with
+    /// certificate files and --webhook-config, how long a certificate of a new CA waits
+    /// for its CA to be published before it is served.
     #[arg(long, default_value = "120s", value_parser = crate::serve::certs::parse_duration)]
     pub tls_rotation_grace: i64,
-    /// cert-manager mode: NAMESPACE/CERTIFICATE whose CA cert-manager's cainjector keeps
-    /// in the conversion CRD (annotation cert-manager.io/inject-ca-from).
-    #[arg(long, requires = "conversion_crd")]
+    /// With certificate files and --webhook-config (cert-manager): how long the CAs of the
+    /// previous certificate stay in the published bundle after a certificate of a new CA was
+    /// issued (every replica must have moved to the new certificate by then).
+    #[arg(long, default_value = "15m", value_parser = crate::serve::certs::parse_duration)]
+    pub tls_ca_overlap: i64,
+    /// NAMESPACE/CERTIFICATE whose CA cert-manager's cainjector keeps in the conversion CRD
+    /// (annotation cert-manager.io/inject-ca-from). Not with --webhook-config: the host then
+    /// keeps the bundle itself, with an overlap at a CA change (the chart no longer sets it).
+    #[arg(long, requires = "conversion_crd", conflicts_with = "webhook_config")]
     pub crd_ca_injection_from: Option<String>,
     /// DNS names / IPs of the generated certificate (repeatable).
     #[arg(long = "tls-san", default_values_t = ["localhost".to_string(), "127.0.0.1".to_string()])]
@@ -100,6 +137,13 @@ pub struct ServeArgs {
     /// Patch the CA bundle into the Mutating/ValidatingWebhookConfiguration of this name.
     #[arg(long)]
     pub webhook_config: Option<String>,
+    /// The webhooks of those configurations (YAML: `mutating:` and `validating:` lists of
+    /// webhooks, without caBundle): written into them, with the CA bundle, only once this
+    /// host is ready and the API server reaches a host through the Services they name —
+    /// covered pods are never refused for want of a host (the chart creates the
+    /// configurations empty).
+    #[arg(long, requires = "webhook_config")]
+    pub webhooks_file: Option<PathBuf>,
     /// How long a counter batch keeps collecting after its first claim/release, in
     /// milliseconds. 0 (default) waits for nothing: an idle WorkloadSpread's status is
     /// written at once, and what arrives during a write goes into the next one.
@@ -189,158 +233,6 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     runtime.block_on(serve_main(args))
 }
 
-pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
-        }
-        None => kube::Config::infer().await?,
-    };
-    Ok(kube::Client::try_from(config)?)
-}
-
-/// How this replica serves TLS.
-struct Tls {
-    config: Arc<rustls::ServerConfig>,
-    /// The CA bundle now (written out, patched at start).
-    bundle: String,
-    /// With generated certificates: the published bundle, kept in the targets.
-    published: Option<tokio::sync::watch::Receiver<crate::serve::rotation::Published>>,
-    /// With generated certificates: whether that bundle reaches them.
-    health: Option<Arc<crate::serve::staleness::BundleWatch>>,
-}
-
-fn lifetimes(args: &ServeArgs) -> Result<crate::serve::certs::Lifetimes> {
-    anyhow::ensure!(
-        args.tls_ca_validity >= 2 * args.tls_cert_validity,
-        "--tls-ca-validity ({} s) must be at least twice --tls-cert-validity ({} s)",
-        args.tls_ca_validity,
-        args.tls_cert_validity
-    );
-    Ok(crate::serve::certs::Lifetimes {
-        cert_seconds: args.tls_cert_validity,
-        ca_seconds: args.tls_ca_validity,
-        grace_seconds: args.tls_rotation_grace,
-    })
-}
-
-fn targets(args: &ServeArgs) -> crate::serve::rotation::Targets {
-    crate::serve::rotation::Targets {
-        webhook_config: args.webhook_config.clone(),
-        conversion_crd: args.conversion_crd.clone(),
-    }
-}
-
-/// Certificates from files (re-read every --tls-reload-seconds), from the shared
-/// Secret (rotated by whichever replica finds it due), or generated for this process.
-async fn tls(
-    args: &ServeArgs,
-    client: &kube::Client,
-    stale_gauge: prometheus_client::metrics::gauge::Gauge,
-) -> Result<Tls> {
-    use crate::serve::rotation::{self, Published};
-    use crate::serve::tls::{CertBundle, CertResolver, FileReloader};
-    let client_ca = match &args.client_ca_file {
-        Some(p) => {
-            Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
-        }
-        None => None,
-    };
-    let client_ca = client_ca.as_deref();
-    if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_key_file) {
-        let bundle = CertBundle::from_files(cert, key, args.tls_ca_file.as_deref())?;
-        let reloader = FileReloader::new(cert, key)?;
-        let config = crate::serve::tls::server_config(reloader.resolver.clone(), client_ca)?;
-        if args.tls_reload_seconds > 0 {
-            tokio::spawn(reloader.watch(Duration::from_secs(args.tls_reload_seconds)));
-        }
-        return Ok(Tls {
-            config,
-            bundle: bundle.ca_pem,
-            published: None,
-            health: None,
-        });
-    }
-    let lifetimes = lifetimes(args)?;
-    let state = match &args.tls_secret {
-        Some(s) => {
-            let (ns, name) = s
-                .split_once('/')
-                .context("--tls-secret must be NAMESPACE/NAME")?;
-            let api = kube::Api::namespaced(client.clone(), ns);
-            rotation::load_or_create(&api, name, &args.tls_sans, &lifetimes)
-                .await?
-                .0
-        }
-        None => crate::serve::certs::TlsState::generate(
-            &args.tls_sans,
-            crate::serve::tls::unix_now(),
-            &lifetimes,
-        )?,
-    };
-    let bundle = CertBundle::from_state(&state);
-    // Without polling the bundle is still re-checked in its targets every minute.
-    let poll = match args.tls_reload_seconds {
-        0 => 60,
-        s => s,
-    };
-    let health = Arc::new(crate::serve::staleness::BundleWatch::new(
-        lifetimes,
-        Duration::from_secs(poll),
-        stale_gauge,
-    ));
-    health.observed(&state);
-    let resolver = Arc::new(CertResolver::new(bundle.certified_key()?));
-    let config = crate::serve::tls::server_config(resolver.clone(), client_ca)?;
-    let (tx, rx) = tokio::sync::watch::channel(Published {
-        generation: state.generation,
-        bundle: bundle.ca_pem.clone(),
-    });
-    if let (Some(s), true) = (&args.tls_secret, args.tls_reload_seconds > 0) {
-        let (ns, name) = s.split_once('/').unwrap_or_default();
-        tokio::spawn(rotation::keep_rotating(
-            client.clone(),
-            ns.to_string(),
-            name.to_string(),
-            args.tls_sans.clone(),
-            lifetimes,
-            targets(args),
-            resolver,
-            tx,
-            health.clone(),
-        ));
-    } else {
-        // Nothing rotates this bundle; the sender lives as long as the process.
-        tokio::spawn(async move {
-            let _published = tx;
-            std::future::pending::<()>().await
-        });
-    }
-    Ok(Tls {
-        config,
-        bundle: bundle.ca_pem,
-        published: Some(rx),
-        health: Some(health),
-    })
-}
-
-/// `--metadata`, else the module's embedded metadata, else the metadata.yml this
-/// binary was built with.
-pub fn policy_metadata(path: Option<&PathBuf>, module: &std::path::Path) -> Result<Value> {
-    if let Some(p) = path {
-        let text =
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-        return serde_yaml::from_str(&text).context("parsing policy metadata");
-    }
-    let wasm = std::fs::read(module).with_context(|| format!("reading {}", module.display()))?;
-    if let Some(embedded) = crate::annotate::embedded_metadata(&wasm)? {
-        return Ok(embedded);
-    }
-    serde_yaml::from_str(include_str!("../../../metadata.yml")).context("parsing policy metadata")
-}
-
 async fn serve_main(args: ServeArgs) -> Result<()> {
     super::set_clock_offset(args.clock_offset_seconds);
     crate::serve::commit::set_late_reserve_answers(args.late_reserve_answers);
@@ -363,7 +255,6 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         ),
     }
     let settings = settings(&args.policy_args)?;
-    let policy = args.policy.clone().unwrap_or_else(default_policy);
     anyhow::ensure!(
         args.reuse_instances <= args.max_concurrency,
         "--reuse-instances {} exceeds --max-concurrency {}: idle instances would hold memory \
@@ -371,16 +262,41 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         args.reuse_instances,
         args.max_concurrency
     );
-    let instances = super::Instances {
-        pool: args.pool_instances,
-        reuse: args.reuse_instances,
-    };
-    let options = engine_options(&args.policy_args, instances)?;
-    let engine = Arc::new(
-        tokio::task::spawn_blocking(move || PolicyEngine::from_file(&policy, options)).await??,
-    );
-    let client = kube_client(args.kubeconfig.as_ref()).await?;
+    let definitions = args
+        .webhooks_file
+        .as_deref()
+        .map(crate::serve::webhooks::Definitions::read)
+        .transpose()?;
     let metrics = Arc::new(crate::serve::metrics::Metrics::new());
+    let startup = crate::serve::startup::Startup::new(metrics.clone());
+    let options = crate::serve::ServeOptions {
+        header_timeout: Duration::from_secs(args.request_read_timeout_seconds.max(1)),
+        idle_timeout: Duration::from_secs(args.idle_timeout_seconds.max(1)),
+        first_request_timeout: Duration::from_secs(args.first_request_timeout_seconds.max(1)),
+        max_connections: args.max_connections,
+        max_connections_per_peer: args.max_connections_per_peer,
+        drain: Duration::from_secs(15),
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    // The health port first: the liveness probe passes while the rest starts.
+    if let Some(addr) = args.health_listen {
+        let health = crate::serve::bind(addr).await?;
+        let mut stopped = stopped.clone();
+        tokio::spawn(crate::serve::serve(
+            health,
+            None,
+            crate::serve::startup::health_router(startup.clone()),
+            async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            },
+            options,
+        ));
+        tracing::info!(listen = %addr, "health and metrics over HTTP");
+    }
+    startup.step("loading the policy module");
+    let engine = Arc::new(load_policy(&args, &metrics).await?);
+    startup.step("connecting to the API server");
+    let client = kube_client(args.kubeconfig.as_ref()).await?;
     let committer = (!args.no_counter).then(|| {
         crate::serve::commit::Committer::new(
             client.clone(),
@@ -404,6 +320,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
     let allow =
         crate::serve::allow_list_from_metadata(&policy_metadata(args.metadata.as_ref(), &module)?)
             .with_custom_workloads(&settings);
+    startup.step("discovering the kinds the policy reads");
     let caps = crate::serve::kube_state::KubeCapabilities::start(
         client.clone(),
         allow,
@@ -412,6 +329,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         Duration::from_secs(args.namespace_cache_grace_seconds),
     )
     .await?;
+    startup.step("validating the policy settings");
     {
         let (engine, settings, caps) = (engine.clone(), settings.clone(), caps.clone());
         tokio::task::spawn_blocking(move || {
@@ -419,11 +337,13 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         })
         .await??;
     }
+    startup.step("loading the serving certificate");
     let tls = tls(&args, &client, metrics.ca_bundle_stale.clone()).await?;
     if let Some(out) = &args.ca_bundle_out {
         std::fs::write(out, &tls.bundle).with_context(|| format!("writing {}", out.display()))?;
     }
     if let Some(crd) = &args.conversion_crd {
+        startup.step("enabling the conversion webhook");
         let endpoint = conversion_endpoint(&args)?;
         crate::serve::convert::enable_on_crd(
             &client,
@@ -435,6 +355,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         .await?;
         tracing::info!("conversion webhook enabled on CRD {crd}");
     }
+    startup.step("publishing the CA bundle");
     match (&tls.published, &tls.health, &args.webhook_config) {
         (Some(published), Some(health), _) => {
             // Generated certificates: this host keeps the bundle current everywhere.
@@ -466,33 +387,32 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         metrics,
         slots: tokio::sync::Semaphore::new(args.max_concurrency.max(1)),
         large_slots: tokio::sync::Semaphore::new(crate::serve::LARGE_SLOTS),
+        read_budget: tokio::sync::Semaphore::new(crate::serve::body::read_budget(
+            args.max_request_bytes,
+        )),
+        convert_slots: tokio::sync::Semaphore::new(crate::serve::CONVERT_SLOTS),
         max_request_bytes: args.max_request_bytes,
         skip_unrelated: !args.evaluate_unrelated,
         claims: crate::serve::limits::ClaimLimiter::new(args.claim_rate, args.claim_burst),
-        read_timeout: Duration::from_secs(args.request_read_timeout_seconds.max(1)),
+        body_timeout: Duration::from_secs(args.body_timeout_seconds.max(1)),
         client_auth: args.client_ca_file.is_some(),
+        client_identities: args.client_cert_identities.clone(),
         certificates: tls.health.clone(),
+        tokens: tls.tokens.clone(),
     });
-    let options = crate::serve::ServeOptions {
-        header_timeout: Duration::from_secs(args.request_read_timeout_seconds.max(1)),
-        idle_timeout: Duration::from_secs(args.idle_timeout_seconds.max(1)),
-        max_connections: args.max_connections,
-        drain: Duration::from_secs(15),
-    };
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    if let Some(addr) = args.health_listen {
-        let health = crate::serve::bind(addr).await?;
-        let mut stopped = stopped.clone();
-        tokio::spawn(crate::serve::serve(
-            health,
-            None,
-            crate::serve::health_router(app.clone()),
-            async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            },
-            options,
+    startup.serving(app.clone());
+    // Every host given --webhook-config publishes a bundle (generated certificates, or
+    // files whose bundle it keeps: `setup::tls`).
+    if let (Some(name), Some(definitions), Some(published)) =
+        (&args.webhook_config, definitions, tls.published.clone())
+    {
+        tokio::spawn(crate::serve::webhooks::keep(
+            client.clone(),
+            name.clone(),
+            definitions,
+            published,
+            app.clone(),
         ));
-        tracing::info!(listen = %addr, "health and metrics over HTTP");
     }
     tracing::info!(listen = %args.listen, "serving (admissions wait for the caches' first list)");
     crate::serve::serve(
@@ -508,45 +428,4 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         committer.return_all(Duration::from_secs(5)).await;
     }
     Ok(())
-}
-
-pub fn conversion_endpoint(args: &ServeArgs) -> Result<crate::serve::convert::Endpoint> {
-    use crate::serve::convert::Endpoint;
-    if let Some(url) = &args.conversion_url {
-        return Ok(Endpoint::Url(url.clone()));
-    }
-    let spec = args
-        .conversion_service
-        .as_deref()
-        .context("--conversion-crd needs --conversion-url or --conversion-service")?;
-    let (namespace, rest) = spec
-        .split_once('/')
-        .context("--conversion-service must be NAMESPACE/SERVICE[:PORT]")?;
-    let (name, port) = match rest.split_once(':') {
-        Some((n, p)) => (n, p.parse().context("--conversion-service port")?),
-        None => (rest, 443),
-    };
-    Ok(Endpoint::Service {
-        namespace: namespace.into(),
-        name: name.into(),
-        port,
-    })
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return std::future::pending().await,
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }
