@@ -498,8 +498,9 @@ def check_pod_metadata_policy(name, docs, values):
     """Issue #40: the ValidatingAdmissionPolicy that keeps a pod's WorkloadSpread metadata
     the controller's: on by default in every mode, its expression the shared file, the
     controller's own service account the only writer, bound to the webhook's namespaces."""
-    policies = by_kind(docs, "ValidatingAdmissionPolicy")
-    bindings = by_kind(docs, "ValidatingAdmissionPolicyBinding")
+    ours = lambda d: d["metadata"]["name"].endswith("-pod-metadata.workloadspread.io")  # noqa: E731
+    policies = [d for d in by_kind(docs, "ValidatingAdmissionPolicy") if ours(d)]
+    bindings = [d for d in by_kind(docs, "ValidatingAdmissionPolicyBinding") if ours(d)]
     if not values.get("podMetadataPolicy", {}).get("enabled", True):
         if policies or bindings:
             fail(f"{name}: podMetadataPolicy.enabled=false still renders the policy")
@@ -521,8 +522,14 @@ def check_pod_metadata_policy(name, docs, values):
     if binding["spec"]["policyName"] != policy["metadata"]["name"] or \
             binding["spec"]["validationActions"] != ["Deny"]:
         fail(f"{name}: the binding does not deny with the policy")
-    webhooks = [w for d in by_kind(docs, "MutatingWebhookConfiguration") for w in d["webhooks"]]
+    # The pod webhook: in the host's definitions (bundled) or Kubewarden's policy.
+    definitions = webhook_definitions(docs) or {}
+    webhooks = list(definitions.get("mutating", []))
+    webhooks += [{"name": "pods.kubewarden", "namespaceSelector": d["spec"]["namespaceSelector"]}
+                 for d in by_kind(docs, "ClusterAdmissionPolicy")]
     selectors = [w["namespaceSelector"] for w in webhooks if w["name"].startswith("pods.")]
+    if not selectors:
+        fail(f"{name}: no pod webhook to compare the pod metadata policy's namespaces with")
     if selectors and binding["spec"]["matchResources"]["namespaceSelector"] != selectors[0]:
         fail(f"{name}: the binding's namespaces differ from the pod webhook's")
 
