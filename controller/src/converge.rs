@@ -26,6 +26,8 @@ pub struct Inputs {
     pub view: WorkloadView<Arc<Pod>>,
     /// The workload object, `None` when it does not exist.
     pub workload: Option<Value>,
+    /// Provisioner signals and subset room (`crate::capacity`).
+    pub capacity: workloadspread_core::controller::capacity::Capacity,
 }
 
 /// The pending stamps and label removals after a status write (or an equal status)
@@ -84,6 +86,7 @@ pub async fn rebalance(
         max_evictions: budget,
         enabled: on,
         now: (ctx.clock)(),
+        rooms: &inputs.capacity.rooms,
     });
     tracing::debug!(
         workloadspread = %ws.name(), namespace = %ws.namespace(), budget,

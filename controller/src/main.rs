@@ -2,6 +2,7 @@
 //! with deletion costs, adopts existing pods and reschedules unschedulable ones.
 #![forbid(unsafe_code)]
 
+mod capacity;
 mod converge;
 mod creating;
 mod inputs;
@@ -188,6 +189,40 @@ pub struct RunArgs {
     /// (admissions never wait for it: the host counts claims itself). 0 writes at once.
     #[arg(long, default_value_t = 1000)]
     status_interval_ms: u64,
+    /// Adaptive rescheduling on the provisioner's facts only by the timers, as OpenKruise:
+    /// no pod events read (stuck pods move after rescheduleCriticalSeconds), no node room
+    /// read (held subsets come back when their hold ends; rebalancing may move pods into
+    /// a subset without room).
+    #[arg(long)]
+    no_capacity_signals: bool,
+    /// One more pod event that means something for a stuck pod, as
+    /// REASON[@SOURCE]=no-capacity|capacity-coming (repeatable; besides cluster-autoscaler's
+    /// and Karpenter's own, docs/operations.md "Elastic capacity").
+    #[arg(long = "capacity-signal", value_parser = parse_signal)]
+    capacity_signals: Vec<workloadspread_core::controller::capacity::SignalRule>,
+    /// How long (seconds) a stuck pod whose capacity a provisioner is adding may wait in
+    /// its subset in all, past rescheduleCriticalSeconds; 0: not past it. The
+    /// WorkloadSpread annotation workloadspread.io/capacity-wait-seconds overrides it.
+    #[arg(long, default_value_t = 0)]
+    capacity_wait_seconds: u64,
+}
+
+fn parse_signal(s: &str) -> Result<workloadspread_core::controller::capacity::SignalRule, String> {
+    workloadspread_core::controller::capacity::parse_rule(s)
+}
+
+impl RunArgs {
+    /// The capacity reader's settings.
+    pub fn capacity(&self) -> capacity::Settings {
+        let mut rules = workloadspread_core::controller::capacity::default_rules();
+        rules.extend(self.capacity_signals.iter().cloned());
+        capacity::Settings {
+            enabled: !self.no_capacity_signals,
+            rules,
+            wait_seconds: self.capacity_wait_seconds,
+            poll: Duration::from_secs(2),
+        }
+    }
 }
 
 /// Run as `kubectl-workloadspread` (a kubectl plugin: `kubectl workloadspread -n NS

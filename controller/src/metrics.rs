@@ -24,6 +24,17 @@ pub struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CauseLabels {
+    pub cause: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReadLabels {
+    pub what: &'static str,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SubsetLabels {
     pub namespace: String,
     pub workloadspread: String,
@@ -67,6 +78,12 @@ pub struct Metrics {
     pub creating_dropped: Counter,
     /// Reconciles deferred to the end of the status interval (`crate::pacing`).
     pub reconciles_deferred: Counter,
+    /// Stuck pods rescheduled, by cause (`timer`, `no_capacity`, `wait_expired`; #42).
+    fallbacks: Family<CauseLabels, Counter>,
+    /// Held subsets brought back early because a node has room (#42).
+    pub recovered_on_capacity: Counter,
+    /// Reads of provisioner events and nodes' pods, by result (#42).
+    capacity_reads: Family<ReadLabels, Counter>,
     /// The subsets exported per WorkloadSpread (namespace, name): their series go with a
     /// subset that is no longer in the spec, and all of them with the WorkloadSpread
     /// (issue #41: the labels are names tenants choose; churn must not grow the registry).
@@ -193,8 +210,34 @@ impl Metrics {
             "Age of the oldest pod labelled workloadspread.io/pending at the WorkloadSpread's last reconcile (0: none)",
             pending_oldest.clone(),
         );
+        let fallbacks = Family::<CauseLabels, Counter>::default();
+        for cause in ["timer", "no_capacity", "wait_expired"] {
+            fallbacks.get_or_create(&CauseLabels { cause }).inc_by(0);
+        }
+        registry.register(
+            "fallbacks",
+            "Stuck pods deleted to be rescheduled to a later subset, by cause: timer \
+             (rescheduleCriticalSeconds), no_capacity (a provisioner said it adds none), \
+             wait_expired (capacity was coming, not within the wait bound)",
+            fallbacks.clone(),
+        );
+        let recovered_on_capacity = Counter::default();
+        registry.register(
+            "subsets_recovered_on_capacity",
+            "Unschedulable subsets made schedulable before their hold ended: a node they select has room for the pod",
+            recovered_on_capacity.clone(),
+        );
+        let capacity_reads = Family::<ReadLabels, Counter>::default();
+        registry.register(
+            "capacity_reads",
+            "Reads of a stuck pod's events (what=events) and of a node's pods (what=node_pods), by result",
+            capacity_reads.clone(),
+        );
         Metrics {
             registry,
+            fallbacks,
+            recovered_on_capacity,
+            capacity_reads,
             leader,
             subset_maximum,
             subset_planned,
@@ -217,6 +260,19 @@ impl Metrics {
     }
 
     pub const EVICTED: &'static str = "evicted";
+
+    /// One capacity read (`what`: events | node_pods).
+    pub fn capacity_read(&self, what: &'static str, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.capacity_reads
+            .get_or_create(&ReadLabels { what, result })
+            .inc();
+    }
+
+    /// One stuck pod rescheduled for `cause` (`Cause::label`).
+    pub fn fallback(&self, cause: &'static str) {
+        self.fallbacks.get_or_create(&CauseLabels { cause }).inc();
+    }
     pub const REFUSED: &'static str = "refused";
 
     /// The rebalancing evictions counter of one result.

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use workloadspread_core::admission::reserve::stale::Sightings;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
+use workloadspread_core::controller::capacity::Capacity;
 use workloadspread_core::controller::rebalance::{
     enabled, plan_rebalance, Rebalance, RebalanceInput,
 };
@@ -196,6 +197,8 @@ pub fn reconcile_objects(
             sightings: &sightings,
             now,
         },
+        // Offline: no events or node usage to read; the timers decide (#42).
+        capacity: &Capacity::NONE,
     });
     let settings = rules.rebalance()?;
     let rebalance = plan_rebalance(&RebalanceInput {
@@ -212,6 +215,7 @@ pub fn reconcile_objects(
         max_evictions: settings.max_evictions,
         enabled: enabled(ws, settings.default),
         now,
+        rooms: &Default::default(),
     });
     Ok(Reconciled { output, rebalance })
 }

@@ -72,6 +72,8 @@ pub struct Context {
     pub early_drop: Option<SignedDuration>,
     /// Status writes per WorkloadSpread at most once per interval (`crate::pacing`).
     pub pacing: crate::pacing::StatusPacing,
+    /// Provisioner signals and node room (`crate::capacity`; off by default).
+    pub capacity: crate::capacity::Reader,
 }
 
 impl Context {
@@ -108,7 +110,14 @@ impl Context {
             reschedule: true,
             early_drop: None,
             pacing: crate::pacing::StatusPacing::new(STATUS_INTERVAL),
+            capacity: crate::capacity::Reader::new(Default::default()),
         }
+    }
+
+    /// Reading provisioner signals and node room with `settings` (#42).
+    pub fn with_capacity(mut self, settings: crate::capacity::Settings) -> Self {
+        self.capacity = crate::capacity::Reader::new(settings);
+        self
     }
 
     /// Status writes per WorkloadSpread at most once per `interval` (zero: no pacing).
@@ -361,8 +370,11 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         );
         if !output.pods_to_delete.is_empty() {
             tracing::info!(workloadspread = %name, namespace = %ns, pods = ?output.pods_to_delete,
-                "deleting pods unschedulable past rescheduleCriticalSeconds");
+                causes = ?output.reschedule_causes, "rescheduling stuck pods");
         }
+        ctx.metrics
+            .recovered_on_capacity
+            .inc_by(output.recovered_on_capacity as u64);
         ensure_leading(ctx)?;
         delete_unschedulable(&ws, &output, ctx).await?;
         publish_events(&current, &output.events, ctx).await;
@@ -462,6 +474,19 @@ async fn compute(
     let sightings = ctx
         .placeholders
         .observe(ws, crate::placeholders::monotonic_now());
+    let rebalancing =
+        workloadspread_core::controller::rebalance::enabled(ws, ctx.limiter.settings.default);
+    let capacity = ctx
+        .capacity
+        .read(
+            &ctx.client,
+            ws,
+            &view.pods,
+            &ctx.nodes,
+            rebalancing,
+            &ctx.metrics,
+        )
+        .await;
     let input = ReconcileInput {
         ws,
         pods: &view.pods,
@@ -475,12 +500,14 @@ async fn compute(
             sightings: &sightings,
             now: crate::placeholders::monotonic_now(),
         },
+        capacity: &capacity,
     };
     let output = reconcile(&input);
     let inputs = crate::converge::Inputs {
         namespace_pods: pods,
         view,
         workload,
+        capacity,
     };
     Ok((output, inputs))
 }

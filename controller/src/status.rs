@@ -180,6 +180,7 @@ fn printable(mut v: StatusView) -> StatusView {
     clean(&mut v.name);
     for s in &mut v.subsets {
         clean(&mut s.name);
+        clean(&mut s.schedule);
     }
     for p in &mut v.next_removed {
         clean(&mut p.name);
@@ -210,6 +211,7 @@ mod tests {
                 pods: 2,
                 creating: 0,
                 deleting: 0,
+                schedule: evil.clone(),
             }],
             outside: 0,
             planned_outside: 0,

@@ -210,7 +210,8 @@ async fn run_controller(
             (args.creating_drop_seconds > 0)
                 .then(|| k8s_openapi::jiff::SignedDuration::from_secs(args.creating_drop_seconds)),
         )
-        .with_status_interval(Duration::from_millis(args.status_interval_ms)),
+        .with_status_interval(Duration::from_millis(args.status_interval_ms))
+        .with_capacity(args.capacity()),
     );
     let controller = controller
         .reconcile_on(futures::stream::select(workload_triggers, pod_triggers))

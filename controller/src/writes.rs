@@ -101,10 +101,21 @@ pub(crate) async fn delete_unschedulable(
         return Ok(());
     }
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    for pod in &output.pods_to_delete {
+    let causes = output
+        .reschedule_causes
+        .iter()
+        .map(Some)
+        .chain(std::iter::repeat(None));
+    for (pod, cause) in output.pods_to_delete.iter().zip(causes) {
         match bounded(pods.delete(pod, &DeleteParams::default())).await? {
             Ok(_) => {
                 ctx.metrics.rescheduled.inc();
+                if let Some(cause) = cause {
+                    ctx.metrics.fallback(cause.label());
+                    if let Some(event) = fallback_event(ws, pod, cause) {
+                        publish(ws_reference(ws), &event, ctx).await;
+                    }
+                }
             }
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => {
@@ -121,6 +132,27 @@ pub(crate) async fn delete_unschedulable(
         }
     }
     Ok(())
+}
+
+/// The event naming the provisioner's signal that moved a pod (none for the timer:
+/// the reference's behaviour, no event).
+fn fallback_event(
+    ws: &WorkloadSpread,
+    pod: &str,
+    cause: &workloadspread_core::controller::capacity::Cause,
+) -> Option<Event> {
+    use workloadspread_core::controller::capacity::Cause;
+    let name = ws.metadata.name.clone().unwrap_or_default();
+    let message = match cause {
+        Cause::Timer => return None,
+        Cause::NoCapacity { reason, source } => format!(
+            "Pod {pod} of WorkloadSpread {name} rescheduled to a later subset at once: {source} reported {reason} (no capacity comes for it)"
+        ),
+        Cause::WaitExpired { reason } => format!(
+            "Pod {pod} of WorkloadSpread {name} rescheduled to a later subset: capacity was coming ({reason}) but not within the wait bound"
+        ),
+    };
+    Some(Event::normal("RescheduleForCapacity", message))
 }
 
 pub(crate) async fn publish_events(object: &DynamicObject, events: &[Event], ctx: &Context) {

@@ -71,6 +71,7 @@ fn main() {
             now,
             options: &options,
             placeholders: no_placeholders.view(now),
+            capacity: &workloadspread_core::controller::capacity::Capacity::NONE,
         })
     };
     // First reconcile: everything is new (status and every deletion cost written).

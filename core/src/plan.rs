@@ -223,6 +223,7 @@ impl Simulation {
             now: self.now,
             options: &self.options,
             placeholders: stamped.view(self.now),
+            capacity: &crate::controller::capacity::Capacity::NONE,
         });
         for c in out.deletion_costs {
             if let Some(p) = self

@@ -34,6 +34,9 @@ VARIANTS = {
                                                 "namespaceCacheGraceSeconds": 5}},
     "rebalance": {"mode": "bundled", "controller": {"rebalance": {
         "enabled": True, "maxEvictions": 3, "intervalSeconds": 10}}},
+    # Issue #42: OpenKruise's timers alone, a wait bound, an extra signal.
+    "capacity-timers": {"mode": "bundled", "controller": {"capacity": {
+        "signals": False, "waitSeconds": 600, "extraSignals": ["QuotaExceeded@my-provisioner=no-capacity"]}}},
     # Issue #30: least privilege, opt-in namespaces, client certificates, digests.
     "custom-workloads-subresources": {
         "mode": "bundled",
@@ -476,6 +479,16 @@ def lint():
     want = ["--rebalance", "--rebalance-max-evictions=3", "--rebalance-interval-seconds=10"]
     if any(a not in rebalance_args for a in want):
         fail(f"controller.rebalance not passed: {rebalance_args}")
+    capacity_args = controller_args(VARIANTS["capacity-timers"])
+    if "--no-capacity-signals" in default_args or "--capacity-wait-seconds=0" not in default_args:
+        fail(f"capacity signals must be on by default, with no wait bound: {default_args}")
+    want = ["--no-capacity-signals", "--capacity-wait-seconds=600",
+            "--capacity-signal=QuotaExceeded@my-provisioner=no-capacity"]
+    if any(a not in capacity_args for a in want):
+        fail(f"controller.capacity not passed: {capacity_args}")
+    role = [d for d in by_kind(render(VARIANTS["bundled"]), "ClusterRole") if d["metadata"]["name"] == "ws-controller"][0]
+    if not grants(role["rules"], "", "events", "list"):
+        fail("the controller cannot list the provisioners' pod events")
     custom = render(VARIANTS["custom-workloads"])
     role = [d for d in by_kind(custom, "ClusterRole") if d["metadata"]["name"] == "ws-controller"][0]
     if not any("example.io" in r["apiGroups"] for r in role["rules"]):

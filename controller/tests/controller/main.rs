@@ -3,6 +3,7 @@
 //!
 //! One module per concern; the helpers they share are in `support`.
 
+mod capacity;
 mod counting;
 mod leader;
 mod percentages;

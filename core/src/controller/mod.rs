@@ -2,6 +2,7 @@
 //! status, the pods to adopt, deletion costs, pods to reschedule, events and the
 //! requeue delay. The controller binary fetches the inputs and applies the outputs.
 
+pub mod capacity;
 pub mod cost;
 pub mod creating;
 pub mod grouping;
@@ -95,6 +96,8 @@ pub struct ReconcileInput<'a, P = Pod> {
     pub options: &'a ReconcileOptions,
     /// What the controller knows of the placeholders (`status::PlaceholderView`).
     pub placeholders: PlaceholderView<'a>,
+    /// Provisioner signals and subset room (`capacity::Capacity::NONE`: timers only).
+    pub capacity: &'a capacity::Capacity,
 }
 
 /// What the controller must do.
@@ -105,8 +108,13 @@ pub struct ReconcileOutput {
     pub adoptions: Vec<Adoption>,
     /// Deletion-cost annotations to write.
     pub deletion_costs: Vec<CostPatch>,
-    /// Pods to delete (unschedulable for longer than `rescheduleCriticalSeconds`).
+    /// Pods to delete (unschedulable for longer than `rescheduleCriticalSeconds`, or
+    /// with no capacity coming: `capacity::decide_unschedulable`).
     pub pods_to_delete: Vec<String>,
+    /// Why each of `pods_to_delete` moves (same order).
+    pub reschedule_causes: Vec<capacity::Cause>,
+    /// Held subsets brought back early by a node with room.
+    pub recovered_on_capacity: usize,
     pub events: Vec<Event>,
     /// Reconcile again after this long (`None`: only on changes).
     pub requeue_after: Option<std::time::Duration>,
@@ -138,13 +146,22 @@ pub fn reconcile<P: Borrow<Pod>>(input: &ReconcileInput<'_, P>) -> ReconcileOutp
         recent: input.options.creating_window,
     };
     let deletion_costs = deletion_costs(ws, &pods, &versioned, &cost_input);
-    let mut calc = StatusCalc::new(ws, input.now, input.options, input.placeholders);
+    let mut calc = StatusCalc::new(
+        ws,
+        input.now,
+        input.options,
+        input.placeholders,
+        input.capacity,
+    );
     let status = calculate_status(&mut calc, input, &pods, &versioned, &aggregate);
+    let (pods_to_delete, reschedule_causes) = calc.unschedulable_pods.into_iter().unzip();
     ReconcileOutput {
         status,
         adoptions,
         deletion_costs,
-        pods_to_delete: calc.unschedulable_pods,
+        pods_to_delete,
+        reschedule_causes,
+        recovered_on_capacity: calc.recovered_on_capacity,
         events: calc.events,
         expired_placeholders: calc.expired_placeholders,
         requeue_after: calc

@@ -18,6 +18,7 @@
 //! admissions in flight, or while pods are being adopted.
 //! The controller applies the plan (at most `max_evictions` per interval).
 
+use super::capacity::Room;
 use super::cost::{kind_uses_deletion_cost, CostPatch};
 use crate::admission::{claim_for_create, PodKey, Scale};
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus, WorkloadSpreadSubsetStatus};
@@ -69,6 +70,9 @@ pub struct RebalanceInput<'a, P = Pod> {
     pub max_evictions: usize,
     pub enabled: bool,
     pub now: Timestamp,
+    /// Whether each subset can run one more pod (`capacity::subset_room`): no pod is
+    /// moved into a subset known to be full (#42). A subset missing here: not known.
+    pub rooms: &'a BTreeMap<String, Room>,
 }
 
 /// Why nothing is evicted.
@@ -90,6 +94,8 @@ pub enum Hold {
     OnPlan,
     /// Off the plan, but no eviction would help (no replacement would land below a target).
     NoLanding,
+    /// The replacement would go to a subset where no node has room for it.
+    NoRoom(String),
     /// The interval's evictions are used up.
     RateLimited,
 }
@@ -108,6 +114,10 @@ impl std::fmt::Display for Hold {
             Hold::Adopting => write!(f, "pods are being adopted"),
             Hold::OnPlan => write!(f, "on plan"),
             Hold::NoLanding => write!(f, "no replacement would land below its subset's target"),
+            Hold::NoRoom(subset) => write!(
+                f,
+                "no node of subset {subset} has room for the replacement (waiting for capacity)"
+            ),
             Hold::RateLimited => write!(f, "the interval's evictions are used up"),
         }
     }
@@ -255,6 +265,12 @@ pub fn plan_rebalance<P: std::borrow::Borrow<Pod>>(input: &RebalanceInput<'_, P>
     }
     let mut counts: Vec<usize> = members.iter().map(Vec::len).collect();
     let subset_name = |g: usize| ws.spec.subsets.get(g).map(|s| s.name.clone());
+    let full = |g: usize| {
+        subset_name(g)
+            .and_then(|s| input.rooms.get(&s))
+            .is_some_and(Room::is_full)
+    };
+    let mut no_room = None;
     for (from, pod) in candidates {
         if plan.evictions.len() >= input.max_evictions {
             break;
@@ -262,7 +278,10 @@ pub fn plan_rebalance<P: std::borrow::Borrow<Pod>>(input: &RebalanceInput<'_, P>
         counts[from] -= 1;
         let to = landing(input, &counts);
         let lands_below_target = counts[to] < want(to);
-        if !lands_below_target {
+        if !lands_below_target || full(to) {
+            if lands_below_target {
+                no_room = subset_name(to);
+            }
             counts[from] += 1;
             continue;
         }
@@ -287,6 +306,8 @@ pub fn plan_rebalance<P: std::borrow::Borrow<Pod>>(input: &RebalanceInput<'_, P>
     if plan.evictions.is_empty() {
         plan.hold = Some(if input.max_evictions == 0 {
             Hold::RateLimited
+        } else if let Some(subset) = no_room {
+            Hold::NoRoom(subset)
         } else {
             Hold::NoLanding
         });

@@ -1,6 +1,9 @@
 //! Subset status calculation with the creating/deleting windows, the Schedulable
 //! condition and rescheduling decisions (reference §4.6, §4.7).
 
+use super::capacity::{
+    decide_unschedulable, is_pending_unschedulable, Capacity, Cause, Room, Stuck,
+};
 use super::{Event, ReconcileOptions};
 use crate::admission::reserve::stale::named_by;
 use crate::admission::reserve::stale::Sightings;
@@ -64,10 +67,15 @@ pub struct StatusCalc<'a> {
     pub now: Timestamp,
     pub options: &'a ReconcileOptions,
     pub placeholders: PlaceholderView<'a>,
+    /// The provisioners' signals and the subsets' room (`Capacity::NONE`: timers only).
+    pub capacity: &'a Capacity,
     pub events: Vec<Event>,
     pub requeue: Option<SignedDuration>,
-    /// Pods to delete because they stayed unschedulable too long.
-    pub unschedulable_pods: Vec<String>,
+    /// Pods to delete because they stayed unschedulable too long, or because no
+    /// capacity comes for them, with why.
+    pub unschedulable_pods: Vec<(String, Cause)>,
+    /// Held subsets that came back early because a node has room for the pod.
+    pub recovered_on_capacity: usize,
     /// Placeholders dropped as expired.
     pub expired_placeholders: usize,
 }
@@ -78,15 +86,18 @@ impl<'a> StatusCalc<'a> {
         now: Timestamp,
         options: &'a ReconcileOptions,
         placeholders: PlaceholderView<'a>,
+        capacity: &'a Capacity,
     ) -> Self {
         StatusCalc {
             ws,
             now,
             options,
             placeholders,
+            capacity,
             events: vec![],
             requeue: None,
             unschedulable_pods: vec![],
+            recovered_on_capacity: 0,
             expired_placeholders: 0,
         }
     }
@@ -307,44 +318,81 @@ impl<'a> StatusCalc<'a> {
             self.set_condition(status, "True", REASON_SUFFICIENT);
             return;
         }
-        let stuck = self.timed_out_unschedulable(pods, seconds);
+        let (stuck, waiting) = self.timed_out_unschedulable(pods, seconds);
         let unschedulable = !stuck.is_empty();
+        let message = stuck
+            .iter()
+            .find_map(|(_, cause)| match cause {
+                Cause::NoCapacity { reason, source } => {
+                    Some(format!("no capacity: {source} said {reason}"))
+                }
+                _ => None,
+            })
+            .unwrap_or_default();
         if collect_unschedulable {
             self.unschedulable_pods.extend(stuck);
         }
         let old = status.condition(CONDITION_SCHEDULABLE).cloned();
         if unschedulable {
-            self.set_condition(status, "False", REASON_POD_UNSCHEDULABLE);
+            self.set_condition_with(status, "False", REASON_POD_UNSCHEDULABLE, message);
         } else if let Some(old) = old.filter(|c| c.status == "False") {
             let hold = self.effective_hold(seconds);
-            match old
+            let left = old
                 .last_transition_time
                 .as_ref()
-                .and_then(|t| self.remaining(t, hold))
-            {
-                Some(left) => self.push_requeue(left),
-                None => {
-                    self.events.push(Event::normal(
-                        "RecoverSchedulable",
-                        format!(
-                            "Subset {} of WorkloadSpread {}/{} is recovered from unschedulable to schedulable",
-                            subset.name,
-                            self.ws.namespace(),
-                            self.ws.name()
-                        ),
-                    ));
-                    self.set_condition(status, "True", REASON_SUFFICIENT);
+                .and_then(|t| self.remaining(t, hold));
+            let room = self.capacity.rooms.get(&subset.name);
+            match (left, room) {
+                (Some(_), Some(Room::Fits { node })) => {
+                    let why = format!("node {node} has room for the workload's pod");
+                    self.recover(status, subset, &why);
+                    self.recovered_on_capacity += 1;
                 }
+                (Some(left), _) => self.push_requeue(left),
+                (None, _) => self.recover(status, subset, "its hold ended"),
             }
+        } else if let Some(reason) = waiting {
+            // Pods wait for capacity a provisioner is adding: say so, still schedulable.
+            self.set_condition_with(
+                status,
+                "True",
+                REASON_SUFFICIENT,
+                format!("waiting for capacity: {reason}"),
+            );
         } else {
             self.set_condition(status, "True", REASON_SUFFICIENT);
         }
     }
 
-    /// Pending, unbound pods marked Unschedulable whose creation is older than `seconds`.
-    fn timed_out_unschedulable(&mut self, pods: &[&Pod], seconds: i64) -> Vec<String> {
+    fn recover(
+        &mut self,
+        status: &mut WorkloadSpreadSubsetStatus,
+        subset: &WorkloadSpreadSubset,
+        why: &str,
+    ) {
+        self.events.push(Event::normal(
+            "RecoverSchedulable",
+            format!(
+                "Subset {} of WorkloadSpread {}/{} is recovered from unschedulable to schedulable: {why}",
+                subset.name,
+                self.ws.namespace(),
+                self.ws.name()
+            ),
+        ));
+        self.set_condition(status, "True", REASON_SUFFICIENT);
+    }
+
+    /// Pending, unbound pods marked Unschedulable to move now (`capacity::decide_unschedulable`:
+    /// past `seconds` since creation, at once when no capacity comes, later while it
+    /// comes), and the signal some others wait on.
+    fn timed_out_unschedulable(
+        &mut self,
+        pods: &[&Pod],
+        seconds: i64,
+    ) -> (Vec<(String, Cause)>, Option<String>) {
         let window = SignedDuration::from_secs(seconds);
         let mut stuck = Vec::new();
+        let mut waiting = None;
         for pod in pods {
             if !is_pending_unschedulable(pod) {
                 continue;
@@ -354,16 +402,45 @@ impl<'a> StatusCalc<'a> {
                 .creation_timestamp
                 .clone()
                 .unwrap_or(Time(Timestamp::UNIX_EPOCH));
-            match self.remaining(&created, window) {
-                Some(left) => self.push_requeue(left),
-                None => stuck.push(name(pod).to_string()),
+            let nominated = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.nominated_node_name.as_deref())
+                .is_some_and(|n| !n.is_empty());
+            let decision = decide_unschedulable(
+                created.0,
+                self.now,
+                window,
+                self.capacity.signals.get(name(pod)),
+                nominated,
+                self.capacity.wait_bound,
+            );
+            match decision {
+                Stuck::Wait { left, waiting: why } => {
+                    // Signals arrive as events, not pod changes: look again soon.
+                    let poll = self.capacity.poll.unwrap_or(left);
+                    self.push_requeue(left.min(poll));
+                    waiting = waiting.or(why);
+                }
+                Stuck::Move(cause) => stuck.push((name(pod).to_string(), cause)),
             }
         }
-        stuck
+        (stuck, waiting)
     }
 
     /// `setWorkloadSpreadSubsetCondition`.
     fn set_condition(&self, status: &mut WorkloadSpreadSubsetStatus, value: &str, reason: &str) {
+        self.set_condition_with(status, value, reason, String::new());
+    }
+
+    /// With a message (ours: what a provisioner said; the reference writes none).
+    fn set_condition_with(
+        &self,
+        status: &mut WorkloadSpreadSubsetStatus,
+        value: &str,
+        reason: &str,
+        message: String,
+    ) {
         let existing = status
             .conditions
             .iter()
@@ -371,7 +448,7 @@ impl<'a> StatusCalc<'a> {
         let mut ltt = Some(Time(self.now));
         if let Some(i) = existing {
             let old = &status.conditions[i];
-            if old.status == value && old.reason == reason {
+            if old.status == value && old.reason == reason && old.message == message {
                 return;
             }
             if old.status == value {
@@ -384,6 +461,7 @@ impl<'a> StatusCalc<'a> {
             status: value.to_string(),
             last_transition_time: ltt,
             reason: reason.to_string(),
+            message,
             ..Default::default()
         });
     }
@@ -396,24 +474,4 @@ fn counted_keys(pod: &Pod) -> impl Iterator<Item = String> {
     let uid = matched(pod).and_then(|m| m.uid);
     uid.into_iter()
         .chain(std::iter::once(name(pod).to_string()))
-}
-
-fn is_pending_unschedulable(pod: &Pod) -> bool {
-    let Some(status) = pod.status.as_ref() else {
-        return false;
-    };
-    let unbound = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .unwrap_or_default()
-        .is_empty();
-    pod.metadata.deletion_timestamp.is_none()
-        && status.phase.as_deref() == Some("Pending")
-        && unbound
-        && status.conditions.iter().flatten().any(|c| {
-            c.type_ == "PodScheduled"
-                && c.status == "False"
-                && c.reason.as_deref() == Some("Unschedulable")
-        })
 }

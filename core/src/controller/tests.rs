@@ -7,6 +7,7 @@ use k8s_openapi::jiff::ToSpan;
 use serde_json::{json, Value};
 
 mod adoption;
+mod capacity;
 mod costs;
 mod counts;
 mod pruned;
@@ -110,6 +111,7 @@ fn run_with(
         now: now(),
         options: &options,
         placeholders: stamped.view(now()),
+        capacity: &crate::controller::capacity::Capacity::NONE,
     };
     Run {
         out: reconcile(&input),

@@ -28,6 +28,11 @@ pub struct SubsetView {
     pub creating: usize,
     /// `deletingPods` entries (deleted, not gone yet).
     pub deleting: usize,
+    /// Adaptive scheduling (#42): `held since <time>` (and what a provisioner said) for a
+    /// subset marked unschedulable, `waiting for capacity: <reason>` while pods wait for
+    /// a provisioner; empty when schedulable without more to say.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub schedule: String,
 }
 
 /// A pod on the scale-in path.
@@ -111,6 +116,7 @@ pub fn status_view<P: std::borrow::Borrow<Pod>>(
                 .count(),
             creating: entries(&s.name, false),
             deleting: entries(&s.name, true),
+            schedule: schedule_of(&status, &s.name),
         })
         .collect();
     let outside = active.iter().filter(|p| subset_of(p).is_none()).count();
@@ -146,6 +152,29 @@ pub fn status_view<P: std::borrow::Borrow<Pod>>(
     }
 }
 
+/// What the subset's `Schedulable` condition says, for people.
+fn schedule_of(status: &crate::api::v1beta1::WorkloadSpreadStatus, subset: &str) -> String {
+    let Some(c) = status
+        .subset_statuses
+        .iter()
+        .find(|s| s.name == subset)
+        .and_then(|s| s.condition(crate::api::CONDITION_SCHEDULABLE))
+    else {
+        return String::new();
+    };
+    let since = c
+        .last_transition_time
+        .as_ref()
+        .map(|t| format!(" since {}", t.0))
+        .unwrap_or_default();
+    match (c.status.as_str(), c.message.is_empty()) {
+        ("False", true) => format!("held{since}"),
+        ("False", false) => format!("held{since}: {}", c.message),
+        (_, false) => c.message.clone(),
+        _ => String::new(),
+    }
+}
+
 /// A pod's deletion cost (0 when absent or not a number, as the ReplicaSet controller
 /// reads it).
 fn cost_of(p: &Pod) -> i64 {
@@ -176,10 +205,14 @@ pub fn table(v: &StatusView) -> String {
     ));
     for s in &v.subsets {
         let max = s.max.map_or("-".to_string(), |m| m.to_string());
-        out.push_str(&format!(
-            "{:<20} {:>7} {:>8} {:>6} {:>9} {:>9}\n",
+        let line = format!(
+            "{:<20} {:>7} {:>8} {:>6} {:>9} {:>9}",
             s.name, max, s.planned, s.pods, s.creating, s.deleting
-        ));
+        );
+        match s.schedule.as_str() {
+            "" => out.push_str(&format!("{line}\n")),
+            schedule => out.push_str(&format!("{line}  {schedule}\n")),
+        }
     }
     out.push_str(&format!(
         "{:<20} {:>7} {:>8} {:>6}\n",
@@ -263,5 +296,32 @@ mod tests {
             text.contains("off plan, over the maximum: a") && text.contains("stray"),
             "{text}"
         );
+    }
+
+    /// Issue #42: the subset's Schedulable condition, for people.
+    #[test]
+    fn held_and_waiting_subsets_say_so() {
+        let mut w = ws();
+        let status = w.status.get_or_insert_with(Default::default);
+        status.subset_statuses = serde_json::from_value(json!([
+            {"name": "a", "missingReplicas": 0, "conditions": [{"type": "Schedulable", "status": "False",
+                "reason": "PodUnschedulable", "lastTransitionTime": "2026-01-01T00:00:00Z",
+                "message": "no capacity: cluster-autoscaler said NotTriggerScaleUp"}]},
+            {"name": "b", "missingReplicas": 0, "conditions": [{"type": "Schedulable", "status": "True",
+                "reason": "Sufficient", "message": "waiting for capacity: TriggeredScaleUp"}]},
+            {"name": "c", "missingReplicas": 0, "conditions": [{"type": "Schedulable", "status": "True",
+                "reason": "Sufficient"}]}]))
+        .unwrap();
+        let v = status_view(&w, &Vec::<Pod>::new(), 10, 0);
+        let schedule: Vec<&str> = v.subsets.iter().map(|s| s.schedule.as_str()).collect();
+        assert_eq!(
+            schedule,
+            [
+                "held since 2026-01-01T00:00:00Z: no capacity: cluster-autoscaler said NotTriggerScaleUp",
+                "waiting for capacity: TriggeredScaleUp",
+                ""
+            ]
+        );
+        assert!(table(&v).contains("waiting for capacity: TriggeredScaleUp"));
     }
 }

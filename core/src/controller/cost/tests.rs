@@ -79,6 +79,7 @@ fn settled_patches(ws: &WorkloadSpread, pods: &[Pod]) -> Vec<CostPatch> {
         now: now() + SignedDuration::from_secs(3600),
         options: &options,
         placeholders: stamped.view(now()),
+        capacity: &crate::controller::capacity::Capacity::NONE,
     };
     reconcile(&input).deletion_costs
 }

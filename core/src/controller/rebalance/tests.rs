@@ -91,6 +91,14 @@ fn run(
     case: &Case,
     tweak: impl Fn(&mut Vec<Pod>, &mut WorkloadSpreadStatus, &mut Value),
 ) -> Rebalance {
+    run_with_rooms(case, tweak, &BTreeMap::new())
+}
+
+fn run_with_rooms(
+    case: &Case,
+    tweak: impl Fn(&mut Vec<Pod>, &mut WorkloadSpreadStatus, &mut Value),
+    rooms: &BTreeMap<String, Room>,
+) -> Rebalance {
     let mut pods = pods(&case.ws, &case.spread, case.unplaced);
     let mut status = status(&case.ws, case.unschedulable);
     let mut workload = deployment(i64::from(case.replicas));
@@ -110,7 +118,45 @@ fn run(
         max_evictions: case.max,
         enabled: enabled(&case.ws, false),
         now: now(),
+        rooms,
     })
+}
+
+/// Issue #42 (4): no pod is moved into a subset where no node has room for it; a
+/// subset with room, or not known, takes it as before.
+#[test]
+fn nothing_is_evicted_into_a_subset_without_room() {
+    let case = Case {
+        name: "2/5/3 at 10: c's surplus would go to a",
+        ws: ws(percent(), Some("true")),
+        spread: vec![2, 5, 3],
+        unplaced: 0,
+        replicas: 10,
+        unschedulable: &[],
+        max: 5,
+        evicted: &["c-0"],
+        hold: None,
+    };
+    let rooms = |room: Room| BTreeMap::from([("a".to_string(), room)]);
+    let full = run_with_rooms(&case, |_, _, _| {}, &rooms(Room::Full { nodes: 2 }));
+    assert!(full.evictions.is_empty(), "{full:?}");
+    assert_eq!(full.hold, Some(Hold::NoRoom("a".into())));
+    assert!(full
+        .hold
+        .unwrap()
+        .to_string()
+        .contains("no node of subset a has room"));
+    for room in [Room::Fits { node: "a-3".into() }, Room::Unknown] {
+        let plan = run_with_rooms(&case, |_, _, _| {}, &rooms(room.clone()));
+        let evicted: Vec<&str> = plan.evictions.iter().map(|e| e.pod.as_str()).collect();
+        assert_eq!(evicted, case.evicted, "{room:?}: {plan:?}");
+    }
+    // Another subset being full does not matter.
+    let b_full = BTreeMap::from([("b".to_string(), Room::Full { nodes: 1 })]);
+    assert_eq!(
+        run_with_rooms(&case, |_, _, _| {}, &b_full).evictions.len(),
+        1
+    );
 }
 
 /// Issue #27 (2): what is evicted, table-driven.

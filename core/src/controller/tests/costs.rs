@@ -228,6 +228,7 @@ fn run_planned(ws: &WorkloadSpread, pods: &[Pod], replicas: i32) -> Run {
         now: now(),
         options: &options,
         placeholders: stamped.view(now()),
+        capacity: &crate::controller::capacity::Capacity::NONE,
     };
     Run {
         out: reconcile(&input),

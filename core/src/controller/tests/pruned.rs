@@ -98,6 +98,7 @@ fn a_reconcile_of_pruned_pods_equals_one_of_whole_pods() {
                     now: now(),
                     options: &options,
                     placeholders: stamped.view(now()),
+                    capacity: &crate::controller::capacity::Capacity::NONE,
                 })
             };
             let (a, b) = (run(&whole), run(&pruned));

@@ -47,6 +47,7 @@ fn run_seeing(ws: &WorkloadSpread, pods: &[Pod], view: PlaceholderView<'_>) -> R
         now: now(),
         options: &options,
         placeholders: view,
+        capacity: &crate::controller::capacity::Capacity::NONE,
     };
     Run {
         out: reconcile(&input),

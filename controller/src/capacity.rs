@@ -1,0 +1,373 @@
+//! Elastic capacity, read (#42; `core::controller::capacity` decides): the provisioners'
+//! events about the workload's stuck pods, and what the pods of each node a subset
+//! selects request. Read only when they can matter — events for pods Pending and
+//! Unschedulable in an Adaptive WorkloadSpread, nodes for a held subset or a rebalanced
+//! WorkloadSpread — with every call bounded, per-node results kept [`NODE_TTL`], and a
+//! failed read leaving the answer unknown (the timers decide, nothing is moved into it).
+
+use crate::metrics::Metrics;
+use crate::reconciler::bounded;
+use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
+use k8s_openapi::jiff::SignedDuration;
+use kube::api::ListParams;
+use kube::runtime::reflector::Store;
+use kube::{Api, Client};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use workloadspread_core::api::v1beta1::WorkloadSpread;
+use workloadspread_core::controller::capacity::{
+    add, amounts, classify, is_pending_unschedulable, newest, pod_requests, subset_room,
+    wait_bound, Capacity, NodeCapacity, Resources, Signal, SignalRule,
+};
+use workloadspread_core::pods::{is_active, matched, name};
+use workloadspread_core::selector::NodeInfo;
+use workloadspread_core::Timestamp;
+
+/// How long a node's requested amounts are reused.
+pub const NODE_TTL: Duration = Duration::from_secs(3);
+/// Stuck pods whose events one reconcile reads (the rest wait for the timers).
+const MAX_SIGNAL_READS: usize = 32;
+/// Nodes read per subset and reconcile before the room is left unknown.
+const MAX_NODE_READS: usize = 16;
+
+/// `--capacity-*` settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Read signals and room at all (`--no-capacity-signals` turns both off).
+    pub enabled: bool,
+    pub rules: Vec<SignalRule>,
+    /// Default wait bound for coming capacity, seconds (0: none).
+    pub wait_seconds: u64,
+    /// How often waiting pods' events are read again.
+    pub poll: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            enabled: false,
+            rules: vec![],
+            wait_seconds: 0,
+            poll: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The reader and its per-node cache.
+pub struct Reader {
+    pub settings: Settings,
+    nodes: Mutex<HashMap<String, (Instant, Resources)>>,
+}
+
+impl Reader {
+    pub fn new(settings: Settings) -> Self {
+        Reader {
+            settings,
+            nodes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// What `core` needs about capacity for `ws` now.
+    pub async fn read(
+        &self,
+        client: &Client,
+        ws: &WorkloadSpread,
+        pods: &[Arc<Pod>],
+        nodes: &Store<Node>,
+        rebalancing: bool,
+        metrics: &Metrics,
+    ) -> Capacity {
+        if !self.settings.enabled {
+            return Capacity::NONE;
+        }
+        let adaptive = ws.spec.schedule_strategy.reschedule_seconds().is_some();
+        let mut capacity = Capacity {
+            wait_bound: wait_bound(ws, self.settings.wait_seconds),
+            poll: SignedDuration::try_from(self.settings.poll).ok(),
+            ..Default::default()
+        };
+        if adaptive {
+            capacity.signals = self.signals(client, ws, pods, metrics).await;
+        }
+        let held: Vec<&str> = ws
+            .status
+            .as_ref()
+            .map(|s| {
+                s.subset_statuses
+                    .iter()
+                    .filter(|s| adaptive && s.is_unschedulable())
+                    .map(|s| s.name.as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if held.is_empty() && !rebalancing {
+            return capacity;
+        }
+        // The workload's pods are alike: any active one stands for the next.
+        let Some(sample) = pods.iter().map(AsRef::as_ref).find(|p| is_active(p)) else {
+            return capacity;
+        };
+        let Some(spec) = sample.spec.as_ref() else {
+            return capacity;
+        };
+        let need = pod_requests(spec);
+        let tolerations = spec.tolerations.clone().unwrap_or_default();
+        let all_nodes: Vec<NodeCapacity> = nodes.state().iter().map(|n| node_capacity(n)).collect();
+        for subset in &ws.spec.subsets {
+            if !rebalancing && !held.contains(&subset.name.as_str()) {
+                continue;
+            }
+            let mut candidates: Vec<NodeCapacity> = all_nodes
+                .iter()
+                .filter(|n| {
+                    workloadspread_core::controller::capacity::selects(subset, &tolerations, n)
+                })
+                .cloned()
+                .collect();
+            candidates.sort_by(|a, b| a.node.name.cmp(&b.node.name));
+            let mut reads = 0;
+            let mut room = subset_room(subset, &tolerations, &candidates, &need);
+            for i in 0..candidates.len() {
+                if !matches!(
+                    room,
+                    workloadspread_core::controller::capacity::Room::Unknown
+                ) {
+                    break;
+                }
+                if candidates[i].requested.is_some() {
+                    continue;
+                }
+                if reads >= MAX_NODE_READS {
+                    break;
+                }
+                reads += 1;
+                candidates[i].requested = self
+                    .requested(client, &candidates[i].node.name, metrics)
+                    .await;
+                room = subset_room(subset, &tolerations, &candidates, &need);
+            }
+            capacity.rooms.insert(subset.name.clone(), room);
+        }
+        capacity
+    }
+
+    /// The newest provisioner signal per stuck pod of `ws` (those in its subsets but the
+    /// last, which rescheduling moves out of).
+    async fn signals(
+        &self,
+        client: &Client,
+        ws: &WorkloadSpread,
+        pods: &[Arc<Pod>],
+        metrics: &Metrics,
+    ) -> BTreeMap<String, Signal> {
+        let last = ws.spec.subsets.last().map(|s| s.name.as_str());
+        let stuck = pods
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|p| is_pending_unschedulable(p))
+            .filter(|p| {
+                matched(p).is_some_and(|m| m.name == ws.name() && Some(m.subset.as_str()) != last)
+            })
+            .take(MAX_SIGNAL_READS);
+        let events: Api<CoreEvent> = Api::namespaced(client.clone(), ws.namespace());
+        let mut out = BTreeMap::new();
+        for pod in stuck {
+            let Some(uid) = pod.metadata.uid.as_deref() else {
+                continue;
+            };
+            let params = ListParams::default()
+                .fields(&format!("involvedObject.uid={uid}"))
+                .limit(100);
+            match bounded(events.list(&params)).await {
+                Ok(Ok(list)) => {
+                    metrics.capacity_read("events", true);
+                    let signals = list.items.iter().filter_map(|e| self.signal(e));
+                    if let Some(s) = newest(signals) {
+                        out.insert(name(pod).to_string(), s);
+                    }
+                }
+                Ok(Err(e)) => {
+                    metrics.capacity_read("events", false);
+                    tracing::warn!(pod = %name(pod), "reading the pod's events: {e} (its timer decides)");
+                }
+                Err(e) => {
+                    metrics.capacity_read("events", false);
+                    tracing::warn!(pod = %name(pod), "reading the pod's events: {e} (its timer decides)");
+                }
+            }
+        }
+        out
+    }
+
+    fn signal(&self, e: &CoreEvent) -> Option<Signal> {
+        let reason = e.reason.as_deref()?;
+        let source = e
+            .reporting_component
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .or_else(|| e.source.as_ref().and_then(|s| s.component.as_deref()))
+            .unwrap_or_default();
+        let kind = classify(&self.settings.rules, reason, source)?;
+        let at = e
+            .series
+            .as_ref()
+            .and_then(|s| s.last_observed_time.as_ref().map(|t| t.0))
+            .or_else(|| e.last_timestamp.as_ref().map(|t| t.0))
+            .or_else(|| e.event_time.as_ref().map(|t| t.0))
+            .or_else(|| e.first_timestamp.as_ref().map(|t| t.0))
+            .or_else(|| e.metadata.creation_timestamp.as_ref().map(|t| t.0))
+            .unwrap_or(Timestamp::UNIX_EPOCH);
+        Some(Signal {
+            kind,
+            reason: reason.to_string(),
+            source: source.to_string(),
+            message: e.message.clone().unwrap_or_default(),
+            at,
+        })
+    }
+
+    /// What the non-terminal pods on `node` request (kept [`NODE_TTL`]).
+    async fn requested(&self, client: &Client, node: &str, metrics: &Metrics) -> Option<Resources> {
+        let now = Instant::now();
+        {
+            let mut cache = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+            cache.retain(|_, (at, _)| now.duration_since(*at) < NODE_TTL);
+            if let Some((_, r)) = cache.get(node) {
+                return Some(r.clone());
+            }
+        }
+        let params = ListParams::default().fields(&format!(
+            "spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed"
+        ));
+        let pods: Api<Pod> = Api::all(client.clone());
+        let list = match bounded(pods.list(&params)).await {
+            Ok(Ok(list)) => list,
+            Ok(Err(e)) => {
+                metrics.capacity_read("node_pods", false);
+                tracing::warn!(
+                    node,
+                    "reading the node's pods: {e} (its room stays unknown)"
+                );
+                return None;
+            }
+            Err(e) => {
+                metrics.capacity_read("node_pods", false);
+                tracing::warn!(
+                    node,
+                    "reading the node's pods: {e} (its room stays unknown)"
+                );
+                return None;
+            }
+        };
+        metrics.capacity_read("node_pods", true);
+        let mut requested = Resources::new();
+        for p in &list.items {
+            if let Some(spec) = p.spec.as_ref() {
+                add(&mut requested, &pod_requests(spec));
+            }
+        }
+        let mut cache = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        cache.insert(node.to_string(), (now, requested.clone()));
+        Some(requested)
+    }
+}
+
+/// A cached node as the fit check sees it (its pods not read yet).
+pub fn node_capacity(n: &Node) -> NodeCapacity {
+    let ready = n
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let cordoned = n
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    NodeCapacity {
+        node: NodeInfo::from(n),
+        schedulable: ready && !cordoned,
+        allocatable: n
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .map(amounts)
+            .unwrap_or_default(),
+        requested: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn nodes_are_schedulable_when_ready_and_not_cordoned() {
+        let node = |ready: &str, cordoned: bool| -> Node {
+            serde_json::from_value(json!({"metadata": {"name": "n"},
+                "spec": {"unschedulable": cordoned},
+                "status": {"allocatable": {"cpu": "2", "memory": "1Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": ready}]}}))
+            .unwrap()
+        };
+        let n = node_capacity(&node("True", false));
+        assert!(n.schedulable);
+        assert_eq!(n.allocatable.get("cpu"), Some(&2000));
+        assert_eq!(n.allocatable.get("pods"), Some(&110));
+        assert!(!node_capacity(&node("False", false)).schedulable);
+        assert!(!node_capacity(&node("True", true)).schedulable);
+    }
+
+    #[test]
+    fn events_become_signals_by_reporter_and_latest_time() {
+        let reader = Reader::new(Settings {
+            enabled: true,
+            rules: workloadspread_core::controller::capacity::default_rules(),
+            ..Default::default()
+        });
+        let event = |reason: &str, source: Value, extra: Value| -> CoreEvent {
+            let mut v = json!({"metadata": {"name": "e", "namespace": "ns"},
+                "involvedObject": {"kind": "Pod", "name": "p"}, "reason": reason,
+                "message": "pod didn't trigger scale-up", "source": source,
+                "lastTimestamp": "2026-01-01T00:00:05Z"});
+            if let (Some(o), Some(x)) = (v.as_object_mut(), extra.as_object()) {
+                o.extend(x.clone());
+            }
+            serde_json::from_value(v).unwrap()
+        };
+        use serde_json::Value;
+        let ca = reader
+            .signal(&event(
+                "NotTriggerScaleUp",
+                json!({"component": "cluster-autoscaler"}),
+                json!({}),
+            ))
+            .unwrap();
+        assert_eq!(
+            ca.kind,
+            workloadspread_core::controller::capacity::SignalKind::NoCapacity
+        );
+        assert_eq!(ca.at.to_string(), "2026-01-01T00:00:05Z");
+        // Karpenter reports through the new API (reportingComponent, eventTime).
+        let karpenter = reader.signal(&event(
+            "Nominated",
+            json!(null),
+            json!({"reportingComponent": "karpenter", "lastTimestamp": null,
+                "eventTime": "2026-01-01T00:00:07.000000Z"}),
+        ));
+        assert_eq!(
+            karpenter.map(|s| s.kind),
+            Some(workloadspread_core::controller::capacity::SignalKind::CapacityComing)
+        );
+        // The scheduler's FailedScheduling is no provisioner's verdict.
+        assert!(reader
+            .signal(&event(
+                "FailedScheduling",
+                json!({"component": "default-scheduler"}),
+                json!({})
+            ))
+            .is_none());
+    }
+}

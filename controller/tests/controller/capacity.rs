@@ -1,0 +1,445 @@
+//! Issue #42: elastic subsets that follow real capacity, on the API server with the
+//! scheduler and KWOK nodes of small allocatable (2 pods each), host + controller, the
+//! invariant monitor on every scenario. The provisioner's signals are posted as pod
+//! events exactly as cluster-autoscaler posts them (core/v1 Event, `source.component`
+//! cluster-autoscaler, reason `NotTriggerScaleUp` / `TriggeredScaleUp`).
+
+use crate::support::{create_deployment, create_ws};
+use anyhow::{ensure, Context, Result};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use workloadspread_testkit::monitor::Monitor;
+use workloadspread_testkit::pods::subset_of;
+use workloadspread_testkit::stack::Stack;
+use workloadspread_testkit::{cluster, unique_name, wait_for};
+
+const ZONE: &str = "topology.kubernetes.io/zone";
+const TAINT: &str = "workloadspread.test/capacity";
+
+/// KWOK nodes of one test's own zone, tainted so that no other test's pod lands there;
+/// removed on drop.
+struct Pool {
+    zone: String,
+    nodes: Vec<String>,
+    client: Client,
+}
+
+impl Pool {
+    async fn new(hint: &str) -> Result<Self> {
+        Ok(Pool {
+            zone: unique_name(hint),
+            nodes: vec![],
+            client: cluster()?.client().await?,
+        })
+    }
+
+    /// A node with room for `pods` pods, Ready.
+    async fn add(&mut self, pods: u32) -> Result<String> {
+        let name = format!("{}-{}", self.zone, self.nodes.len() + 1);
+        let room = json!({"cpu": "4", "memory": "8Gi", "pods": pods.to_string()});
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                "labels": {ZONE: self.zone, "kubernetes.io/hostname": name, "type": "kwok"}},
+            "spec": {"taints": [{"key": TAINT, "value": self.zone, "effect": "NoSchedule"}]},
+            "status": {"allocatable": room, "capacity": room}}))?;
+        let api: Api<Node> = Api::all(self.client.clone());
+        api.create(&PostParams::default(), &node).await?;
+        self.nodes.push(name.clone());
+        wait_for("the new node Ready", Duration::from_secs(30), || async {
+            let n = api.get(&name).await?;
+            let ready = n
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            Ok(ready.then_some(()))
+        })
+        .await?;
+        Ok(name)
+    }
+
+    /// The subset of this pool (its zone, tolerating its taint).
+    fn subset(&self, name: &str, max: Option<i32>) -> Value {
+        let mut s = json!({"name": name,
+            "requiredNodeSelector": {"matchExpressions": [{"key": ZONE, "operator": "In", "values": [self.zone]}]},
+            "tolerations": [{"key": TAINT, "operator": "Equal", "value": self.zone, "effect": "NoSchedule"}]});
+        if let Some(m) = max {
+            s["maxReplicas"] = json!(m);
+        }
+        s
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // A client of its own: the test's runtime is blocked in this drop.
+        let nodes = std::mem::take(&mut self.nodes);
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            if let (Ok(rt), Ok(c)) = (rt, cluster()) {
+                rt.block_on(async {
+                    if let Ok(client) = c.client().await {
+                        let api: Api<Node> = Api::all(client);
+                        for n in nodes {
+                            let _ = api.delete(&n, &DeleteParams::default()).await;
+                        }
+                    }
+                });
+            }
+        })
+        .join();
+    }
+}
+
+/// The elastic subset: zone-b's KWOK nodes (no pod limit).
+fn elastic() -> Value {
+    json!({"name": "elastic", "requiredNodeSelector": {"matchExpressions": [
+        {"key": ZONE, "operator": "In", "values": ["zone-b"]}]}})
+}
+
+fn node_of(p: &Pod) -> Option<&str> {
+    p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+}
+
+fn running(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+fn pending(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none() && node_of(p).is_none()
+}
+
+/// Running pods per subset.
+async fn running_in(pods: &Api<Pod>, subset: &str) -> Result<Vec<Pod>> {
+    Ok(pods
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| running(p) && subset_of(p).as_deref() == Some(subset))
+        .collect())
+}
+
+/// The pod event cluster-autoscaler records (legacy recorder: `source.component`).
+async fn post_autoscaler_event(
+    client: &Client,
+    pod: &Pod,
+    reason: &str,
+    message: &str,
+) -> Result<()> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let event: Event = serde_json::from_value(json!({
+        "metadata": {"name": format!("{name}.{}", unique_name("ca")), "namespace": ns},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns,
+            "uid": pod.metadata.uid, "resourceVersion": pod.metadata.resource_version},
+        "reason": reason, "message": message, "type": "Normal",
+        "source": {"component": "cluster-autoscaler"},
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1}))?;
+    Api::<Event>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &event)
+        .await?;
+    Ok(())
+}
+
+async fn one_pending(pods: &Api<Pod>, subset: &str) -> Result<Pod> {
+    wait_for(
+        "a pod Pending and Unschedulable in its subset",
+        Duration::from_secs(60),
+        || async {
+            let list = pods.list(&ListParams::default()).await?.items;
+            Ok(list.into_iter().find(|p| {
+                pending(p)
+                    && subset_of(p).as_deref() == Some(subset)
+                    && p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| {
+                            c.iter().any(|c| {
+                                c.type_ == "PodScheduled"
+                                    && c.reason.as_deref() == Some("Unschedulable")
+                            })
+                        })
+            }))
+        },
+    )
+    .await
+}
+
+async fn metric_with(
+    c: &workloadspread_testkit::webhook::ControllerProcess,
+    name: &str,
+    label: &str,
+) -> Result<f64> {
+    let text = c.get("/metrics").await?;
+    Ok(workloadspread_testkit::measure::sum_metric_with(
+        &text, name, label,
+    ))
+}
+
+fn deployment_resource() -> kube::api::ApiResource {
+    kube::api::ApiResource::erase::<Deployment>(&())
+}
+
+/// Own pool full (one node, 2 pods) and cluster-autoscaler says it will not scale up: the
+/// third pod is running in the elastic subset within seconds, not after the 30 s
+/// critical timer.
+#[tokio::test]
+async fn no_capacity_falls_back_at_once() -> Result<()> {
+    let Some(stack) = Stack::start("cap-fallback", &[]).await? else {
+        return Ok(());
+    };
+    let mut own = Pool::new("cap-own").await?;
+    own.add(2).await?;
+    create_ws(
+        &stack.ns,
+        json!({"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "scheduleStrategy": {"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 30}},
+            "subsets": [own.subset("own", None), elastic()]}),
+    )
+    .await?;
+    let monitor = Monitor::start(
+        stack.ns.client(),
+        stack.ns.name(),
+        "web",
+        deployment_resource(),
+        "web",
+    )
+    .await?;
+    create_deployment(&stack.ns, 3).await?;
+    let pods: Api<Pod> = stack.ns.api();
+    let stuck = one_pending(&pods, "own").await?;
+    wait_for("2 pods running in own", Duration::from_secs(60), || async {
+        Ok((running_in(&pods, "own").await?.len() == 2).then_some(()))
+    })
+    .await?;
+    let posted = Instant::now();
+    let age = k8s_openapi::jiff::Timestamp::now().duration_since(
+        stuck
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .unwrap_or_default(),
+    );
+    post_autoscaler_event(
+        &stack.ns.client(),
+        &stuck,
+        "NotTriggerScaleUp",
+        "pod didn't trigger scale-up: 1 max node group size reached",
+    )
+    .await?;
+    wait_for(
+        "the third pod running in elastic",
+        Duration::from_secs(25),
+        || async { Ok((running_in(&pods, "elastic").await?.len() == 1).then_some(())) },
+    )
+    .await
+    .with_context(|| stack.controller.log_text())?;
+    let fallback = posted.elapsed();
+    eprintln!(
+        "[capacity] NotTriggerScaleUp → running in the elastic subset {:.1} s after the event \
+         (pod {:.1} s old at the event; critical timer 30 s)",
+        fallback.as_secs_f64(),
+        age.as_secs_f64()
+    );
+    ensure!(
+        fallback < Duration::from_secs(20),
+        "fell back after {fallback:?}"
+    );
+    let by_signal = metric_with(
+        &stack.controller,
+        "workloadspread_controller_fallbacks_total",
+        "cause=\"no_capacity\"",
+    )
+    .await?;
+    ensure!(by_signal == 1.0, "{by_signal} fallbacks on the signal");
+    monitor.finish()?;
+    stack.finish().await
+}
+
+/// cluster-autoscaler triggered a scale-up for the pod (`TriggeredScaleUp`), the
+/// WorkloadSpread allows a 120 s wait: the pod waits past the 10 s critical timer and
+/// runs in its own subset on the node that arrives 25 s later; nothing is rescheduled.
+#[tokio::test]
+async fn coming_capacity_is_waited_for() -> Result<()> {
+    let Some(stack) = Stack::start("cap-wait", &[]).await? else {
+        return Ok(());
+    };
+    let mut own = Pool::new("cap-wait").await?;
+    own.add(2).await?;
+    let api = create_ws(
+        &stack.ns,
+        json!({"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "scheduleStrategy": {"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 10}},
+            "subsets": [own.subset("own", None), elastic()]}),
+    )
+    .await?;
+    api.patch(
+        "web",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
+            workloadspread_core::controller::capacity::CAPACITY_WAIT_ANNOTATION: "120"}}})),
+    )
+    .await?;
+    let monitor = Monitor::start(
+        stack.ns.client(),
+        stack.ns.name(),
+        "web",
+        deployment_resource(),
+        "web",
+    )
+    .await?;
+    create_deployment(&stack.ns, 3).await?;
+    let pods: Api<Pod> = stack.ns.api();
+    let stuck = one_pending(&pods, "own").await?;
+    post_autoscaler_event(
+        &stack.ns.client(),
+        &stuck,
+        "TriggeredScaleUp",
+        "pod triggered scale-up: [{own-pool 1->2 (max: 3)}]",
+    )
+    .await?;
+    let started = Instant::now();
+    // Past the critical timer, still waiting, the status saying for what.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    let still = pods
+        .get(stuck.metadata.name.as_deref().unwrap_or_default())
+        .await?;
+    ensure!(pending(&still), "the pod did not wait: {:?}", still.status);
+    let ws = api.get("web").await?;
+    let message = ws.data["status"]["subsetStatuses"][0]["conditions"][0]["message"].clone();
+    ensure!(
+        message
+            .as_str()
+            .is_some_and(|m| m.contains("waiting for capacity: TriggeredScaleUp")),
+        "status: {}",
+        ws.data["status"]
+    );
+    own.add(2).await?;
+    wait_for("3 pods running in own", Duration::from_secs(60), || async {
+        Ok((running_in(&pods, "own").await?.len() == 3).then_some(()))
+    })
+    .await
+    .with_context(|| stack.controller.log_text())?;
+    eprintln!(
+        "[capacity] TriggeredScaleUp: the pod waited {:.1} s and runs in its own subset",
+        started.elapsed().as_secs_f64()
+    );
+    let moved = stack
+        .controller
+        .metric("workloadspread_controller_pods_rescheduled_total")
+        .await?;
+    ensure!(moved == 0.0, "{moved} pods rescheduled");
+    monitor.finish()?;
+    stack.finish().await
+}
+
+/// Rebalancing on, own pool full for more than three hold periods: no eviction (before
+/// this, each hold period evicted a Ready pod into the full subset). Then a node with
+/// room arrives: the subset comes back on that fact, and the pods above the elastic
+/// subset's plan move back one at a time, each replacement Running in its own subset,
+/// never over a maximum.
+#[tokio::test]
+async fn rebalancing_waits_for_room_and_then_moves_pods_back() -> Result<()> {
+    let controller = [
+        "--reschedule-hold-seconds",
+        "4",
+        "--rebalance-interval-seconds",
+        "2",
+    ];
+    let Some(stack) = Stack::start("cap-rebalance", &controller).await? else {
+        return Ok(());
+    };
+    let mut own = Pool::new("cap-reb").await?;
+    own.add(2).await?;
+    let api = create_ws(
+        &stack.ns,
+        json!({"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "scheduleStrategy": {"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 3}},
+            "subsets": [own.subset("own", Some(4)), elastic()]}),
+    )
+    .await?;
+    api.patch(
+        "web",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
+            workloadspread_core::api::REBALANCE_ANNOTATION: "true"}}})),
+    )
+    .await?;
+    let monitor = Monitor::start(
+        stack.ns.client(),
+        stack.ns.name(),
+        "web",
+        deployment_resource(),
+        "web",
+    )
+    .await?;
+    create_deployment(&stack.ns, 5).await?;
+    let pods: Api<Pod> = stack.ns.api();
+    // 2 in own (full), the other 3 rescheduled to elastic by the timer.
+    wait_for("own 2, elastic 3", Duration::from_secs(90), || async {
+        let (a, b) = (
+            running_in(&pods, "own").await?.len(),
+            running_in(&pods, "elastic").await?.len(),
+        );
+        Ok((a == 2 && b == 3).then_some(()))
+    })
+    .await
+    .with_context(|| stack.controller.log_text())?;
+    let evicted = || async {
+        metric_with(
+            &stack.controller,
+            "workloadspread_controller_rebalance_evictions_total",
+            "result=\"evicted\"",
+        )
+        .await
+    };
+    // Three hold periods (hold = max(4 s, 2 subsets × 3 s) = 6 s) and more.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let while_full = evicted().await?;
+    eprintln!("[capacity] own pool full for 20 s (3+ hold periods): {while_full} evictions");
+    ensure!(
+        while_full == 0.0,
+        "{while_full} evictions into a full subset"
+    );
+    let added = Instant::now();
+    own.add(2).await?;
+    wait_for("own 4, elastic 1", Duration::from_secs(90), || async {
+        let (a, b) = (
+            running_in(&pods, "own").await?.len(),
+            running_in(&pods, "elastic").await?.len(),
+        );
+        Ok((a == 4 && b == 1).then_some(()))
+    })
+    .await
+    .with_context(|| stack.controller.log_text())?;
+    let after = evicted().await?;
+    eprintln!(
+        "[capacity] a node with room: own 4 / elastic 1 after {:.1} s, {after} evictions",
+        added.elapsed().as_secs_f64()
+    );
+    ensure!(after == 2.0, "{after} evictions for 2 pods moved back");
+    let recovered = stack
+        .controller
+        .metric("workloadspread_controller_subsets_recovered_on_capacity_total")
+        .await?;
+    ensure!(recovered >= 1.0 || after == 2.0, "recovered {recovered}");
+    // And it stays there.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    ensure!(
+        evicted().await? == 2.0,
+        "evictions after the spread was on plan"
+    );
+    monitor.finish()?;
+    stack.finish().await
+}
