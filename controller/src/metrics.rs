@@ -228,6 +228,13 @@ impl Metrics {
             recovered_on_capacity.clone(),
         );
         let capacity_reads = Family::<ReadLabels, Counter>::default();
+        for what in ["events", "node_pods"] {
+            for result in ["ok", "error"] {
+                capacity_reads
+                    .get_or_create(&ReadLabels { what, result })
+                    .inc_by(0);
+            }
+        }
         registry.register(
             "capacity_reads",
             "Reads of a stuck pod's events (what=events) and of a node's pods (what=node_pods), by result",
