@@ -29,12 +29,15 @@ struct Pool {
 }
 
 impl Pool {
+    /// A pool of one node with room for 2 pods.
     async fn new(hint: &str) -> Result<Self> {
-        Ok(Pool {
+        let mut pool = Pool {
             zone: unique_name(hint),
             nodes: vec![],
             client: cluster()?.client().await?,
-        })
+        };
+        pool.add(2).await?;
+        Ok(pool)
     }
 
     /// A node with room for `pods` pods, Ready.
@@ -77,24 +80,78 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        // A client of its own: the test's runtime is blocked in this drop.
         let nodes = std::mem::take(&mut self.nodes);
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            if let (Ok(rt), Ok(c)) = (rt, cluster()) {
-                rt.block_on(async {
-                    if let Ok(client) = c.client().await {
-                        let api: Api<Node> = Api::all(client);
-                        for n in nodes {
-                            let _ = api.delete(&n, &DeleteParams::default()).await;
-                        }
-                    }
-                });
+        let Ok(c) = cluster() else { return };
+        workloadspread_testkit::clean_up_blocking(c.clone(), |client| async move {
+            let api: Api<Node> = Api::all(client);
+            for n in nodes {
+                let _ = api.delete(&n, &DeleteParams::default()).await;
             }
-        })
-        .join();
+        });
+    }
+}
+
+/// One scenario: host + controller, the own pool (one node of 2 pods) and zone-b as the
+/// elastic subset, the WorkloadSpread (Adaptive, `critical` seconds, `annotations`), the
+/// monitor, then the Deployment at `replicas`.
+struct Scenario {
+    stack: Stack,
+    own: Pool,
+    api: Api<kube::api::DynamicObject>,
+    pods: Api<Pod>,
+    monitor: Monitor,
+}
+
+impl Scenario {
+    async fn start(
+        hint: &str,
+        controller_args: &[&str],
+        critical: i32,
+        own_max: Option<i32>,
+        annotations: Value,
+        replicas: i32,
+    ) -> Result<Option<Self>> {
+        let Some(stack) = Stack::start(hint, controller_args).await? else {
+            return Ok(None);
+        };
+        let own = Pool::new(hint).await?;
+        let api = create_ws(
+            &stack.ns,
+            json!({"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                "scheduleStrategy": {"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": critical}},
+                "subsets": [own.subset("own", own_max), elastic()]}),
+        )
+        .await?;
+        api.patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": annotations}})),
+        )
+        .await?;
+        let deployment = kube::api::ApiResource::erase::<Deployment>(&());
+        let (client, ns) = (stack.ns.client(), stack.ns.name().to_string());
+        let monitor = Monitor::start(client, &ns, "web", deployment, "web").await?;
+        create_deployment(&stack.ns, replicas).await?;
+        let pods = stack.ns.api();
+        Ok(Some(Scenario {
+            stack,
+            own,
+            api,
+            pods,
+            monitor,
+        }))
+    }
+
+    async fn metric(&self, name: &str, label: &str) -> Result<f64> {
+        let text = self.stack.controller.get("/metrics").await?;
+        Ok(workloadspread_testkit::measure::sum_metric_with(
+            &text, name, label,
+        ))
+    }
+
+    async fn finish(self) -> Result<()> {
+        self.monitor.finish()?;
+        self.stack.finish().await
     }
 }
 
@@ -175,76 +232,31 @@ async fn one_pending(pods: &Api<Pod>, subset: &str) -> Result<Pod> {
     .await
 }
 
-async fn metric_with(
-    c: &workloadspread_testkit::webhook::ControllerProcess,
-    name: &str,
-    label: &str,
-) -> Result<f64> {
-    let text = c.get("/metrics").await?;
-    Ok(workloadspread_testkit::measure::sum_metric_with(
-        &text, name, label,
-    ))
-}
-
-fn deployment_resource() -> kube::api::ApiResource {
-    kube::api::ApiResource::erase::<Deployment>(&())
-}
-
 /// Own pool full (one node, 2 pods) and cluster-autoscaler says it will not scale up: the
 /// third pod is running in the elastic subset within seconds, not after the 30 s
 /// critical timer.
 #[tokio::test]
 async fn no_capacity_falls_back_at_once() -> Result<()> {
-    let Some(stack) = Stack::start("cap-fallback", &[]).await? else {
+    let Some(s) = Scenario::start("cap-fallback", &[], 30, None, json!({}), 3).await? else {
         return Ok(());
     };
-    let mut own = Pool::new("cap-own").await?;
-    own.add(2).await?;
-    create_ws(
-        &stack.ns,
-        json!({"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-            "scheduleStrategy": {"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 30}},
-            "subsets": [own.subset("own", None), elastic()]}),
-    )
-    .await?;
-    let monitor = Monitor::start(
-        stack.ns.client(),
-        stack.ns.name(),
-        "web",
-        deployment_resource(),
-        "web",
-    )
-    .await?;
-    create_deployment(&stack.ns, 3).await?;
-    let pods: Api<Pod> = stack.ns.api();
-    let stuck = one_pending(&pods, "own").await?;
+    let stuck = one_pending(&s.pods, "own").await?;
     wait_for("2 pods running in own", Duration::from_secs(60), || async {
-        Ok((running_in(&pods, "own").await?.len() == 2).then_some(()))
+        Ok((running_in(&s.pods, "own").await?.len() == 2).then_some(()))
     })
     .await?;
     let posted = Instant::now();
-    let age = k8s_openapi::jiff::Timestamp::now().duration_since(
-        stuck
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map(|t| t.0)
-            .unwrap_or_default(),
-    );
-    post_autoscaler_event(
-        &stack.ns.client(),
-        &stuck,
-        "NotTriggerScaleUp",
-        "pod didn't trigger scale-up: 1 max node group size reached",
-    )
-    .await?;
+    let created = stuck.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let age = k8s_openapi::jiff::Timestamp::now().duration_since(created.unwrap_or_default());
+    let message = "pod didn't trigger scale-up: 1 max node group size reached";
+    post_autoscaler_event(&s.stack.ns.client(), &stuck, "NotTriggerScaleUp", message).await?;
     wait_for(
         "the third pod running in elastic",
         Duration::from_secs(25),
-        || async { Ok((running_in(&pods, "elastic").await?.len() == 1).then_some(())) },
+        || async { Ok((running_in(&s.pods, "elastic").await?.len() == 1).then_some(())) },
     )
     .await
-    .with_context(|| stack.controller.log_text())?;
+    .with_context(|| s.stack.controller.log_text())?;
     let fallback = posted.elapsed();
     eprintln!(
         "[capacity] NotTriggerScaleUp → running in the elastic subset {:.1} s after the event \
@@ -256,15 +268,14 @@ async fn no_capacity_falls_back_at_once() -> Result<()> {
         fallback < Duration::from_secs(20),
         "fell back after {fallback:?}"
     );
-    let by_signal = metric_with(
-        &stack.controller,
-        "workloadspread_controller_fallbacks_total",
-        "cause=\"no_capacity\"",
-    )
-    .await?;
+    let by_signal = s
+        .metric(
+            "workloadspread_controller_fallbacks_total",
+            "cause=\"no_capacity\"",
+        )
+        .await?;
     ensure!(by_signal == 1.0, "{by_signal} fallbacks on the signal");
-    monitor.finish()?;
-    stack.finish().await
+    s.finish().await
 }
 
 /// cluster-autoscaler triggered a scale-up for the pod (`TriggeredScaleUp`), the
@@ -272,76 +283,43 @@ async fn no_capacity_falls_back_at_once() -> Result<()> {
 /// runs in its own subset on the node that arrives 25 s later; nothing is rescheduled.
 #[tokio::test]
 async fn coming_capacity_is_waited_for() -> Result<()> {
-    let Some(stack) = Stack::start("cap-wait", &[]).await? else {
+    use workloadspread_core::controller::capacity::CAPACITY_WAIT_ANNOTATION;
+    let wait = json!({ CAPACITY_WAIT_ANNOTATION: "120" });
+    let Some(mut s) = Scenario::start("cap-wait", &[], 10, None, wait, 3).await? else {
         return Ok(());
     };
-    let mut own = Pool::new("cap-wait").await?;
-    own.add(2).await?;
-    let api = create_ws(
-        &stack.ns,
-        json!({"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-            "scheduleStrategy": {"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 10}},
-            "subsets": [own.subset("own", None), elastic()]}),
-    )
-    .await?;
-    api.patch(
-        "web",
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
-            workloadspread_core::controller::capacity::CAPACITY_WAIT_ANNOTATION: "120"}}})),
-    )
-    .await?;
-    let monitor = Monitor::start(
-        stack.ns.client(),
-        stack.ns.name(),
-        "web",
-        deployment_resource(),
-        "web",
-    )
-    .await?;
-    create_deployment(&stack.ns, 3).await?;
-    let pods: Api<Pod> = stack.ns.api();
-    let stuck = one_pending(&pods, "own").await?;
-    post_autoscaler_event(
-        &stack.ns.client(),
-        &stuck,
-        "TriggeredScaleUp",
-        "pod triggered scale-up: [{own-pool 1->2 (max: 3)}]",
-    )
-    .await?;
+    let stuck = one_pending(&s.pods, "own").await?;
+    let message = "pod triggered scale-up: [{own-pool 1->2 (max: 3)}]";
+    post_autoscaler_event(&s.stack.ns.client(), &stuck, "TriggeredScaleUp", message).await?;
     let started = Instant::now();
     // Past the critical timer, still waiting, the status saying for what.
     tokio::time::sleep(Duration::from_secs(25)).await;
-    let still = pods
+    let still = s
+        .pods
         .get(stuck.metadata.name.as_deref().unwrap_or_default())
         .await?;
     ensure!(pending(&still), "the pod did not wait: {:?}", still.status);
-    let ws = api.get("web").await?;
-    let message = ws.data["status"]["subsetStatuses"][0]["conditions"][0]["message"].clone();
+    let status = s.api.get("web").await?.data["status"].clone();
+    let condition = status["subsetStatuses"][0]["conditions"][0]["message"].as_str();
     ensure!(
-        message
-            .as_str()
-            .is_some_and(|m| m.contains("waiting for capacity: TriggeredScaleUp")),
-        "status: {}",
-        ws.data["status"]
+        condition.is_some_and(|m| m.contains("waiting for capacity: TriggeredScaleUp")),
+        "status: {status}"
     );
-    own.add(2).await?;
+    s.own.add(2).await?;
     wait_for("3 pods running in own", Duration::from_secs(60), || async {
-        Ok((running_in(&pods, "own").await?.len() == 3).then_some(()))
+        Ok((running_in(&s.pods, "own").await?.len() == 3).then_some(()))
     })
     .await
-    .with_context(|| stack.controller.log_text())?;
+    .with_context(|| s.stack.controller.log_text())?;
     eprintln!(
         "[capacity] TriggeredScaleUp: the pod waited {:.1} s and runs in its own subset",
         started.elapsed().as_secs_f64()
     );
-    let moved = stack
-        .controller
-        .metric("workloadspread_controller_pods_rescheduled_total")
+    let moved = s
+        .metric("workloadspread_controller_pods_rescheduled_total", "")
         .await?;
     ensure!(moved == 0.0, "{moved} pods rescheduled");
-    monitor.finish()?;
-    stack.finish().await
+    s.finish().await
 }
 
 /// Rebalancing on, own pool full for more than three hold periods: no eviction (before
@@ -357,89 +335,52 @@ async fn rebalancing_waits_for_room_and_then_moves_pods_back() -> Result<()> {
         "--rebalance-interval-seconds",
         "2",
     ];
-    let Some(stack) = Stack::start("cap-rebalance", &controller).await? else {
+    let on = json!({ workloadspread_core::api::REBALANCE_ANNOTATION: "true" });
+    let Some(mut s) = Scenario::start("cap-rebalance", &controller, 3, Some(4), on, 5).await?
+    else {
         return Ok(());
     };
-    let mut own = Pool::new("cap-reb").await?;
-    own.add(2).await?;
-    let api = create_ws(
-        &stack.ns,
-        json!({"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-            "scheduleStrategy": {"type": "Adaptive", "adaptive": {"rescheduleCriticalSeconds": 3}},
-            "subsets": [own.subset("own", Some(4)), elastic()]}),
-    )
-    .await?;
-    api.patch(
-        "web",
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
-            workloadspread_core::api::REBALANCE_ANNOTATION: "true"}}})),
-    )
-    .await?;
-    let monitor = Monitor::start(
-        stack.ns.client(),
-        stack.ns.name(),
-        "web",
-        deployment_resource(),
-        "web",
-    )
-    .await?;
-    create_deployment(&stack.ns, 5).await?;
-    let pods: Api<Pod> = stack.ns.api();
-    // 2 in own (full), the other 3 rescheduled to elastic by the timer.
-    wait_for("own 2, elastic 3", Duration::from_secs(90), || async {
-        let (a, b) = (
-            running_in(&pods, "own").await?.len(),
-            running_in(&pods, "elastic").await?.len(),
-        );
-        Ok((a == 2 && b == 3).then_some(()))
-    })
-    .await
-    .with_context(|| stack.controller.log_text())?;
-    let evicted = || async {
-        metric_with(
-            &stack.controller,
-            "workloadspread_controller_rebalance_evictions_total",
-            "result=\"evicted\"",
-        )
-        .await
+    let spread = |own: usize, elastic: usize| {
+        let pods = s.pods.clone();
+        move || {
+            let pods = pods.clone();
+            async move {
+                let a = running_in(&pods, "own").await?.len();
+                let b = running_in(&pods, "elastic").await?.len();
+                Ok((a == own && b == elastic).then_some(()))
+            }
+        }
     };
+    // 2 in own (full), the other 3 rescheduled to elastic by the timer.
+    wait_for("own 2, elastic 3", Duration::from_secs(90), spread(2, 3))
+        .await
+        .with_context(|| s.stack.controller.log_text())?;
+    let evictions = "workloadspread_controller_rebalance_evictions_total";
+    let evicted = "result=\"evicted\"";
     // Three hold periods (hold = max(4 s, 2 subsets × 3 s) = 6 s) and more.
     tokio::time::sleep(Duration::from_secs(20)).await;
-    let while_full = evicted().await?;
+    let while_full = s.metric(evictions, evicted).await?;
     eprintln!("[capacity] own pool full for 20 s (3+ hold periods): {while_full} evictions");
     ensure!(
         while_full == 0.0,
         "{while_full} evictions into a full subset"
     );
     let added = Instant::now();
-    own.add(2).await?;
-    wait_for("own 4, elastic 1", Duration::from_secs(90), || async {
-        let (a, b) = (
-            running_in(&pods, "own").await?.len(),
-            running_in(&pods, "elastic").await?.len(),
-        );
-        Ok((a == 4 && b == 1).then_some(()))
-    })
-    .await
-    .with_context(|| stack.controller.log_text())?;
-    let after = evicted().await?;
+    s.own.add(2).await?;
+    wait_for("own 4, elastic 1", Duration::from_secs(90), spread(4, 1))
+        .await
+        .with_context(|| s.stack.controller.log_text())?;
+    let after = s.metric(evictions, evicted).await?;
     eprintln!(
         "[capacity] a node with room: own 4 / elastic 1 after {:.1} s, {after} evictions",
         added.elapsed().as_secs_f64()
     );
     ensure!(after == 2.0, "{after} evictions for 2 pods moved back");
-    let recovered = stack
-        .controller
-        .metric("workloadspread_controller_subsets_recovered_on_capacity_total")
-        .await?;
-    ensure!(recovered >= 1.0 || after == 2.0, "recovered {recovered}");
     // And it stays there.
     tokio::time::sleep(Duration::from_secs(6)).await;
     ensure!(
-        evicted().await? == 2.0,
+        s.metric(evictions, evicted).await? == 2.0,
         "evictions after the spread was on plan"
     );
-    monitor.finish()?;
-    stack.finish().await
+    s.finish().await
 }

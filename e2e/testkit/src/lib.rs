@@ -32,7 +32,7 @@ pub const TEST_NAMESPACE_LABEL: &str = "workloadspread.test/owned";
 pub const KWOK_FROZEN_LABEL: &str = "workloadspread.test/kwok-frozen";
 
 /// A running control plane.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Cluster {
     kubeconfig: PathBuf,
 }
@@ -222,27 +222,39 @@ impl TestNamespace {
 
 impl Drop for TestNamespace {
     fn drop(&mut self) {
-        // Best effort, on a thread of its own: Drop cannot await inside the test's runtime.
         let name = std::mem::take(&mut self.name);
         let cluster = Cluster {
             kubeconfig: self.kubeconfig.clone(),
         };
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            if let Ok(rt) = rt {
-                rt.block_on(async {
-                    if let Ok(client) = cluster.client().await {
-                        let _ = Api::<Namespace>::all(client)
-                            .delete(&name, &DeleteParams::background())
-                            .await;
-                    }
-                });
-            }
-        })
-        .join();
+        clean_up_blocking(cluster, |client| async move {
+            let _ = Api::<Namespace>::all(client)
+                .delete(&name, &DeleteParams::background())
+                .await;
+        });
     }
+}
+
+/// Runs a best-effort clean-up from a `Drop`: on a thread of its own, with a runtime and
+/// a client of its own (the test's runtime is blocked in the drop, and a client made on
+/// it would wait for it for ever). Returns when the clean-up is done.
+pub fn clean_up_blocking<F, Fut>(cluster: Cluster, cleanup: F)
+where
+    F: FnOnce(kube::Client) -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    let _ = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build();
+        if let Ok(rt) = rt {
+            rt.block_on(async {
+                if let Ok(client) = cluster.client().await {
+                    cleanup(client).await;
+                }
+            });
+        }
+    })
+    .join();
 }
 
 /// Polls `check` every 200 ms until it returns `Some`, failing after `timeout`.

@@ -284,24 +284,15 @@ impl OpenZone {
 impl Drop for OpenZone {
     fn drop(&mut self) {
         let (key, nodes) = (self.key.clone(), std::mem::take(&mut self.nodes));
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            if let (Ok(rt), Ok(c)) = (rt, cluster()) {
-                rt.block_on(async {
-                    if let Ok(client) = c.client().await {
-                        let api: Api<Node> = Api::all(client);
-                        for n in nodes {
-                            let patch = json!({"metadata": {"labels": {key.as_str(): null}}});
-                            let _ = api
-                                .patch(&n, &PatchParams::default(), &Patch::Merge(&patch))
-                                .await;
-                        }
-                    }
-                });
+        let Ok(c) = cluster() else { return };
+        workloadspread_testkit::clean_up_blocking(c.clone(), |client| async move {
+            let api: Api<Node> = Api::all(client);
+            for n in nodes {
+                let patch = json!({"metadata": {"labels": {key.as_str(): null}}});
+                let _ = api
+                    .patch(&n, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await;
             }
-        })
-        .join();
+        });
     }
 }
