@@ -2,11 +2,11 @@
 //! events about the workload's stuck pods, and what the pods of each node a subset
 //! selects request. Read only when they can matter — events for pods Pending and
 //! Unschedulable in an Adaptive WorkloadSpread, nodes for a held subset or a rebalanced
-//! WorkloadSpread — with every call bounded, per-node results kept [`NODE_TTL`], and a
-//! failed read leaving the answer unknown (the timers decide, nothing is moved into it).
+//! WorkloadSpread — with every call bounded ([`READ_TIMEOUT`], [`READ_BUDGET`] per
+//! reconcile), per-node results kept [`NODE_TTL`], and a failed read leaving the answer
+//! unknown (the timers decide; rebalancing moves nothing into the subset).
 
 use crate::metrics::Metrics;
-use crate::reconciler::bounded;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
 use k8s_openapi::jiff::SignedDuration;
 use kube::api::ListParams;
@@ -30,6 +30,27 @@ pub const NODE_TTL: Duration = Duration::from_secs(3);
 const MAX_SIGNAL_READS: usize = 32;
 /// Nodes read per subset and reconcile before the room is left unknown.
 const MAX_NODE_READS: usize = 16;
+/// Bound of one read.
+const READ_TIMEOUT: Duration = Duration::from_secs(3);
+/// What one reconcile spends on capacity reads at most; later reads are skipped (their
+/// answers unknown: the timers decide, nothing is moved into the subset).
+const READ_BUDGET: Duration = Duration::from_secs(5);
+
+/// One read within [`READ_TIMEOUT`] and what is left of the reconcile's budget.
+async fn read_within<T>(
+    deadline: Instant,
+    call: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, String> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err("the reconcile's capacity read budget is spent".into());
+    }
+    match tokio::time::timeout(left.min(READ_TIMEOUT), call).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {:?}", left.min(READ_TIMEOUT))),
+    }
+}
 
 /// `--capacity-*` settings.
 #[derive(Clone, Debug)]
@@ -82,13 +103,14 @@ impl Reader {
             return Capacity::NONE;
         }
         let adaptive = ws.spec.schedule_strategy.reschedule_seconds().is_some();
+        let deadline = Instant::now() + READ_BUDGET;
         let mut capacity = Capacity {
             wait_bound: wait_bound(ws, self.settings.wait_seconds),
             poll: SignedDuration::try_from(self.settings.poll).ok(),
             ..Default::default()
         };
         if adaptive {
-            capacity.signals = self.signals(client, ws, pods, metrics).await;
+            capacity.signals = self.signals(client, ws, pods, metrics, deadline).await;
         }
         let held: Vec<&str> = ws
             .status
@@ -143,7 +165,7 @@ impl Reader {
                 }
                 reads += 1;
                 candidates[i].requested = self
-                    .requested(client, &candidates[i].node.name, metrics)
+                    .requested(client, &candidates[i].node.name, metrics, deadline)
                     .await;
                 room = subset_room(subset, &tolerations, &candidates, &need);
             }
@@ -160,6 +182,7 @@ impl Reader {
         ws: &WorkloadSpread,
         pods: &[Arc<Pod>],
         metrics: &Metrics,
+        deadline: Instant,
     ) -> BTreeMap<String, Signal> {
         let last = ws.spec.subsets.last().map(|s| s.name.as_str());
         let stuck = pods
@@ -176,20 +199,17 @@ impl Reader {
             let Some(uid) = pod.metadata.uid.as_deref() else {
                 continue;
             };
+            // From the watch cache (any version): a signal a moment late only delays.
             let params = ListParams::default()
                 .fields(&format!("involvedObject.uid={uid}"))
-                .limit(100);
-            match bounded(events.list(&params)).await {
-                Ok(Ok(list)) => {
+                .match_any();
+            match read_within(deadline, events.list(&params)).await {
+                Ok(list) => {
                     metrics.capacity_read("events", true);
                     let signals = list.items.iter().filter_map(|e| self.signal(e));
                     if let Some(s) = newest(signals) {
                         out.insert(name(pod).to_string(), s);
                     }
-                }
-                Ok(Err(e)) => {
-                    metrics.capacity_read("events", false);
-                    tracing::warn!(pod = %name(pod), "reading the pod's events: {e} (its timer decides)");
                 }
                 Err(e) => {
                     metrics.capacity_read("events", false);
@@ -228,7 +248,13 @@ impl Reader {
     }
 
     /// What the non-terminal pods on `node` request (kept [`NODE_TTL`]).
-    async fn requested(&self, client: &Client, node: &str, metrics: &Metrics) -> Option<Resources> {
+    async fn requested(
+        &self,
+        client: &Client,
+        node: &str,
+        metrics: &Metrics,
+        deadline: Instant,
+    ) -> Option<Resources> {
         let now = Instant::now();
         {
             let mut cache = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
@@ -237,20 +263,15 @@ impl Reader {
                 return Some(r.clone());
             }
         }
-        let params = ListParams::default().fields(&format!(
-            "spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed"
-        ));
+        // From the watch cache, which indexes pods by node: no etcd read, no scan.
+        let params = ListParams::default()
+            .fields(&format!(
+                "spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed"
+            ))
+            .match_any();
         let pods: Api<Pod> = Api::all(client.clone());
-        let list = match bounded(pods.list(&params)).await {
-            Ok(Ok(list)) => list,
-            Ok(Err(e)) => {
-                metrics.capacity_read("node_pods", false);
-                tracing::warn!(
-                    node,
-                    "reading the node's pods: {e} (its room stays unknown)"
-                );
-                return None;
-            }
+        let list = match read_within(deadline, pods.list(&params)).await {
+            Ok(list) => list,
             Err(e) => {
                 metrics.capacity_read("node_pods", false);
                 tracing::warn!(

@@ -184,7 +184,11 @@ impl Capacity {
     };
 }
 
-/// The wait bound of `ws`: its annotation, else the controller's default (0: none).
+/// The longest wait bound taken (a day): longer values are cut to it.
+pub const MAX_WAIT_SECONDS: u64 = 86_400;
+
+/// The wait bound of `ws`: its annotation, else the controller's default (0: none);
+/// at most [`MAX_WAIT_SECONDS`].
 pub fn wait_bound(ws: &WorkloadSpread, default_seconds: u64) -> Option<SignedDuration> {
     let seconds = ws
         .metadata
@@ -192,7 +196,8 @@ pub fn wait_bound(ws: &WorkloadSpread, default_seconds: u64) -> Option<SignedDur
         .as_ref()
         .and_then(|a| a.get(CAPACITY_WAIT_ANNOTATION))
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(default_seconds);
+        .unwrap_or(default_seconds)
+        .min(MAX_WAIT_SECONDS);
     let seconds = i64::try_from(seconds).ok().filter(|s| *s > 0)?;
     Some(SignedDuration::from_secs(seconds))
 }
@@ -224,7 +229,7 @@ pub fn decide_unschedulable(
         (Some(_), Some(bound)) => critical.max(bound),
         _ => critical,
     };
-    let left = window - age;
+    let left = window.checked_sub(age).unwrap_or(SignedDuration::ZERO);
     if left.is_positive() {
         return Stuck::Wait {
             left,
@@ -297,6 +302,10 @@ pub fn pod_requests(spec: &PodSpec) -> Resources {
     for (k, v) in init_peak {
         let e = sum.entry(k).or_insert(0);
         *e = (*e).max(v);
+    }
+    // Pod-level requests (Kubernetes 1.32+) are the pod's own for what they name.
+    if let Some(pod_level) = spec.resources.as_ref().and_then(|r| r.requests.as_ref()) {
+        sum.extend(amounts(pod_level));
     }
     if let Some(overhead) = spec.overhead.as_ref() {
         add(&mut sum, &amounts(overhead));
@@ -406,8 +415,11 @@ pub fn selects(
 /// the node does not offer fits only a zero request).
 pub fn fits(need: &Resources, allocatable: &Resources, requested: &Resources) -> bool {
     need.iter().all(|(k, &want)| {
-        let free =
-            allocatable.get(k).copied().unwrap_or(0) - requested.get(k).copied().unwrap_or(0);
+        let free = allocatable
+            .get(k)
+            .copied()
+            .unwrap_or(0)
+            .saturating_sub(requested.get(k).copied().unwrap_or(0));
         want <= 0 || want <= free
     })
 }

@@ -265,11 +265,9 @@ pub fn plan_rebalance<P: std::borrow::Borrow<Pod>>(input: &RebalanceInput<'_, P>
     }
     let mut counts: Vec<usize> = members.iter().map(Vec::len).collect();
     let subset_name = |g: usize| ws.spec.subsets.get(g).map(|s| s.name.clone());
-    let full = |g: usize| {
-        subset_name(g)
-            .and_then(|s| input.rooms.get(&s))
-            .is_some_and(Room::is_full)
-    };
+    // A subset whose room was read takes one replacement per plan, and only when a node
+    // fits it (full or not known: none); a subset not read (checks off) is not limited.
+    let mut landed = vec![0usize; counts.len()];
     let mut no_room = None;
     for (from, pod) in candidates {
         if plan.evictions.len() >= input.max_evictions {
@@ -278,7 +276,9 @@ pub fn plan_rebalance<P: std::borrow::Borrow<Pod>>(input: &RebalanceInput<'_, P>
         counts[from] -= 1;
         let to = landing(input, &counts);
         let lands_below_target = counts[to] < want(to);
-        if !lands_below_target || full(to) {
+        let room = subset_name(to).and_then(|s| input.rooms.get(&s));
+        let full = room.is_some_and(|r| !matches!(r, Room::Fits { .. }) || landed[to] > 0);
+        if !lands_below_target || full {
             if lands_below_target {
                 no_room = subset_name(to);
             }
@@ -286,6 +286,7 @@ pub fn plan_rebalance<P: std::borrow::Borrow<Pod>>(input: &RebalanceInput<'_, P>
             continue;
         }
         counts[to] += 1;
+        landed[to] += 1;
         plan.evictions.push(Eviction {
             pod: name(pod).to_string(),
             from: subset_name(from),

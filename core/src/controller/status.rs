@@ -25,6 +25,14 @@ use std::collections::BTreeSet;
 /// even if this controller has only just seen it.
 pub const CLAIM_CLOCK_MARGIN: SignedDuration = SignedDuration::from_secs(30);
 
+/// The message of a subset's `Schedulable=True` after it came back early on room (#42).
+pub const RECOVERED_ON_CAPACITY: &str = "recovered on capacity";
+/// Added to the `Schedulable=False` message when a subset failed again after coming back
+/// early: its next recovery waits for the whole hold.
+pub const EARLY_RECOVERY_FAILED: &str = "the last early recovery failed: held for the whole hold";
+/// While a subset is held, its room is read again every this many signal polls.
+const HELD_POLL_FACTOR: i32 = 5;
+
 /// What the controller knows of the placeholders of the WorkloadSpread it reconciles.
 #[derive(Clone, Copy, Debug)]
 pub struct PlaceholderView<'a> {
@@ -333,22 +341,44 @@ impl<'a> StatusCalc<'a> {
             self.unschedulable_pods.extend(stuck);
         }
         let old = status.condition(CONDITION_SCHEDULABLE).cloned();
+        let hold = self.effective_hold(seconds);
+        // Hysteresis (#42): a subset that failed again right after coming back on room
+        // waits for its whole hold next time.
+        let early_failed = old.as_ref().is_some_and(|c| {
+            (c.status == "True" && c.message.starts_with(RECOVERED_ON_CAPACITY))
+                || (c.status == "False" && c.message.contains(EARLY_RECOVERY_FAILED))
+        });
         if unschedulable {
+            let message = match (early_failed, message.is_empty()) {
+                (false, _) => message,
+                (true, true) => EARLY_RECOVERY_FAILED.to_string(),
+                (true, false) => format!("{message}; {EARLY_RECOVERY_FAILED}"),
+            };
             self.set_condition_with(status, "False", REASON_POD_UNSCHEDULABLE, message);
-        } else if let Some(old) = old.filter(|c| c.status == "False") {
-            let hold = self.effective_hold(seconds);
-            let left = old
-                .last_transition_time
-                .as_ref()
-                .and_then(|t| self.remaining(t, hold));
+        } else if let Some(old) = old.as_ref().filter(|c| c.status == "False") {
+            let since = old.last_transition_time.as_ref();
+            let left = since.and_then(|t| self.remaining(t, hold));
+            // Early only past the time a rescheduled pod needs to reach a later subset
+            // (`effective_hold`'s floor), with no pod of the subset still waiting, and
+            // not right after an early recovery failed.
+            let subsets = i64::try_from(self.ws.spec.subsets.len()).unwrap_or(1);
+            let floor = SignedDuration::from_secs(seconds.saturating_mul(subsets));
+            let past_floor = since.is_some_and(|t| self.remaining(t, floor).is_none());
+            let waiting_pods = pods.iter().any(|p| is_pending_unschedulable(p));
+            let may_recover_early = past_floor && !waiting_pods && !early_failed;
             let room = self.capacity.rooms.get(&subset.name);
             match (left, room) {
-                (Some(_), Some(Room::Fits { node })) => {
+                (Some(_), Some(Room::Fits { node })) if may_recover_early => {
                     let why = format!("node {node} has room for the workload's pod");
-                    self.recover(status, subset, &why);
+                    let message = format!("{RECOVERED_ON_CAPACITY}: {why}");
+                    self.recover_with(status, subset, &why, message);
                     self.recovered_on_capacity += 1;
                 }
-                (Some(left), _) => self.push_requeue(left),
+                (Some(left), _) => {
+                    // Room is read again while held (new nodes trigger no reconcile).
+                    let poll = self.capacity.poll.map(|p| p * HELD_POLL_FACTOR);
+                    self.push_requeue(poll.map_or(left, |p| left.min(p)));
+                }
                 (None, _) => self.recover(status, subset, "its hold ended"),
             }
         } else if let Some(reason) = waiting {
@@ -359,6 +389,16 @@ impl<'a> StatusCalc<'a> {
                 REASON_SUFFICIENT,
                 format!("waiting for capacity: {reason}"),
             );
+        } else if let Some(old) = old.filter(|c| {
+            c.message.starts_with(RECOVERED_ON_CAPACITY)
+                && c.last_transition_time
+                    .as_ref()
+                    .and_then(|t| self.remaining(t, hold))
+                    .is_some()
+        }) {
+            // Say it came back on room for one hold: a failure meanwhile means the room
+            // check and the scheduler disagree (`early_failed`).
+            self.set_condition_with(status, "True", REASON_SUFFICIENT, old.message);
         } else {
             self.set_condition(status, "True", REASON_SUFFICIENT);
         }
@@ -370,6 +410,16 @@ impl<'a> StatusCalc<'a> {
         subset: &WorkloadSpreadSubset,
         why: &str,
     ) {
+        self.recover_with(status, subset, why, String::new());
+    }
+
+    fn recover_with(
+        &mut self,
+        status: &mut WorkloadSpreadSubsetStatus,
+        subset: &WorkloadSpreadSubset,
+        why: &str,
+        message: String,
+    ) {
         self.events.push(Event::normal(
             "RecoverSchedulable",
             format!(
@@ -379,7 +429,7 @@ impl<'a> StatusCalc<'a> {
                 self.ws.name()
             ),
         ));
-        self.set_condition(status, "True", REASON_SUFFICIENT);
+        self.set_condition_with(status, "True", REASON_SUFFICIENT, message);
     }
 
     /// Pending, unbound pods marked Unschedulable to move now (`capacity::decide_unschedulable`:

@@ -71,7 +71,7 @@ pub fn parse_quantity(text: &str, milli: bool) -> Option<i64> {
         let divisor = 10i128.checked_pow(u32::try_from(-ten_exp).ok()?);
         match divisor {
             // Rounded up (away from zero for the magnitude, as `Value()` does).
-            Some(d) => (numerator + d - 1) / d,
+            Some(d) => numerator.checked_add(d - 1)? / d,
             // Smaller than any unit: a positive amount rounds up to 1.
             None => i128::from(numerator > 0),
         }
@@ -119,6 +119,9 @@ mod tests {
             ("1e", false, None),
             ("1e+", false, None),
             ("1 Gi", false, None),
+            // Far past i64 (and near i128's end): refused, never overflowing.
+            ("170141183460469231731687303715884105727m", false, None),
+            ("99999999999999999999999999999999999999999", false, None),
         ];
         for (text, milli, want) in cases {
             assert_eq!(

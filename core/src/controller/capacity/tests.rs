@@ -184,6 +184,15 @@ fn the_wait_bound_is_the_annotation_else_the_default() {
     ws.metadata.annotations =
         Some([(CAPACITY_WAIT_ANNOTATION.to_string(), "0".to_string())].into());
     assert_eq!(wait_bound(&ws, 90), None);
+    // Absurd values are cut to a day, and a pod newer than the clock never panics.
+    ws.metadata.annotations =
+        Some([(CAPACITY_WAIT_ANNOTATION.to_string(), u64::MAX.to_string())].into());
+    let day = wait_bound(&ws, 0);
+    assert_eq!(day, Some(SignedDuration::from_secs(86_400)));
+    let coming = signal(SignalKind::CapacityComing, "TriggeredScaleUp", 10_000);
+    let critical = SignedDuration::from_secs(30);
+    let future_pod = decide_unschedulable(at(10_000), at(0), critical, Some(&coming), false, day);
+    assert!(matches!(future_pod, Stuck::Wait { .. }), "{future_pod:?}");
 }
 
 fn resources(pairs: &[(&str, i64)]) -> Resources {

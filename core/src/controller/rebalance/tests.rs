@@ -146,16 +146,39 @@ fn nothing_is_evicted_into_a_subset_without_room() {
         .unwrap()
         .to_string()
         .contains("no node of subset a has room"));
-    for room in [Room::Fits { node: "a-3".into() }, Room::Unknown] {
-        let plan = run_with_rooms(&case, |_, _, _| {}, &rooms(room.clone()));
-        let evicted: Vec<&str> = plan.evictions.iter().map(|e| e.pod.as_str()).collect();
-        assert_eq!(evicted, case.evicted, "{room:?}: {plan:?}");
-    }
+    // Not known (a read failed, too many nodes): no eviction either.
+    let unknown = run_with_rooms(&case, |_, _, _| {}, &rooms(Room::Unknown));
+    assert_eq!(unknown.hold, Some(Hold::NoRoom("a".into())), "{unknown:?}");
+    let fits = run_with_rooms(
+        &case,
+        |_, _, _| {},
+        &rooms(Room::Fits { node: "a-3".into() }),
+    );
+    let evicted: Vec<&str> = fits.evictions.iter().map(|e| e.pod.as_str()).collect();
+    assert_eq!(evicted, case.evicted, "{fits:?}");
+    // Room is known for one pod: one replacement per plan goes there, however many
+    // the interval allows (0/5/5 at 10 wants 3 in a).
     // Another subset being full does not matter.
     let b_full = BTreeMap::from([("b".to_string(), Room::Full { nodes: 1 })]);
     assert_eq!(
         run_with_rooms(&case, |_, _, _| {}, &b_full).evictions.len(),
         1
+    );
+    let many = Case {
+        name: "0/5/5 at 10: three to a, room for one",
+        spread: vec![0, 5, 5],
+        ..case
+    };
+    let one = run_with_rooms(
+        &many,
+        |_, _, _| {},
+        &rooms(Room::Fits { node: "a-3".into() }),
+    );
+    assert_eq!(one.evictions.len(), 1, "{one:?}");
+    assert_eq!(
+        run(&many, |_, _, _| {}).evictions.len(),
+        3,
+        "rooms not read: not limited"
     );
 }
 

@@ -135,12 +135,19 @@ fn coming_capacity_is_waited_for_up_to_the_bound() {
     );
 }
 
+/// Held `since` seconds ago with `message`.
+fn held(since: i64, message: &str) -> WorkloadSpread {
+    adaptive(
+        json!({"subsetStatuses": [{"name": "subset-a", "replicas": 0, "missingReplicas": 5,
+        "conditions": [{"type": "Schedulable", "status": "False", "reason": "PodUnschedulable",
+            "lastTransitionTime": ago(since), "message": message}]}]}),
+    )
+}
+
 #[test]
 fn a_held_subset_comes_back_when_a_node_has_room_not_before() {
-    let held = adaptive(
-        json!({"subsetStatuses": [{"name": "subset-a", "replicas": 0, "missingReplicas": 5,
-        "conditions": [{"type": "Schedulable", "status": "False", "reason": "PodUnschedulable", "lastTransitionTime": ago(20)}]}]}),
-    );
+    // Held 70 s: past the floor of 2 subsets × 30 s, within the 300 s hold.
+    let held = held(70, "");
     let rooms = |room: Room| Capacity {
         rooms: BTreeMap::from([("subset-a".to_string(), room)]),
         ..Default::default()
@@ -150,12 +157,65 @@ fn a_held_subset_comes_back_when_a_node_has_room_not_before() {
         assert_eq!(condition(&out, "subset-a").0, "False", "{room:?}");
         assert_eq!(out.recovered_on_capacity, 0);
     }
-    let out = run_capacity(&held, &[], &rooms(Room::Fits { node: "a-3".into() }));
-    assert_eq!(condition(&out, "subset-a").0, "True");
+    let fits = rooms(Room::Fits { node: "a-3".into() });
+    let out = run_capacity(&held, &[], &fits);
+    assert_eq!(
+        condition(&out, "subset-a"),
+        (
+            "True".into(),
+            "recovered on capacity: node a-3 has room for the workload's pod".into()
+        )
+    );
     assert_eq!(out.recovered_on_capacity, 1);
     assert!(
         out.events[0].message.contains("node a-3 has room"),
         "{:?}",
         out.events
     );
+}
+
+/// Hysteresis: no early recovery before a rescheduled pod could reach a later subset,
+/// while a pod of the subset still waits, or right after an early recovery failed —
+/// which a failure after an early recovery records.
+#[test]
+fn early_recovery_has_hysteresis() {
+    use crate::controller::status::EARLY_RECOVERY_FAILED;
+    let fits = Capacity {
+        rooms: BTreeMap::from([("subset-a".to_string(), Room::Fits { node: "a-3".into() })]),
+        ..Default::default()
+    };
+    let early =
+        |ws: &WorkloadSpread, pods: &[Pod]| run_capacity(ws, pods, &fits).recovered_on_capacity;
+    assert_eq!(
+        early(&held(70, ""), &[]),
+        1,
+        "past the floor, nothing waiting"
+    );
+    assert_eq!(early(&held(20, ""), &[]), 0, "within 2 × 30 s");
+    assert_eq!(
+        early(&held(70, ""), &pods(vec![stuck("p1", 5)])),
+        0,
+        "a pod waits"
+    );
+    assert_eq!(
+        early(&held(70, EARLY_RECOVERY_FAILED), &[]),
+        0,
+        "the last early recovery failed"
+    );
+    let after_hold = run_capacity(&held(301, EARLY_RECOVERY_FAILED), &[], &fits);
+    assert_eq!(
+        condition(&after_hold, "subset-a").0,
+        "True",
+        "the whole hold ends it"
+    );
+    // A failure right after an early recovery marks the next hold.
+    let recovered = adaptive(
+        json!({"subsetStatuses": [{"name": "subset-a", "replicas": 0, "missingReplicas": 5,
+        "conditions": [{"type": "Schedulable", "status": "True", "reason": "Sufficient",
+            "lastTransitionTime": ago(10), "message": "recovered on capacity: node a-3 has room for the workload's pod"}]}]}),
+    );
+    let out = run_capacity(&recovered, &pods(vec![stuck("p1", 40)]), &Capacity::NONE);
+    let (status, message) = condition(&out, "subset-a");
+    assert_eq!(status, "False");
+    assert!(message.contains(EARLY_RECOVERY_FAILED), "{message}");
 }
