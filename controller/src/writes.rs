@@ -106,8 +106,21 @@ pub(crate) async fn delete_unschedulable(
         .iter()
         .map(Some)
         .chain(std::iter::repeat(None));
-    for (pod, cause) in output.pods_to_delete.iter().zip(causes) {
-        match bounded(pods.delete(pod, &DeleteParams::default())).await? {
+    let uids = output
+        .reschedule_uids
+        .iter()
+        .cloned()
+        .chain(std::iter::repeat(None));
+    for ((pod, cause), uid) in output.pods_to_delete.iter().zip(causes).zip(uids) {
+        // Only the pod that was judged stuck: a successor of the same name is not it.
+        let params = DeleteParams {
+            preconditions: uid.map(|uid| kube::api::Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match bounded(pods.delete(pod, &params)).await? {
             Ok(_) => {
                 ctx.metrics.rescheduled.inc();
                 if let Some(cause) = cause {
@@ -117,7 +130,8 @@ pub(crate) async fn delete_unschedulable(
                     }
                 }
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            // Gone, or replaced under its name (the uid precondition): nothing to do.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
             Err(e) => {
                 let event = Event::warning(
                     "DeletePodFailed",

@@ -113,6 +113,9 @@ pub struct ReconcileOutput {
     pub pods_to_delete: Vec<String>,
     /// Why each of `pods_to_delete` moves (same order).
     pub reschedule_causes: Vec<capacity::Cause>,
+    /// The uid of each of `pods_to_delete` (same order): the delete's precondition, so
+    /// that a successor of the same name (a StatefulSet's) is never deleted in its place.
+    pub reschedule_uids: Vec<Option<String>>,
     /// Held subsets brought back early by a node with room.
     pub recovered_on_capacity: usize,
     pub events: Vec<Event>,
@@ -154,13 +157,21 @@ pub fn reconcile<P: Borrow<Pod>>(input: &ReconcileInput<'_, P>) -> ReconcileOutp
         input.capacity,
     );
     let status = calculate_status(&mut calc, input, &pods, &versioned, &aggregate);
-    let (pods_to_delete, reschedule_causes) = calc.unschedulable_pods.into_iter().unzip();
+    let mut pods_to_delete = Vec::new();
+    let mut reschedule_causes = Vec::new();
+    let mut reschedule_uids = Vec::new();
+    for (pod, uid, cause) in calc.unschedulable_pods {
+        pods_to_delete.push(pod);
+        reschedule_uids.push(uid);
+        reschedule_causes.push(cause);
+    }
     ReconcileOutput {
         status,
         adoptions,
         deletion_costs,
         pods_to_delete,
         reschedule_causes,
+        reschedule_uids,
         recovered_on_capacity: calc.recovered_on_capacity,
         events: calc.events,
         expired_placeholders: calc.expired_placeholders,

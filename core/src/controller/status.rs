@@ -25,6 +25,9 @@ use std::collections::BTreeSet;
 /// even if this controller has only just seen it.
 pub const CLAIM_CLOCK_MARGIN: SignedDuration = SignedDuration::from_secs(30);
 
+/// A stuck pod to delete: its name, its uid (the delete's precondition) and why.
+pub type Reschedule = (String, Option<String>, Cause);
+
 /// The message of a subset's `Schedulable=True` after it came back early on room (#42).
 pub const RECOVERED_ON_CAPACITY: &str = "recovered on capacity";
 /// Added to the `Schedulable=False` message when a subset failed again after coming back
@@ -81,7 +84,7 @@ pub struct StatusCalc<'a> {
     pub requeue: Option<SignedDuration>,
     /// Pods to delete because they stayed unschedulable too long, or because no
     /// capacity comes for them, with why.
-    pub unschedulable_pods: Vec<(String, Cause)>,
+    pub unschedulable_pods: Vec<Reschedule>,
     /// Held subsets that came back early because a node has room for the pod.
     pub recovered_on_capacity: usize,
     /// Placeholders dropped as expired.
@@ -330,7 +333,7 @@ impl<'a> StatusCalc<'a> {
         let unschedulable = !stuck.is_empty();
         let message = stuck
             .iter()
-            .find_map(|(_, cause)| match cause {
+            .find_map(|(_, _, cause)| match cause {
                 Cause::NoCapacity { reason, source } => {
                     Some(format!("no capacity: {source} said {reason}"))
                 }
@@ -439,7 +442,7 @@ impl<'a> StatusCalc<'a> {
         &mut self,
         pods: &[&Pod],
         seconds: i64,
-    ) -> (Vec<(String, Cause)>, Option<String>) {
+    ) -> (Vec<Reschedule>, Option<String>) {
         let window = SignedDuration::from_secs(seconds);
         let mut stuck = Vec::new();
         let mut waiting = None;
@@ -472,7 +475,9 @@ impl<'a> StatusCalc<'a> {
                     self.push_requeue(left.min(poll));
                     waiting = waiting.or(why);
                 }
-                Stuck::Move(cause) => stuck.push((name(pod).to_string(), cause)),
+                Stuck::Move(cause) => {
+                    stuck.push((name(pod).to_string(), pod.metadata.uid.clone(), cause))
+                }
             }
         }
         (stuck, waiting)

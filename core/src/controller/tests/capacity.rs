@@ -20,6 +20,7 @@ fn adaptive(status: Value) -> WorkloadSpread {
 fn stuck(name: &str, age: i64) -> Value {
     with(in_subset(pod(name), "subset-a"), |p| {
         p["spec"]["nodeName"] = json!(null);
+        p["metadata"]["uid"] = json!(format!("uid-{name}"));
         p["metadata"]["creationTimestamp"] = json!(ago(age));
         p["status"] = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]});
     })
@@ -83,6 +84,8 @@ fn no_capacity_moves_the_pod_at_once_and_says_why() {
     let capacity = with_signal("p1", signal(SignalKind::NoCapacity, "NotTriggerScaleUp", 1));
     let out = run_capacity(&ws, &pods, &capacity);
     assert_eq!(out.pods_to_delete, ["p1"]);
+    // Deleted only as the pod judged stuck (a uid precondition).
+    assert_eq!(out.reschedule_uids, [Some("uid-p1".to_string())]);
     assert_eq!(
         out.reschedule_causes,
         [Cause::NoCapacity {
@@ -111,6 +114,8 @@ fn coming_capacity_is_waited_for_up_to_the_bound() {
     // Not opted in: the critical timer (30 s) still decides.
     let out = run_capacity(&ws, &pods, &capacity);
     assert_eq!(out.pods_to_delete, ["p1"]);
+    // Deleted only as the pod judged stuck (a uid precondition).
+    assert_eq!(out.reschedule_uids, [Some("uid-p1".to_string())]);
     assert_eq!(out.reschedule_causes, [Cause::Timer]);
     // Opted in (120 s): waits, schedulable, saying for what.
     capacity.wait_bound = Some(SignedDuration::from_secs(120));
