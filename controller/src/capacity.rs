@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::controller::capacity::{
     add, amounts, classify, is_pending_unschedulable, newest, pod_requests, subset_room,
-    wait_bound, Capacity, NodeCapacity, Resources, Signal, SignalRule,
+    wait_bound, Capacity, Cause, NodeCapacity, Resources, Signal, SignalRule,
 };
+use workloadspread_core::controller::ReconcileOutput;
 use workloadspread_core::pods::{is_active, matched, name};
 use workloadspread_core::selector::NodeInfo;
 use workloadspread_core::Timestamp;
@@ -79,14 +80,66 @@ impl Default for Settings {
 pub struct Reader {
     pub settings: Settings,
     nodes: Mutex<HashMap<String, (Instant, Resources)>>,
+    /// Pods waiting for coming capacity, per WorkloadSpread (namespace, name).
+    waits: Mutex<HashMap<(String, String), Vec<String>>>,
 }
+
+/// Tracked WorkloadSpreads with waiting pods at most; past it the record starts over
+/// (some outcomes go uncounted, memory stays bounded).
+const MAX_TRACKED_WAITS: usize = 10_000;
 
 impl Reader {
     pub fn new(settings: Settings) -> Self {
         Reader {
             settings,
             nodes: Mutex::new(HashMap::new()),
+            waits: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// How the waits for coming capacity of `ws` that ended since its last reconcile
+    /// ended: `landed` (the pod was scheduled), `no_capacity` / `expired` (rescheduled:
+    /// a provisioner said no, or the bound passed), `gone` (deleted otherwise).
+    pub fn ended_waits(
+        &self,
+        ws: &WorkloadSpread,
+        out: &ReconcileOutput,
+        pods: &[Arc<Pod>],
+    ) -> Vec<&'static str> {
+        let key = (ws.namespace().to_string(), ws.name().to_string());
+        let mut waits = self.waits.lock().unwrap_or_else(|p| p.into_inner());
+        let before = waits.remove(&key).unwrap_or_default();
+        if !out.waiting_for_capacity.is_empty() {
+            if waits.len() >= MAX_TRACKED_WAITS {
+                waits.clear();
+            }
+            waits.insert(key, out.waiting_for_capacity.clone());
+        }
+        before
+            .iter()
+            .filter(|p| !out.waiting_for_capacity.contains(p))
+            .map(|p| {
+                let moved = out.pods_to_delete.iter().position(|d| d == p);
+                match moved.and_then(|i| out.reschedule_causes.get(i)) {
+                    Some(Cause::NoCapacity { .. }) => "no_capacity",
+                    Some(_) => "expired",
+                    None => {
+                        let scheduled = pods.iter().any(|q| {
+                            name(q) == p.as_str()
+                                && q.spec
+                                    .as_ref()
+                                    .and_then(|s| s.node_name.as_deref())
+                                    .is_some()
+                        });
+                        if scheduled {
+                            "landed"
+                        } else {
+                            "gone"
+                        }
+                    }
+                }
+            })
+            .collect()
     }
 
     /// What `core` needs about capacity for `ws` now.
@@ -323,6 +376,49 @@ pub fn node_capacity(n: &Node) -> NodeCapacity {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn ended_waits_are_counted_by_how_they_ended() {
+        let reader = Reader::new(Settings::default());
+        let ws: WorkloadSpread = serde_json::from_value(
+            json!({"metadata": {"name": "w", "namespace": "ns"}, "spec": {}}),
+        )
+        .unwrap();
+        let pod = |name: &str, node: Option<&str>| -> Arc<Pod> {
+            Arc::new(
+                serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"nodeName": node, "containers": []}}))
+                    .unwrap(),
+            )
+        };
+        let out = |waiting: &[&str], moved: &[(&str, Cause)]| ReconcileOutput {
+            waiting_for_capacity: waiting.iter().map(|s| s.to_string()).collect(),
+            pods_to_delete: moved.iter().map(|(p, _)| p.to_string()).collect(),
+            reschedule_causes: moved.iter().map(|(_, c)| c.clone()).collect(),
+            ..Default::default()
+        };
+        let pods = [
+            pod("a", None),
+            pod("b", None),
+            pod("c", None),
+            pod("d", None),
+        ];
+        let first = out(&["a", "b", "c", "d"], &[]);
+        assert!(reader.ended_waits(&ws, &first, &pods).is_empty());
+        // a landed, b: the provisioner said no, c: the bound passed, d: deleted by someone.
+        let pods = [pod("a", Some("n1")), pod("b", None), pod("c", None)];
+        let no = Cause::NoCapacity {
+            reason: "NotTriggerScaleUp".into(),
+            source: "ca".into(),
+        };
+        let expired = Cause::WaitExpired {
+            reason: "TriggeredScaleUp".into(),
+        };
+        let mut ended = reader.ended_waits(&ws, &out(&[], &[("b", no), ("c", expired)]), &pods);
+        ended.sort();
+        assert_eq!(ended, ["expired", "gone", "landed", "no_capacity"]);
+        // Nothing is remembered once no pod waits.
+        assert!(reader.ended_waits(&ws, &out(&[], &[]), &pods).is_empty());
+    }
 
     #[test]
     fn nodes_are_schedulable_when_ready_and_not_cordoned() {

@@ -29,6 +29,11 @@ pub struct CauseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReadLabels {
     pub what: &'static str,
     pub result: &'static str,
@@ -84,6 +89,8 @@ pub struct Metrics {
     pub recovered_on_capacity: Counter,
     /// Reads of provisioner events and nodes' pods, by result (#42).
     capacity_reads: Family<ReadLabels, Counter>,
+    /// Waits for coming capacity, by how they ended (#42).
+    capacity_waits: Family<OutcomeLabels, Counter>,
     /// The subsets exported per WorkloadSpread (namespace, name): their series go with a
     /// subset that is no longer in the spec, and all of them with the WorkloadSpread
     /// (issue #41: the labels are names tenants choose; churn must not grow the registry).
@@ -240,8 +247,22 @@ impl Metrics {
             "Reads of a stuck pod's events (what=events) and of a node's pods (what=node_pods), by result",
             capacity_reads.clone(),
         );
+        let capacity_waits = Family::<OutcomeLabels, Counter>::default();
+        for outcome in ["landed", "no_capacity", "expired", "gone"] {
+            capacity_waits
+                .get_or_create(&OutcomeLabels { outcome })
+                .inc_by(0);
+        }
+        registry.register(
+            "capacity_waits",
+            "Stuck pods that waited past rescheduleCriticalSeconds for capacity a provisioner \
+             was adding, by how the wait ended: landed (scheduled), no_capacity (the provisioner \
+             then said no), expired (the wait bound passed), gone (deleted otherwise)",
+            capacity_waits.clone(),
+        );
         Metrics {
             registry,
+            capacity_waits,
             fallbacks,
             recovered_on_capacity,
             capacity_reads,
@@ -273,6 +294,13 @@ impl Metrics {
         let result = if ok { "ok" } else { "error" };
         self.capacity_reads
             .get_or_create(&ReadLabels { what, result })
+            .inc();
+    }
+
+    /// One wait for coming capacity ended (`capacity::Reader::ended_waits`).
+    pub fn wait_ended(&self, outcome: &'static str) {
+        self.capacity_waits
+            .get_or_create(&OutcomeLabels { outcome })
             .inc();
     }
 

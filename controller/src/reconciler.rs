@@ -375,6 +375,9 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         ctx.metrics
             .recovered_on_capacity
             .inc_by(output.recovered_on_capacity as u64);
+        for outcome in ctx.capacity.ended_waits(&ws, &output, &inputs.view.pods) {
+            ctx.metrics.wait_ended(outcome);
+        }
         ensure_leading(ctx)?;
         delete_unschedulable(&ws, &output, ctx).await?;
         publish_events(&current, &output.events, ctx).await;

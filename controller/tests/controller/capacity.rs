@@ -319,6 +319,13 @@ async fn coming_capacity_is_waited_for() -> Result<()> {
         .metric("workloadspread_controller_pods_rescheduled_total", "")
         .await?;
     ensure!(moved == 0.0, "{moved} pods rescheduled");
+    let landed = s
+        .metric(
+            "workloadspread_controller_capacity_waits_total",
+            "outcome=\"landed\"",
+        )
+        .await?;
+    ensure!(landed == 1.0, "{landed} waits counted as landed");
     s.finish().await
 }
 

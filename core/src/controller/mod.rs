@@ -118,6 +118,8 @@ pub struct ReconcileOutput {
     pub reschedule_uids: Vec<Option<String>>,
     /// Held subsets brought back early by a node with room.
     pub recovered_on_capacity: usize,
+    /// Pods waiting past `rescheduleCriticalSeconds` for capacity a provisioner adds.
+    pub waiting_for_capacity: Vec<String>,
     pub events: Vec<Event>,
     /// Reconcile again after this long (`None`: only on changes).
     pub requeue_after: Option<std::time::Duration>,
@@ -173,6 +175,7 @@ pub fn reconcile<P: Borrow<Pod>>(input: &ReconcileInput<'_, P>) -> ReconcileOutp
         reschedule_causes,
         reschedule_uids,
         recovered_on_capacity: calc.recovered_on_capacity,
+        waiting_for_capacity: calc.waiting_for_capacity,
         events: calc.events,
         expired_placeholders: calc.expired_placeholders,
         requeue_after: calc

@@ -87,6 +87,8 @@ pub struct StatusCalc<'a> {
     pub unschedulable_pods: Vec<Reschedule>,
     /// Held subsets that came back early because a node has room for the pod.
     pub recovered_on_capacity: usize,
+    /// Pods waiting past `rescheduleCriticalSeconds` for capacity a provisioner adds.
+    pub waiting_for_capacity: Vec<String>,
     /// Placeholders dropped as expired.
     pub expired_placeholders: usize,
 }
@@ -109,6 +111,7 @@ impl<'a> StatusCalc<'a> {
             requeue: None,
             unschedulable_pods: vec![],
             recovered_on_capacity: 0,
+            waiting_for_capacity: vec![],
             expired_placeholders: 0,
         }
     }
@@ -329,7 +332,7 @@ impl<'a> StatusCalc<'a> {
             self.set_condition(status, "True", REASON_SUFFICIENT);
             return;
         }
-        let (stuck, waiting) = self.timed_out_unschedulable(pods, seconds);
+        let (stuck, waiting) = self.timed_out_unschedulable(pods, seconds, collect_unschedulable);
         let unschedulable = !stuck.is_empty();
         let message = stuck
             .iter()
@@ -442,6 +445,7 @@ impl<'a> StatusCalc<'a> {
         &mut self,
         pods: &[&Pod],
         seconds: i64,
+        collect_waiting: bool,
     ) -> (Vec<Reschedule>, Option<String>) {
         let window = SignedDuration::from_secs(seconds);
         let mut stuck = Vec::new();
@@ -473,6 +477,9 @@ impl<'a> StatusCalc<'a> {
                     // Signals arrive as events, not pod changes: look again soon.
                     let poll = self.capacity.poll.unwrap_or(left);
                     self.push_requeue(left.min(poll));
+                    if why.is_some() && collect_waiting {
+                        self.waiting_for_capacity.push(name(pod).to_string());
+                    }
                     waiting = waiting.or(why);
                 }
                 Stuck::Move(cause) => {

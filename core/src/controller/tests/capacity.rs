@@ -129,6 +129,7 @@ fn coming_capacity_is_waited_for_up_to_the_bound() {
         )
     );
     assert_eq!(out.requeue_after.map(|d| d.as_secs()), Some(2));
+    assert_eq!(out.waiting_for_capacity, ["p1"]);
     // Past the bound: moves, and says the wait expired.
     let late = self::pods(vec![stuck("p1", 121)]);
     let out = run_capacity(&ws, &late, &capacity);
