@@ -153,10 +153,11 @@ pub fn names_of(der: &[u8]) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn ca(name: &str) -> (rcgen::Certificate, rcgen::KeyPair) {
+    /// A self-signed CA named `name` (also the issuers of `file_bundle`'s tests).
+    pub(crate) fn ca(name: &str) -> (rcgen::Certificate, rcgen::KeyPair) {
         let key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::new(vec![]).unwrap();
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);

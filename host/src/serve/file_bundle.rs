@@ -253,16 +253,7 @@ mod tests {
 
     #[test]
     fn a_certificate_is_matched_to_the_ca_that_signed_it() {
-        let issuer = |name: &str| {
-            let key = rcgen::KeyPair::generate().unwrap();
-            let mut params = rcgen::CertificateParams::new(vec![]).unwrap();
-            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-            params
-                .distinguished_name
-                .push(rcgen::DnType::CommonName, name);
-            let cert = params.self_signed(&key).unwrap();
-            (cert, key)
-        };
+        let issuer = crate::serve::client_auth::tests::ca;
         let (one, two) = (issuer("one"), issuer("two"));
         let key = rcgen::KeyPair::generate().unwrap();
         let leaf = rcgen::CertificateParams::new(vec!["host".to_string()])

@@ -337,10 +337,9 @@ fn surplus_pods_are_evicted_lowest_cost_first_where_a_replacement_lands_below_it
     }
 }
 
-/// Nothing is evicted while the workload is not steady.
-#[test]
-fn nothing_is_evicted_while_the_workload_is_not_steady() {
-    let case = Case {
+/// A burst left 4/5/1 at 10 replicas (planned 3/5/2): a's cheapest pod is the surplus.
+fn burst() -> Case {
+    Case {
         name: "burst 4/5/1",
         ws: ws(percent(), Some("true")),
         spread: vec![4, 5, 1],
@@ -350,7 +349,13 @@ fn nothing_is_evicted_while_the_workload_is_not_steady() {
         max: 5,
         evicted: &["a-0"],
         hold: None,
-    };
+    }
+}
+
+/// Nothing is evicted while the workload is not steady.
+#[test]
+fn nothing_is_evicted_while_the_workload_is_not_steady() {
+    let case = burst();
     type Tweak = fn(&mut Vec<Pod>, &mut WorkloadSpreadStatus, &mut Value);
     type Expected = fn(&Hold) -> bool;
     let cases: [(&str, Tweak, Expected); 8] = [
@@ -453,17 +458,7 @@ fn nothing_is_evicted_while_the_workload_is_not_steady() {
 /// unready pod elsewhere still holds every eviction back.
 #[test]
 fn an_unready_surplus_pod_is_evicted_and_other_unready_pods_hold() {
-    let case = Case {
-        name: "burst 4/5/1",
-        ws: ws(percent(), Some("true")),
-        spread: vec![4, 5, 1],
-        unplaced: 0,
-        replicas: 10,
-        unschedulable: &[],
-        max: 5,
-        evicted: &["a-0"],
-        hold: None,
-    };
+    let case = burst();
     let plan = run(&case, |p, _, _| {
         p[0].status.as_mut().unwrap().conditions = Some(vec![]);
     });
