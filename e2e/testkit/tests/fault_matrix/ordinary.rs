@@ -27,12 +27,16 @@ pub fn integer_spec() -> Value {
         zone("a", "zone-a", json!(3)), zone("b", "zone-b", json!(5)), zone("c", "zone-c", Value::Null)]})
 }
 
-/// The WorkloadSpread (annotated for rebalancing when `rebalance`), the Deployment at
-/// 10 replicas spread 3 / 5 / 2 and counted by the controller, and the monitor.
-pub async fn spread_ten(s: &Stack, rebalance: bool) -> Result<(Api<DynamicObject>, Monitor)> {
+/// The WorkloadSpread `web` with `spec` (annotated for rebalancing when `rebalance`),
+/// seen by the host, and the monitor watching it; no workload yet.
+pub async fn watched_spread(
+    s: &Stack,
+    spec: serde_json::Value,
+    rebalance: bool,
+) -> Result<(Api<DynamicObject>, Monitor)> {
     let api: Api<DynamicObject> = Api::namespaced_with(s.ns.client(), s.ns.name(), &ws_resource());
     let mut ws = json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
-        "metadata": {"name": "web"}, "spec": integer_spec()});
+        "metadata": {"name": "web"}, "spec": spec});
     if rebalance {
         ws["metadata"]["annotations"] = json!({"workloadspread.io/rebalance": "true"});
     }
@@ -49,6 +53,13 @@ pub async fn spread_ten(s: &Stack, rebalance: bool) -> Result<(Api<DynamicObject
         "web",
     )
     .await?;
+    Ok((api, monitor))
+}
+
+/// The WorkloadSpread (annotated for rebalancing when `rebalance`), the Deployment at
+/// 10 replicas spread 3 / 5 / 2 and counted by the controller, and the monitor.
+pub async fn spread_ten(s: &Stack, rebalance: bool) -> Result<(Api<DynamicObject>, Monitor)> {
+    let (api, monitor) = watched_spread(s, integer_spec(), rebalance).await?;
     create_web_deployment(&s.ns, 10).await?;
     let pods = settled(&s.ns, 10).await?;
     let want = [("a", 3), ("b", 5), ("c", 2)].map(|(k, v)| (k.to_string(), v));

@@ -314,27 +314,11 @@ async fn a_lowered_maximum_converges_with_one_eviction_per_surplus_pod() -> Resu
     let Some(s) = Stack::start("lowered-max", &controller).await? else {
         return Ok(());
     };
-    let api: Api<DynamicObject> = Api::namespaced_with(s.ns.client(), s.ns.name(), &ws_resource());
     let spec = |a: i64| {
         json!({"targetRef": target("Deployment"), "subsets": [zone("a", "zone-a", json!(a)),
             zone("b", "zone-b", json!(5)), zone("c", "zone-c", serde_json::Value::Null)]})
     };
-    let ws = json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
-        "metadata": {"name": "web", "annotations": {"workloadspread.io/rebalance": "true"}},
-        "spec": spec(4)});
-    api.create(&PostParams::default(), &serde_json::from_value(ws)?)
-        .await?;
-    s.host
-        .wait_sees_workloadspread(s.ns.name(), "web", &target("Deployment"))
-        .await?;
-    let monitor = Monitor::start(
-        s.ns.client(),
-        s.ns.name(),
-        "web",
-        super::support::deployment_resource(),
-        "web",
-    )
-    .await?;
+    let (api, monitor) = super::ordinary::watched_spread(&s, spec(4), true).await?;
     create_web_deployment(&s.ns, 10).await?;
     wait_for("a placeholder in the status", SETTLE, || async {
         let status = api.get("web").await?.data["status"].to_string();
