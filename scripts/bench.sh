@@ -5,6 +5,8 @@
 #   3. admissions through the real API server: pods/s and end-to-end CREATE latency
 #      p50/p99 without a webhook, with reserved slots (default), group commit alone and
 #      one write per pod
+#      and OpenKruise v1.9.0's own kruise-manager in the same series, then the scale
+#      sequence 0 -> 10 -> 4 -> 12 -> 20 -> 7 -> 15 for both
 #   4. footprint: host and controller memory and CPU as unrelated pods grow to 10 000,
 #      then with 1 000 WorkloadSpreads of 10 pods each in one namespace
 # Every figure and every goal verdict in the document comes from this run.
@@ -26,6 +28,10 @@ phase "building release binaries (first run: 15-25 minutes on 2 cores)"
 cargo bench --locked -p workloadspread-host --bench admission --bench footprint --no-run
 cargo build --release --locked -p workloadspread-controller
 host="$target/release/workloadspread-host"
+phase "OpenKruise $(sed -n 's/^KRUISE_VERSION=//p' e2e/kruise/kruise.sh) from the Go module proxy (first run: ~7 minutes)"
+WS_KRUISE_MANAGER="$(bash e2e/kruise/kruise.sh build)"
+WS_KRUISE_MANIFESTS="$(bash e2e/kruise/kruise.sh manifests)"
+export WS_KRUISE_MANAGER WS_KRUISE_MANIFESTS
 
 # Instances kept between evaluations, as `serve` does by default (--reuse-instances 8).
 reuse=(--reuse-instances 8)
@@ -168,6 +174,7 @@ skews them.
   best-effort ${spread_best_list}×.
 $(grep -E '^\* (Matched pod|Concurrency 64|Status writes|Host \+ controller|Writes per admitted pod|CPU per admitted pod)' <<<"$admission" | sed 's/(goal \([^:]*\): \([a-z ]*\))/(goal \1: **\2**)/')
 $(grep '^\* Unrelated' <<<"$admission" | sed 's/(goal ≤ +1 ms: \(.*\));/(goal ≤ +1 ms: **\1**);/')
+$(grep -E '^\* (OpenKruise|Scale sequence)' <<<"$admission")
 $(grep '^\* Concurrency 1, median' <<<"$admission")
 $(grep '^\* ' <<<"$footprint")
 
@@ -271,7 +278,15 @@ slots reserved ahead in one write, renamed to the pods in a batched write ~1 s l
 once, claims arriving during a write share the next one); and with one status write per
 claim (\`--reserve-max 0 --max-batch 1\`, the reference algorithm); then pods of a namespace without a WorkloadSpread through the same
 webhook ("unrelated", most pods of a cluster), answered without the policy (the default)
-and with it (\`--evaluate-unrelated\`). *Webhook call* is
+and with it (\`--evaluate-unrelated\`); last, OpenKruise v1.9.0 itself, the reference
+users come from: its \`kruise-manager\` (pod webhook and WorkloadSpread controller in one
+process, built from the Go module proxy by \`e2e/kruise/kruise.sh\` and run out of cluster
+with its WorkloadSpread and pod-webhook gates on, its daemon off, all of its CRDs and webhook
+configurations installed) spreading the same Fleet's pods with the same WorkloadSpread
+(\`v1alpha1\`, the version v1.9.0 serves; its CRD replaces ours for its series), with its
+client's defaults (30 qps, burst 50) and with them lifted; its webhook call is the API
+server's mean for \`mpod.kb.io\`, its status writes and 409s the API server's count, its CPU
+in the *host + controller* column. *Webhook call* is
 the API server's mean (\`apiserver_admission_webhook_admission_duration_seconds\`);
 *evaluation* is the host's mean time to answer (\`workloadspread_host_evaluation_duration_seconds\`,
 counter wait included). Status writes (reservations, settles and returns included) and 409

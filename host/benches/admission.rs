@@ -44,12 +44,16 @@ use workloadspread_testkit::webhook::{
 };
 use workloadspread_testkit::{cluster, unique_name, wait_for, TestNamespace, KWOK_FROZEN_LABEL};
 
+#[path = "admission/kruise.rs"]
+mod kruise;
 #[path = "admission/noop.rs"]
 mod noop;
 #[path = "admission/profile.rs"]
 mod profile;
 #[path = "admission/scale_out.rs"]
 mod scale_out;
+#[path = "admission/sequence.rs"]
+mod sequence;
 
 /// Pods per series: [`DEFAULT_PODS`], or `WS_BENCH_PODS` (read once by
 /// [`read_pods_per_series`] at start) to lengthen a series for profiling (`WS_BENCH_PROFILE`).
@@ -108,6 +112,11 @@ enum Webhook {
     Unrelated {
         evaluate: bool,
     },
+    /// OpenKruise v1.9.0's kruise-manager (webhook and controller), with its client's
+    /// defaults or, `lifted`, with [`kruise::LIFTED`].
+    Kruise {
+        lifted: bool,
+    },
 }
 
 /// The host's defaults (`--reserve-max 32 --batch-window-ms 0 --max-batch 512`).
@@ -136,6 +145,12 @@ impl Webhook {
             Webhook::Noop => "no-op webhook (floor)".into(),
             Webhook::NoopPatch => "no-op webhook answering with our patch".into(),
             Webhook::HostAndController => "host + controller (defaults)".into(),
+            Webhook::Kruise { lifted: false } => "OpenKruise v1.9.0 (defaults)".into(),
+            Webhook::Kruise { lifted: true } => format!(
+                "OpenKruise v1.9.0, client limits lifted (qps {}, burst {})",
+                kruise::LIFTED.0,
+                kruise::LIFTED.1
+            ),
             Webhook::Unrelated { evaluate: false } => "unrelated pods (default)".into(),
             Webhook::Unrelated { evaluate: true } => {
                 "unrelated pods, guest run (`--evaluate-unrelated`)".into()
@@ -154,10 +169,11 @@ impl Webhook {
     }
 }
 
-/// What the webhook side reported for one row.
+/// What the webhook side reported for one row (OpenKruise's: the API server's count of
+/// its status writes and 409s; it exports no evaluation time).
 struct WebhookFigures {
     call_mean: Duration,
-    evaluation_mean: Duration,
+    evaluation_mean: Option<Duration>,
     status_writes: f64,
     conflicts: f64,
 }
@@ -192,11 +208,14 @@ struct CpuPerPod {
 
 /// CPU seconds of the host and the controller of `running` (none for other rows).
 fn our_cpu(running: &Running) -> Result<Option<f64>> {
-    let Running::Host(a) = running else {
-        return Ok(None);
-    };
-    let (host, controller) = a.cpu_seconds()?;
-    Ok(Some(host + controller))
+    match running {
+        Running::Host(a) => {
+            let (host, controller) = a.cpu_seconds()?;
+            Ok(Some(host + controller))
+        }
+        Running::Kruise(m) => Ok(Some(cpu_seconds(m.pid())?)),
+        Running::Nothing | Running::Noop(_) => Ok(None),
+    }
 }
 
 fn per_pod(seconds: f64) -> Duration {
@@ -227,6 +246,7 @@ enum Running {
     Nothing,
     Noop(noop::Noop),
     Host(Admission),
+    Kruise(workloadspread_testkit::kruise::KruiseManager),
 }
 
 fn dynamic_api(
@@ -244,19 +264,8 @@ fn dynamic_api(
 /// WorkloadSpread; returns the Fleet's uid, which the pods name as their owner.
 async fn create_workload(ns: &TestNamespace, spread: bool) -> Result<String> {
     let client = ns.client();
-    let fleet: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "burst.workloadspread.test/v1", "kind": "Fleet",
-        "metadata": {"name": "fleet"}, "spec": {"replicas": pods_per_series()}}))?;
-    let fleet = dynamic_api(
-        &client,
-        ns.name(),
-        "burst.workloadspread.test",
-        "v1",
-        "Fleet",
-    )
-    .create(&PostParams::default(), &fleet)
-    .await?;
-    let uid = fleet.metadata.uid.context("the Fleet has no uid")?;
+    kruise::ours(&client).await?;
+    let uid = create_fleet(ns).await?;
     if !spread {
         return Ok(uid);
     }
@@ -277,6 +286,24 @@ async fn create_workload(ns: &TestNamespace, spread: bool) -> Result<String> {
     Ok(uid)
 }
 
+/// Creates the Fleet; returns its uid.
+async fn create_fleet(ns: &TestNamespace) -> Result<String> {
+    let client = ns.client();
+    let fleet: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "burst.workloadspread.test/v1", "kind": "Fleet",
+        "metadata": {"name": "fleet"}, "spec": {"replicas": pods_per_series()}}))?;
+    let fleet = dynamic_api(
+        &client,
+        ns.name(),
+        "burst.workloadspread.test",
+        "v1",
+        "Fleet",
+    )
+    .create(&PostParams::default(), &fleet)
+    .await?;
+    fleet.metadata.uid.context("the Fleet has no uid")
+}
+
 async fn start_admission(policy: &Path, ns: &TestNamespace, webhook: Webhook) -> Result<Admission> {
     let (window_ms, max_batch, reserve_max, evaluate) = match webhook {
         Webhook::Batching {
@@ -286,7 +313,11 @@ async fn start_admission(policy: &Path, ns: &TestNamespace, webhook: Webhook) ->
         } => (window_ms, max_batch, reserve_max, false),
         Webhook::Unrelated { evaluate } => (0, 512, 32, evaluate),
         Webhook::HostAndController => (0, 512, 32, false),
-        Webhook::None | Webhook::NoneScheduled | Webhook::Noop | Webhook::NoopPatch => {
+        Webhook::None
+        | Webhook::NoneScheduled
+        | Webhook::Noop
+        | Webhook::NoopPatch
+        | Webhook::Kruise { .. } => {
             anyhow::bail!("not a host row")
         }
     };
@@ -459,9 +490,26 @@ async fn webhook_figures(
     );
     Ok(WebhookFigures {
         call_mean: calls.mean_since(apiserver_before),
-        evaluation_mean: evaluations.mean_since(HistogramReading::default()),
+        evaluation_mean: Some(evaluations.mean_since(HistogramReading::default())),
         status_writes: sum_metric(&host, "workloadspread_host_counter_status_writes_total"),
         conflicts: sum_metric(&host, "workloadspread_host_counter_conflicts_total"),
+    })
+}
+
+/// Starts what answers the series' pods (OpenKruise: [`kruise::start`]).
+async fn start_webhook(policy: &Path, ns: &TestNamespace, webhook: Webhook) -> Result<Running> {
+    Ok(match webhook {
+        Webhook::None | Webhook::NoneScheduled => Running::Nothing,
+        Webhook::Noop | Webhook::NoopPatch => {
+            let answer = match webhook {
+                Webhook::NoopPatch => noop::Answer::OurPatch,
+                _ => noop::Answer::Empty,
+            };
+            let noop = noop::Noop::start(&ns.client(), answer).await?;
+            noop.enroll(ns.name()).await?;
+            Running::Noop(noop)
+        }
+        w => Running::Host(start_admission(policy, ns, w).await?),
     })
 }
 
@@ -469,19 +517,15 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
     let ns = cluster()?.namespace("bench-admission").await?;
     let client = ns.client();
     let spread = !matches!(webhook, Webhook::Unrelated { .. });
-    let uid = create_workload(&ns, spread).await?;
-    let running = match webhook {
-        Webhook::None | Webhook::NoneScheduled => Running::Nothing,
-        Webhook::Noop | Webhook::NoopPatch => {
-            let answer = match webhook {
-                Webhook::NoopPatch => noop::Answer::OurPatch,
-                _ => noop::Answer::Empty,
-            };
-            let noop = noop::Noop::start(&client, answer).await?;
-            noop.enroll(ns.name()).await?;
-            Running::Noop(noop)
+    let (uid, running) = match webhook {
+        Webhook::Kruise { lifted } => {
+            let (uid, manager) = kruise::start(&ns, lifted).await?;
+            (uid, Running::Kruise(manager))
         }
-        w => Running::Host(start_admission(policy, &ns, w).await?),
+        w => {
+            let uid = create_workload(&ns, spread).await?;
+            (uid, start_webhook(policy, &ns, w).await?)
+        }
     };
     let node = match webhook {
         Webhook::NoneScheduled => None,
@@ -490,6 +534,7 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
     let metrics = apiserver_metrics(&client).await?;
     let apiserver_before =
         HistogramReading::from_text(&metrics, APISERVER_WEBHOOK_SECONDS, MUTATING_WEBHOOK);
+    let apiserver_before_text = metrics.clone();
     let writes_before = Writes::from_metrics(&metrics);
     let apiserver_cpu_before = sum_metric(&metrics, APISERVER_CPU_SECONDS);
     let ours_before = our_cpu(&running)?;
@@ -540,6 +585,11 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
             noop.stop().await?;
             None
         }
+        Running::Kruise(manager) => {
+            let figures = kruise::figures(&client, &apiserver_before_text).await;
+            manager.stop().await?;
+            Some(figures?)
+        }
         Running::Nothing => None,
     };
     remove_pods(&pods).await?;
@@ -570,7 +620,7 @@ fn print_row(r: &Row) {
         Some(f) => format!(
             "{} | {} | {} | {}",
             ms(f.call_mean),
-            ms(f.evaluation_mean),
+            f.evaluation_mean.map_or("–".to_string(), ms),
             f.status_writes,
             f.conflicts
         ),
@@ -800,6 +850,8 @@ async fn repeated_at_1(policy: &Path, focus: Focus) -> Result<Vec<(Webhook, Dura
         Webhook::HostAndController,
         RESERVED,
         Webhook::Unrelated { evaluate: false },
+        Webhook::Kruise { lifted: false },
+        Webhook::Kruise { lifted: true },
     ]
     .into_iter()
     .filter(|w| focus.includes(*w))
@@ -838,11 +890,28 @@ async fn main() -> Result<()> {
     };
     let client = cluster()?.client().await?;
     let crd = workloadspread_core::crd::workloadspread_crd().map_err(anyhow::Error::msg)?;
-    apply_crd(&client, &serde_json::to_value(&crd)?).await?;
+    // Ours, also where an interrupted run left OpenKruise's.
+    workloadspread_testkit::kruise::ensure_workloadspread_crd(
+        &client,
+        &serde_json::to_value(&crd)?,
+    )
+    .await?;
     apply_crd(&client, &fleet_crd()).await?;
+    let scope = Scope::from_env()?;
+    let with_kruise = kruise::read_build()?;
+    anyhow::ensure!(
+        with_kruise || scope != Scope::OpenKruise,
+        "WS_BENCH_FOCUS=openkruise needs WS_KRUISE_MANAGER and WS_KRUISE_MANIFESTS (e2e/kruise/kruise.sh build|manifests)"
+    );
+    let focus = Focus {
+        scope,
+        kruise: with_kruise,
+    };
+    if scope == Scope::Sequence {
+        return sequence::run(&policy, focus.kruise).await;
+    }
     // A fresh API server and etcd are slower for their first few hundred writes: a
     // series nobody records, so the first row (no webhook) is not the slowest by accident.
-    let focus = Focus::from_env()?;
     for &concurrency in focus.concurrency() {
         measure(&policy, Webhook::None, concurrency).await?;
     }
@@ -862,6 +931,8 @@ async fn main() -> Result<()> {
         ONE_WRITE_PER_CLAIM,
         Webhook::Unrelated { evaluate: false },
         Webhook::Unrelated { evaluate: true },
+        Webhook::Kruise { lifted: false },
+        Webhook::Kruise { lifted: true },
     ];
     let webhooks: Vec<Webhook> = all.into_iter().filter(|w| focus.includes(*w)).collect();
     for &webhook in &webhooks {
@@ -873,45 +944,73 @@ async fn main() -> Result<()> {
     }
     let repeated = repeated_at_1(&policy, focus).await?;
     print_summary(&rows, &repeated);
-    scale_out::run(&policy).await?;
+    kruise::print_summary(&rows, &repeated, focus.kruise);
+    if focus.scope != Scope::WholeSystem {
+        sequence::run(&policy, focus.kruise).await?;
+    }
+    if focus.scope != Scope::OpenKruise {
+        scale_out::run(&policy).await?;
+    }
     Ok(())
 }
 
 /// Which rows a run measures (`WS_BENCH_FOCUS`): every row (`all`, the default, what
-/// `make bench` runs), or only what issue #28's goals compare (`whole-system`: no
+/// `make bench` runs), only what issue #28's goals compare (`whole-system`: no
 /// webhook, the no-op floor, host + controller
 /// at concurrency 1 and 64, then the scale-out's writes), to measure a change to the
-/// per-pod cost without the other rows' 20 minutes.
+/// per-pod cost without the other rows' 20 minutes, or host + controller against
+/// OpenKruise (`openkruise`: no webhook, both floors, host + controller and the two
+/// OpenKruise rows at every concurrency), or the scale sequence alone (`sequence`).
+/// OpenKruise rows need its build
+/// ([`kruise::read_build`]); without it `all` leaves them out and says so.
 #[derive(Clone, Copy, PartialEq)]
-enum Focus {
+struct Focus {
+    scope: Scope,
+    kruise: bool,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Scope {
     All,
     WholeSystem,
+    OpenKruise,
+    /// The scale sequence alone (`sequence`).
+    Sequence,
+}
+
+impl Scope {
+    fn from_env() -> Result<Scope> {
+        match std::env::var("WS_BENCH_FOCUS").as_deref() {
+            Err(_) | Ok("") | Ok("all") => Ok(Scope::All),
+            Ok("whole-system") => Ok(Scope::WholeSystem),
+            Ok("openkruise") => Ok(Scope::OpenKruise),
+            Ok("sequence") => Ok(Scope::Sequence),
+            Ok(other) => anyhow::bail!(
+                "WS_BENCH_FOCUS={other}: expected `all` (default), `whole-system`, `openkruise` or `sequence`"
+            ),
+        }
+    }
 }
 
 impl Focus {
-    fn from_env() -> Result<Self> {
-        match std::env::var("WS_BENCH_FOCUS").as_deref() {
-            Err(_) | Ok("") | Ok("all") => Ok(Focus::All),
-            Ok("whole-system") => Ok(Focus::WholeSystem),
-            Ok(other) => {
-                anyhow::bail!("WS_BENCH_FOCUS={other}: expected `all` (default) or `whole-system`")
-            }
-        }
-    }
-
     /// The concurrencies of the table (the goals compare 1 and 64).
     fn concurrency(self) -> &'static [usize] {
-        match self {
-            Focus::All => &CONCURRENCY,
-            Focus::WholeSystem => &[1, 64],
+        match self.scope {
+            Scope::All | Scope::OpenKruise | Scope::Sequence => &CONCURRENCY,
+            Scope::WholeSystem => &[1, 64],
         }
     }
 
     fn includes(self, w: Webhook) -> bool {
-        self == Focus::All
-            || matches!(
-                w,
-                Webhook::None | Webhook::Noop | Webhook::NoopPatch | Webhook::HostAndController
-            )
+        let base = matches!(
+            w,
+            Webhook::None | Webhook::Noop | Webhook::NoopPatch | Webhook::HostAndController
+        );
+        match (self.scope, w) {
+            (_, Webhook::Kruise { .. }) => self.kruise && self.scope != Scope::WholeSystem,
+            (Scope::All, _) => true,
+            (Scope::WholeSystem | Scope::OpenKruise, _) => base,
+            (Scope::Sequence, _) => false,
+        }
     }
 }

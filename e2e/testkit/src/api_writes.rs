@@ -23,6 +23,23 @@ fn label<'a>(labels: &'a str, name: &str) -> &'a str {
         .unwrap_or("")
 }
 
+/// Requests of `verb` on `resource`/`subresource` the API server answered with `code`
+/// (e.g. 409 conflicts of status writes), summed over the other labels.
+pub fn answered(text: &str, verb: &str, resource: &str, subresource: &str, code: &str) -> f64 {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("apiserver_request_total{"))
+        .filter_map(|rest| rest.rsplit_once("} "))
+        .filter(|(labels, _)| {
+            label(labels, "verb") == verb
+                && label(labels, "resource") == resource
+                && label(labels, "subresource") == subresource
+                && label(labels, "code") == code
+                && label(labels, "dry_run").is_empty()
+        })
+        .filter_map(|(_, v)| v.trim().parse::<f64>().ok())
+        .sum()
+}
+
 impl Writes {
     /// The writes in an API server `/metrics` text.
     pub fn from_metrics(text: &str) -> Self {

@@ -325,6 +325,7 @@ mod tests {
 pub mod api_writes;
 pub mod convergence;
 pub mod faults;
+pub mod kruise;
 pub mod measure;
 pub mod monitor;
 pub mod pods;

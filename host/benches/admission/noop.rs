@@ -5,7 +5,8 @@
 //!
 //! [`Answer::OurPatch`] is the injection floor: the same webhook answering each pod
 //! CREATE with the part of the host's patch every bench pod gets (the
-//! matched-WorkloadSpread annotation and the empty `nodeAffinity` the reference always
+//! matched-WorkloadSpread annotation, the host's re-invocation token and the empty
+//! `nodeAffinity` the reference always
 //! materialises; pods claimed from a reservation also get its label and annotation),
 //! computed per request with the host's own `json_patch::diff`, and nothing decided.
 //! What the API server spends applying and storing any injecting webhook's answer;
@@ -28,6 +29,9 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use workloadspread_core::admission::reserve::RESERVATION_LABEL;
 use workloadspread_core::annotation::MatchedWorkloadSpread;
+/// `host/src/serve/reinvoke.rs`'s token annotation (the bench cannot import the binary's
+/// modules; the injection check below fails if the two names part).
+const TOKEN_ANNOTATION: &str = "workloadspread.io/admission-token";
 use workloadspread_core::api::MATCHED_WORKLOADSPREAD_ANNOTATION;
 use workloadspread_testkit::{unique_name, wait_for};
 
@@ -83,8 +87,21 @@ fn inject(pod: &mut Value) {
         subset: SUBSET.into(),
         uid: None,
     };
+    let annotation = matched.to_annotation();
+    // The host's re-invocation token (`serve::reinvoke`): a signed claim of the same
+    // shape and size, since every pod the host admits stores one.
+    let claim = json!({"namespace": pod["metadata"]["namespace"], "user": "system:serviceaccount:kube-system:replicaset-controller",
+        "owner": "00000000-0000-0000-0000-000000000000", "ws": SPREAD, "subset": SUBSET, "at": 1_800_000_000,
+        "annotations": {MATCHED_WORKLOADSPREAD_ANNOTATION: annotation}, "labels": {}});
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let token = format!(
+        "v1.{}.{}",
+        b64.encode(claim.to_string()),
+        b64.encode([0u8; 32])
+    );
     let metadata = &mut pod["metadata"];
-    metadata["annotations"][MATCHED_WORKLOADSPREAD_ANNOTATION] = matched.to_annotation().into();
+    metadata["annotations"][MATCHED_WORKLOADSPREAD_ANNOTATION] = annotation.into();
+    metadata["annotations"][TOKEN_ANNOTATION] = token.into();
     if pod["spec"]["affinity"]["nodeAffinity"].is_null() {
         pod["spec"]["affinity"]["nodeAffinity"] = json!({});
     }
