@@ -44,6 +44,8 @@ use workloadspread_testkit::webhook::{
 };
 use workloadspread_testkit::{cluster, unique_name, wait_for, TestNamespace, KWOK_FROZEN_LABEL};
 
+#[path = "admission/focus.rs"]
+mod focus;
 #[path = "admission/kruise.rs"]
 mod kruise;
 #[path = "admission/noop.rs"]
@@ -54,6 +56,10 @@ mod profile;
 mod scale_out;
 #[path = "admission/sequence.rs"]
 mod sequence;
+#[path = "admission/summary.rs"]
+mod summary;
+use focus::{Focus, Scope};
+use summary::{find, ms, ms_places, print_row, print_summary};
 
 /// Pods per series: [`DEFAULT_PODS`], or `WS_BENCH_PODS` (read once by
 /// [`read_pods_per_series`] at start) to lengthen a series for profiling (`WS_BENCH_PROFILE`).
@@ -605,239 +611,8 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
     })
 }
 
-fn ms(d: Duration) -> String {
-    ms_places(d, 1)
-}
-
-/// `d` in milliseconds with `places` decimals (CPU per pod needs two).
-fn ms_places(d: Duration, places: usize) -> String {
-    format!("{:.places$} ms", d.as_secs_f64() * 1e3)
-}
-
-fn print_row(r: &Row) {
-    let webhook = r.webhook.label();
-    let figures = match &r.figures {
-        Some(f) => format!(
-            "{} | {} | {} | {}",
-            ms(f.call_mean),
-            f.evaluation_mean.map_or("–".to_string(), ms),
-            f.status_writes,
-            f.conflicts
-        ),
-        None => "– | – | – | –".to_string(),
-    };
-    let ours = r.cpu.ours.map_or("–".to_string(), |d| ms_places(d, 2));
-    println!(
-        "| {webhook} | {} | {:.0} | {} | {} | {figures} | {:.2} | {} | {ours} | {} ({:.2}) |",
-        r.concurrency,
-        r.per_second,
-        ms(r.create.p50),
-        ms(r.create.p99),
-        r.writes_per_pod,
-        ms_places(r.cpu.apiserver, 2),
-        ms_places(r.cpu.machine, 2),
-        r.cpu.busy_cores,
-    );
-}
-
-/// The row measured with `webhook` at `concurrency`.
-fn find(rows: &[Row], webhook: Webhook, concurrency: usize) -> Option<&Row> {
-    rows.iter()
-        .find(|r| r.webhook == webhook && r.concurrency == concurrency)
-}
-
-/// Derived lines under the table: what the webhook adds to a CREATE (goal: matched pod
-/// ≤ +2 ms p50 at concurrency 1), throughput at 64 against no webhook (goal ≥ 80 %), status
-/// writes per 100 pods with and without reserved slots, and unrelated pods (≤ +1 ms).
-fn print_summary(rows: &[Row], repeated: &[(Webhook, Duration)]) {
-    let delta = |a: Duration, b: Duration| (a.as_secs_f64() - b.as_secs_f64()) * 1e3;
-    let added = |w: Webhook| -> Vec<String> {
-        CONCURRENCY
-            .iter()
-            .filter_map(|&c| {
-                let with = find(rows, w, c)?;
-                let without = find(rows, Webhook::None, c)?;
-                Some(format!(
-                    "concurrency {c}: p50 {:+.1} ms, p99 {:+.1} ms",
-                    delta(with.create.p50, without.create.p50),
-                    delta(with.create.p99, without.create.p99)
-                ))
-            })
-            .collect()
-    };
-    println!();
-    // Rows a focused run (`WS_BENCH_FOCUS`) did not measure print no line.
-    for w in [RESERVED, GROUP_COMMIT] {
-        let added = added(w);
-        if !added.is_empty() {
-            println!(
-                "* Webhook ({}) over no webhook, per pod CREATE: {}.",
-                w.label(),
-                added.join("; ")
-            );
-        }
-    }
-    // The concurrency-1 goals are judged on the repeated, interleaved series (one
-    // series of each swings by milliseconds between runs), else on the table's.
-    let p50_at_1 = |w: Webhook| -> Option<Duration> {
-        repeated
-            .iter()
-            .find(|(x, _)| *x == w)
-            .map(|(_, d)| *d)
-            .or_else(|| Some(find(rows, w, 1)?.create.p50))
-    };
-    let p50_added =
-        |w: Webhook| -> Option<f64> { Some(delta(p50_at_1(w)?, p50_at_1(Webhook::None)?)) };
-    let verdict = |met: bool| if met { "met" } else { "not met" };
-    if let Some(matched) = p50_added(RESERVED) {
-        println!(
-            "* Matched pod, concurrency 1, reserved slots: p50 {matched:+.1} ms over no webhook{} (goal ≤ +2 ms: {}).",
-            repeated_note(repeated),
-            verdict(matched <= 2.0)
-        );
-    }
-    if let (Some(with), Some(without)) = (find(rows, RESERVED, 64), find(rows, Webhook::None, 64)) {
-        let share = with.per_second / without.per_second * 100.0;
-        println!(
-            "* Concurrency 64, reserved slots: {:.0} vs {:.0} pods/s without the webhook = {share:.0} % (goal ≥ 80 %: {}).",
-            with.per_second,
-            without.per_second,
-            verdict(share >= 80.0)
-        );
-    }
-    // Issue #28: what users run (host + controller) against the transport floor.
-    if let (Some(with), Some(floor)) = (
-        p50_at_1(Webhook::HostAndController),
-        p50_at_1(Webhook::Noop),
-    ) {
-        let over = delta(with, floor);
-        println!(
-            "* Host + controller, concurrency 1: p50 {} vs {} with the no-op webhook = {over:+.1} ms over the floor{} (goal ≤ +1 ms: {}).",
-            ms(with),
-            ms(floor),
-            repeated_note(repeated),
-            verdict(over <= 1.0)
-        );
-    }
-    // What any webhook injecting the same fields pays, against which the rest is ours.
-    if let (Some(with), Some(patched), Some(floor)) = (
-        p50_at_1(Webhook::HostAndController),
-        p50_at_1(Webhook::NoopPatch),
-        p50_at_1(Webhook::Noop),
-    ) {
-        println!(
-            "* Injection floor, concurrency 1: the no-op webhook answering with our patch {} = {:+.1} ms over the no-op (the API server applying and storing an injecting webhook's answer); host + controller {:+.1} ms over it{}.",
-            ms(patched),
-            delta(patched, floor),
-            delta(with, patched),
-            repeated_note(repeated)
-        );
-    }
-    if let (Some(with), Some(patched), Some(floor)) = (
-        find(rows, Webhook::HostAndController, 64),
-        find(rows, Webhook::NoopPatch, 64),
-        find(rows, Webhook::Noop, 64),
-    ) {
-        println!(
-            "* Injection floor, concurrency 64: the no-op webhook answering with our patch {:.0} pods/s = {:.0} % of the no-op's ({} of API server CPU per pod vs {}); host + controller {:.0} % of it ({} API server CPU per pod; of its pods, {}).",
-            patched.per_second,
-            patched.per_second / floor.per_second * 100.0,
-            ms_places(patched.cpu.apiserver, 2),
-            ms_places(floor.cpu.apiserver, 2),
-            with.per_second / patched.per_second * 100.0,
-            ms_places(with.cpu.apiserver, 2),
-            with.injected.as_deref().unwrap_or("–")
-        );
-    }
-    if let (Some(with), Some(floor), Some(none)) = (
-        find(rows, Webhook::HostAndController, 64),
-        find(rows, Webhook::Noop, 64),
-        find(rows, Webhook::None, 64),
-    ) {
-        let share = with.per_second / floor.per_second * 100.0;
-        println!(
-            "* Concurrency 64, host + controller: {:.0} vs {:.0} pods/s with the no-op webhook = {share:.0} % (goal ≥ 90 %: {}); the no-op webhook keeps {:.0} % of no webhook's {:.0} pods/s.",
-            with.per_second,
-            floor.per_second,
-            verdict(share >= 90.0),
-            floor.per_second / none.per_second * 100.0,
-            none.per_second
-        );
-        // Both rows keep the two cores busy: throughput is what the machine's CPU per
-        // pod allows, and the host and controller take theirs from the same cores.
-        let (floor_cpu, with_cpu) = (
-            floor.cpu.machine.as_secs_f64(),
-            with.cpu.machine.as_secs_f64(),
-        );
-        if let (Some(ours), true) = (with.cpu.ours, with_cpu > 0.0) {
-            let ours = ours.as_secs_f64();
-            println!(
-                "* Where concurrency 64 stands: the machine spent {} of CPU per pod with the no-op webhook ({:.2} of {} cores busy) and {} with host + controller ({:.2} busy), {} of it in the host and controller themselves, {} more in the API server; with the cores saturated that bounds the throughput ratio at {:.0} %, and the host's and controller's own CPU alone, even with the API server's extra at zero, at {:.0} % (so ≥ 90 % on this one machine needs them under {} per pod; on a real cluster they run on other nodes than the control plane).",
-                ms_places(floor.cpu.machine, 2),
-                floor.cpu.busy_cores,
-                std::thread::available_parallelism().map_or(0, |n| n.get()),
-                ms_places(with.cpu.machine, 2),
-                with.cpu.busy_cores,
-                ms_places(Duration::from_secs_f64(ours), 2),
-                ms_places(with.cpu.apiserver.saturating_sub(floor.cpu.apiserver), 2),
-                floor_cpu / with_cpu * 100.0,
-                floor_cpu / (floor_cpu + ours) * 100.0,
-                ms_places(Duration::from_secs_f64(floor_cpu / 9.0), 2),
-            );
-        }
-    }
-    if let (Some(bound), Some(scheduled)) = (
-        p50_at_1(Webhook::None),
-        find(rows, Webhook::NoneScheduled, 1).map(|r| r.create.p50),
-    ) {
-        println!(
-            "* No webhook, concurrency 1: p50 {} with bound, frozen pods vs {} with pods the scheduler binds and KWOK runs (the bench's pods before #28).",
-            ms(bound),
-            ms(scheduled)
-        );
-    }
-    let per_100 = |w: Webhook, c: usize| -> Option<String> {
-        let writes = find(rows, w, c)?.figures.as_ref()?.status_writes;
-        Some(format!("{:.0}", writes / pods_per_series() as f64 * 100.0))
-    };
-    let writes: Vec<String> = CONCURRENCY
-        .iter()
-        .filter_map(|&c| {
-            Some(format!(
-                "concurrency {c}: {} reserved vs {} group commit vs {} one per claim",
-                per_100(RESERVED, c)?,
-                per_100(GROUP_COMMIT, c)?,
-                per_100(ONE_WRITE_PER_CLAIM, c)?
-            ))
-        })
-        .collect();
-    if !writes.is_empty() {
-        println!(
-            "* Status writes per 100 admitted pods: {}.",
-            writes.join("; ")
-        );
-    }
-    if let (Some(skipped), Some(guest)) = (
-        p50_added(Webhook::Unrelated { evaluate: false }),
-        p50_added(Webhook::Unrelated { evaluate: true }),
-    ) {
-        println!(
-            "* Unrelated pod, concurrency 1: p50 {skipped:+.1} ms over no webhook{} (goal ≤ +1 ms: {}); {guest:+.1} ms when the guest runs for it.",
-            repeated_note(repeated),
-            verdict(skipped <= 1.0)
-        );
-    }
-}
-
 /// Rounds of the repeated concurrency-1 series.
 const ROUNDS: usize = 5;
-
-fn repeated_note(repeated: &[(Webhook, Duration)]) -> String {
-    match repeated.is_empty() {
-        true => String::new(),
-        false => format!(" (median of {ROUNDS} interleaved series)"),
-    }
-}
 
 /// The concurrency-1 series the goals compare, run `ROUNDS` times interleaved (none,
 /// matched, unrelated, none, ...) so drift of the machine falls on all of them alike;
@@ -952,65 +727,4 @@ async fn main() -> Result<()> {
         scale_out::run(&policy).await?;
     }
     Ok(())
-}
-
-/// Which rows a run measures (`WS_BENCH_FOCUS`): every row (`all`, the default, what
-/// `make bench` runs), only what issue #28's goals compare (`whole-system`: no
-/// webhook, the no-op floor, host + controller
-/// at concurrency 1 and 64, then the scale-out's writes), to measure a change to the
-/// per-pod cost without the other rows' 20 minutes, or host + controller against
-/// OpenKruise (`openkruise`: no webhook, both floors, host + controller and the two
-/// OpenKruise rows at every concurrency), or the scale sequence alone (`sequence`).
-/// OpenKruise rows need its build
-/// ([`kruise::read_build`]); without it `all` leaves them out and says so.
-#[derive(Clone, Copy, PartialEq)]
-struct Focus {
-    scope: Scope,
-    kruise: bool,
-}
-
-#[derive(Clone, Copy, PartialEq)]
-enum Scope {
-    All,
-    WholeSystem,
-    OpenKruise,
-    /// The scale sequence alone (`sequence`).
-    Sequence,
-}
-
-impl Scope {
-    fn from_env() -> Result<Scope> {
-        match std::env::var("WS_BENCH_FOCUS").as_deref() {
-            Err(_) | Ok("") | Ok("all") => Ok(Scope::All),
-            Ok("whole-system") => Ok(Scope::WholeSystem),
-            Ok("openkruise") => Ok(Scope::OpenKruise),
-            Ok("sequence") => Ok(Scope::Sequence),
-            Ok(other) => anyhow::bail!(
-                "WS_BENCH_FOCUS={other}: expected `all` (default), `whole-system`, `openkruise` or `sequence`"
-            ),
-        }
-    }
-}
-
-impl Focus {
-    /// The concurrencies of the table (the goals compare 1 and 64).
-    fn concurrency(self) -> &'static [usize] {
-        match self.scope {
-            Scope::All | Scope::OpenKruise | Scope::Sequence => &CONCURRENCY,
-            Scope::WholeSystem => &[1, 64],
-        }
-    }
-
-    fn includes(self, w: Webhook) -> bool {
-        let base = matches!(
-            w,
-            Webhook::None | Webhook::Noop | Webhook::NoopPatch | Webhook::HostAndController
-        );
-        match (self.scope, w) {
-            (_, Webhook::Kruise { .. }) => self.kruise && self.scope != Scope::WholeSystem,
-            (Scope::All, _) => true,
-            (Scope::WholeSystem | Scope::OpenKruise, _) => base,
-            (Scope::Sequence, _) => false,
-        }
-    }
 }
