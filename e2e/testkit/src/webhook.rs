@@ -40,9 +40,21 @@ pub fn policy_wasm() -> Result<Option<PathBuf>> {
     Ok(None)
 }
 
-/// A free loopback port (bound then released).
+/// A free loopback port (bound then released), never one this process was given before:
+/// ports are chosen one after the other and released in between, and the kernel may hand
+/// the same number out again (a host once got its webhook port as its health port and
+/// exited "Address already in use"). At most one entry per port number.
 pub fn free_port() -> Result<u16> {
-    Ok(StdListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    for _ in 0..100 {
+        let port = StdListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+        if !given.contains(&port) {
+            given.push(port);
+            return Ok(port);
+        }
+    }
+    bail!("no loopback port this process was not given before, in 100 tries")
 }
 
 /// A `workloadspread-host serve` process, killed on drop.
@@ -605,4 +617,18 @@ pub fn fleet_pod_of(name: &str, fleet: &str, fleet_uid: &str) -> k8s_openapi::ap
         "spec": {"containers": [{"name": "c", "image": "nginx"}]}
     }))
     .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod port_tests {
+    use super::free_port;
+
+    #[test]
+    fn free_ports_are_never_handed_out_twice() {
+        let ports: Vec<u16> = (0..2000).map(|_| free_port().unwrap()).collect();
+        let mut distinct = ports.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), ports.len());
+    }
 }
