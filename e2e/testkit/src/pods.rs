@@ -4,7 +4,7 @@
 use anyhow::{ensure, Result};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub const MATCHED: &str = "apps.kruise.io/matched-workloadspread";
 pub const COST: &str = "controller.kubernetes.io/pod-deletion-cost";
@@ -17,6 +17,45 @@ pub fn annotation<'a>(p: &'a Pod, key: &str) -> Option<&'a String> {
 pub fn subset_of(p: &Pod) -> Option<String> {
     let v: Value = serde_json::from_str(annotation(p, MATCHED)?).ok()?;
     v["subset"].as_str().map(str::to_string)
+}
+
+/// Pods per subset name ("" for pods without a matched annotation).
+pub fn counts(pods: &[Pod]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for p in pods {
+        *out.entry(subset_of(p).unwrap_or_default()).or_insert(0) += 1;
+    }
+    out
+}
+
+fn empty(v: &Value) -> bool {
+    v.as_object().is_none_or(|o| o.is_empty())
+}
+
+/// Whether a WorkloadSpread `status` (either version) counts exactly `counts` per subset
+/// with no pod in flight: no creating or deleting entry, per pod-template version too.
+pub fn status_counts(status: &Value, counts: &BTreeMap<String, usize>) -> bool {
+    let subsets = status["subsetStatuses"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let versioned = status["versionedSubsetStatuses"]
+        .as_object()
+        .into_iter()
+        .flat_map(|m| m.values())
+        .flat_map(|v| v.as_array().cloned().unwrap_or_default())
+        .all(|s| empty(&s["creatingPods"]) && empty(&s["deletingPods"]));
+    !subsets.is_empty()
+        && versioned
+        && subsets.iter().all(|s| {
+            let n = counts
+                .get(s["name"].as_str().unwrap_or_default())
+                .copied()
+                .unwrap_or(0);
+            s["replicas"].as_i64() == Some(n as i64)
+                && empty(&s["creatingPods"])
+                && empty(&s["deletingPods"])
+        })
 }
 
 /// The pod-deletion-cost annotation as a number.
@@ -106,5 +145,42 @@ mod tests {
             err.to_string().contains("created during a scale-in"),
             "{err}"
         );
+    }
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::status_counts;
+    use serde_json::json;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn a_status_counts_the_pods_only_with_nothing_in_flight() {
+        let counts = BTreeMap::from([("a".to_string(), 2), ("b".to_string(), 1)]);
+        let status = |a_creating: serde_json::Value, versioned: serde_json::Value| {
+            json!({"subsetStatuses": [
+                {"name": "a", "replicas": 2, "creatingPods": a_creating},
+                {"name": "b", "replicas": 1}, {"name": "c", "replicas": 0}],
+                "versionedSubsetStatuses": versioned})
+        };
+        let cases = [
+            (status(json!({}), json!({})), true),
+            (status(json!({"p": "t"}), json!({})), false),
+            (
+                status(
+                    json!({}),
+                    json!({"v1": [{"name": "a", "deletingPods": {"p": "t"}}]}),
+                ),
+                false,
+            ),
+            (
+                json!({"subsetStatuses": [{"name": "a", "replicas": 1}]}),
+                false,
+            ),
+            (json!({}), false),
+        ];
+        for (i, (s, want)) in cases.iter().enumerate() {
+            assert_eq!(status_counts(s, &counts), *want, "case {i}: {s}");
+        }
     }
 }

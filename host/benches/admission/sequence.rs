@@ -15,11 +15,10 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use workloadspread_core::annotation::MatchedWorkloadSpread;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
-use workloadspread_core::api::POD_DELETION_COST_ANNOTATION;
 use workloadspread_core::rules::Rules;
 use workloadspread_testkit::api_writes::Writes;
+use workloadspread_testkit::pods::{cost_of, counts, status_counts, subset_of};
 use workloadspread_testkit::{cluster, wait_for, TestNamespace};
 
 const SEQUENCE: [i32; 6] = [10, 4, 12, 20, 7, 15];
@@ -253,53 +252,6 @@ async fn create_deployment(ns: &TestNamespace) -> Result<()> {
     Ok(())
 }
 
-fn subset_of(pod: &Pod) -> Option<String> {
-    let a = pod.metadata.annotations.as_ref()?;
-    MatchedWorkloadSpread::parse(
-        a.get(workloadspread_core::api::MATCHED_WORKLOADSPREAD_ANNOTATION)?,
-    )
-    .ok()
-    .map(|m| m.subset)
-}
-
-fn counts(pods: &[Pod]) -> BTreeMap<String, usize> {
-    let mut out = BTreeMap::new();
-    for p in pods {
-        *out.entry(subset_of(p).unwrap_or_default()).or_insert(0) += 1;
-    }
-    out
-}
-
-fn empty(v: &Value) -> bool {
-    v.as_object().is_none_or(|o| o.is_empty())
-}
-
-/// Whether the WorkloadSpread's status counts exactly `counts` with no pod in flight
-/// (no creating or deleting entry, per version too).
-fn status_counts(status: &Value, counts: &BTreeMap<String, usize>) -> bool {
-    let subsets = status["subsetStatuses"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let versioned = status["versionedSubsetStatuses"]
-        .as_object()
-        .into_iter()
-        .flat_map(|m| m.values())
-        .flat_map(|v| v.as_array().cloned().unwrap_or_default())
-        .all(|s| empty(&s["creatingPods"]) && empty(&s["deletingPods"]));
-    !subsets.is_empty()
-        && versioned
-        && subsets.iter().all(|s| {
-            let n = counts
-                .get(s["name"].as_str().unwrap_or_default())
-                .copied()
-                .unwrap_or(0);
-            s["replicas"].as_i64() == Some(n as i64)
-                && empty(&s["creatingPods"])
-                && empty(&s["deletingPods"])
-        })
-}
-
 /// Waits until `total` live pods run, every placed one carries a deletion cost and the
 /// WorkloadSpread's status counts them exactly with nothing in flight: the system has
 /// caught up, as the scenario suite waits before its next step (a scale right after
@@ -330,13 +282,9 @@ async fn settled(
                         p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
                     })
                     .count();
-                let costed = live.iter().all(|p| {
-                    subset_of(p).is_none()
-                        || p.metadata
-                            .annotations
-                            .as_ref()
-                            .is_some_and(|a| a.contains_key(POD_DELETION_COST_ANNOTATION))
-                });
+                let costed = live
+                    .iter()
+                    .all(|p| subset_of(p).is_none() || cost_of(p).is_some());
                 if !(live.len() == total && running == total && costed) {
                     return Ok(None);
                 }
