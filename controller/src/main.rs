@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod capacity;
+mod contest;
 mod converge;
 mod creating;
 mod inputs;

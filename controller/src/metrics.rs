@@ -73,6 +73,8 @@ pub struct Metrics {
     pub subset_planned: Family<SubsetLabels, Gauge>,
     /// Per WorkloadSpread: 1 while its pods match the planned spread.
     pub on_plan: Family<SpreadLabels, Gauge>,
+    /// Per WorkloadSpread: 1 while another manager writes it too (`crate::contest`).
+    contested: Family<SpreadLabels, Gauge>,
     /// Placeholders expired (a host died holding reserved slots).
     pub placeholders_expired: Counter,
     /// Per WorkloadSpread: age of the oldest pod labelled pending at the last reconcile.
@@ -199,6 +201,12 @@ impl Metrics {
             "The planner's pod count per subset for the workload's current replicas",
             subset_planned.clone(),
         );
+        let contested = Family::<SpreadLabels, Gauge>::default();
+        registry.register(
+            "contested",
+            "1 while another manager (OpenKruise's with its WorkloadSpread gate on?) writes this WorkloadSpread's status too: this controller leaves it alone; /readyz says what to do",
+            contested.clone(),
+        );
         let on_plan = Family::<SpreadLabels, Gauge>::default();
         registry.register(
             "on_plan",
@@ -270,6 +278,7 @@ impl Metrics {
             subset_maximum,
             subset_planned,
             on_plan,
+            contested,
             placeholders_expired,
             pending_oldest,
             rebalance,
@@ -347,6 +356,20 @@ impl Metrics {
     }
 
     /// Removes every series of the WorkloadSpreads not in `live` (namespace, name).
+    /// Marks a spread contested (`crate::contest`); its series goes with the spread.
+    pub fn set_contested(&self, namespace: &str, name: &str) {
+        let spread = SpreadLabels {
+            namespace: namespace.to_string(),
+            workloadspread: name.to_string(),
+        };
+        self.contested.get_or_create(&spread).set(1);
+        self.series
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((spread.namespace, spread.workloadspread))
+            .or_default();
+    }
+
     pub fn retain(&self, live: &HashSet<(String, String)>) {
         let mut series = self.series.lock().unwrap_or_else(|p| p.into_inner());
         let gone: Vec<(String, String)> = series
@@ -366,6 +389,7 @@ impl Metrics {
                 workloadspread: name,
             };
             self.on_plan.remove(&spread);
+            self.contested.remove(&spread);
             self.pending_oldest.remove(&spread);
         }
     }
@@ -449,15 +473,19 @@ impl Default for Metrics {
     }
 }
 
-/// Removes the series of deleted WorkloadSpreads every `period`: those `spreads` (the
+/// Removes the series (and contests) of deleted WorkloadSpreads every `period`: those `spreads` (the
 /// controller's store) no longer holds. Runs until the process ends.
 pub async fn follow_deletions(
     metrics: std::sync::Arc<Metrics>,
+    standing: std::sync::Arc<crate::contest::Standing>,
     spreads: kube::runtime::reflector::Store<kube::api::DynamicObject>,
     period: Duration,
 ) {
     let _ = spreads.wait_until_ready().await;
     loop {
+        standing.retain(&crate::contest::Standing::keys(
+            spreads.state().iter().map(|o| o.as_ref()),
+        ));
         let live: HashSet<(String, String)> = spreads
             .state()
             .iter()

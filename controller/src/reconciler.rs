@@ -74,6 +74,8 @@ pub struct Context {
     pub pacing: crate::pacing::StatusPacing,
     /// Provisioner signals and node room (`crate::capacity`; off by default).
     pub capacity: crate::capacity::Reader,
+    /// Spreads another manager writes too: left alone (`crate::contest`).
+    pub standing: Arc<crate::contest::Standing>,
 }
 
 impl Context {
@@ -111,7 +113,14 @@ impl Context {
             early_drop: None,
             pacing: crate::pacing::StatusPacing::new(STATUS_INTERVAL),
             capacity: crate::capacity::Reader::new(Default::default()),
+            standing: Arc::default(),
         }
+    }
+
+    /// Sharing what is contested with `/readyz` (`crate::contest`).
+    pub fn with_standing(mut self, standing: Arc<crate::contest::Standing>) -> Self {
+        self.standing = standing;
+        self
     }
 
     /// Reading provisioner signals and node room with `settings` (#42).
@@ -247,7 +256,9 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
         return Ok(Action::requeue(wait.max(Duration::from_millis(20))));
     }
     for attempt in 0..STATUS_ATTEMPTS {
-        if current.metadata.deletion_timestamp.is_some() {
+        if current.metadata.deletion_timestamp.is_some()
+            || crate::contest::stands_back(&current, ctx).await
+        {
             return Ok(Action::await_change());
         }
         let mut ws = decode(&current)?;

@@ -32,6 +32,16 @@ async fn clients(path: Option<&std::path::PathBuf>) -> Result<(Client, Client)> 
         }
         None => kube::Config::infer().await?,
     };
+    let mut config = config;
+    // The API server names this controller's writes after it (managedFields), which is
+    // how a rival writer of a WorkloadSpread's status is told apart (`core::contest`).
+    config.headers.push((
+        axum::http::header::USER_AGENT,
+        axum::http::HeaderValue::from_static(concat!(
+            "workloadspread-controller/",
+            env!("CARGO_PKG_VERSION")
+        )),
+    ));
     let mut no_retry = config.clone();
     no_retry.default_retry = false;
     let evictions = Client::try_from(no_retry)?;
@@ -46,12 +56,14 @@ pub async fn run(args: RunArgs) -> Result<()> {
     // A standby replica is ready (healthy, waiting for the Lease): otherwise a Deployment of
     // two replicas never becomes available and `helm install --wait` never returns.
     let leading = Arc::new(AtomicBool::new(!args.leader_elect));
+    let standing = Arc::new(crate::contest::Standing::default());
     tokio::spawn(serve_metrics(
         args.metrics_listen,
         metrics.clone(),
         Readiness {
             leading: leading.clone(),
             synced: ready.clone(),
+            standing: standing.clone(),
         },
     ));
     let elector = args.leader_elect.then(|| {
@@ -81,7 +93,11 @@ pub async fn run(args: RunArgs) -> Result<()> {
             Arc::new(Leadership::unelected())
         }
     };
-    let clients = Clients { client, evictions };
+    let clients = Clients {
+        client,
+        evictions,
+        standing,
+    };
     let result = run_controller(&args, clients, metrics, ready, lost_rx, leadership).await;
     if let Some(e) = &elector {
         if let Err(err) = e.release().await {
@@ -140,6 +156,8 @@ async fn keep_leading(
 struct Clients {
     client: Client,
     evictions: Client,
+    /// What is contested (shared with `/readyz`).
+    standing: Arc<crate::contest::Standing>,
 }
 
 async fn run_controller(
@@ -151,6 +169,7 @@ async fn run_controller(
     leadership: Arc<Leadership>,
 ) -> Result<()> {
     let client = clients.client;
+    let standing = clients.standing;
     let resource = workloadspread_resource();
     let wc = watcher::Config::default();
     let scope = args.namespace.as_deref();
@@ -179,6 +198,7 @@ async fn run_controller(
     ));
     tokio::spawn(crate::metrics::follow_deletions(
         metrics.clone(),
+        standing.clone(),
         spreads.clone(),
         Duration::from_secs(15),
     ));
@@ -211,7 +231,8 @@ async fn run_controller(
                 .then(|| k8s_openapi::jiff::SignedDuration::from_secs(args.creating_drop_seconds)),
         )
         .with_status_interval(Duration::from_millis(args.status_interval_ms))
-        .with_capacity(args.capacity()),
+        .with_capacity(args.capacity())
+        .with_standing(standing),
     );
     let controller = controller
         .reconcile_on(futures::stream::select(workload_triggers, pod_triggers))
@@ -352,18 +373,23 @@ where
 struct Readiness {
     leading: Arc<AtomicBool>,
     synced: Arc<AtomicBool>,
+    /// A contested spread makes a leader not ready, saying which and what to do.
+    standing: Arc<crate::contest::Standing>,
 }
 
 impl Readiness {
-    fn answer(&self) -> (axum::http::StatusCode, &'static str) {
+    fn answer(&self) -> (axum::http::StatusCode, String) {
         use axum::http::StatusCode;
         match (
             self.leading.load(Ordering::Relaxed),
             self.synced.load(Ordering::Relaxed),
         ) {
-            (false, _) => (StatusCode::OK, "standby: waiting for leadership"),
-            (true, true) => (StatusCode::OK, "ok"),
-            (true, false) => (StatusCode::SERVICE_UNAVAILABLE, "caches are syncing"),
+            (false, _) => (StatusCode::OK, "standby: waiting for leadership".into()),
+            (true, false) => (StatusCode::SERVICE_UNAVAILABLE, "caches are syncing".into()),
+            (true, true) => match self.standing.not_ready_reason() {
+                Some(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason),
+                None => (StatusCode::OK, "ok".into()),
+            },
         }
     }
 }

@@ -15,6 +15,7 @@ pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 pub use k8s_openapi::jiff::Timestamp;
 pub mod admission;
 pub mod annotation;
+pub mod contest;
 pub mod controller;
 pub mod counter;
 #[cfg(feature = "crd")]

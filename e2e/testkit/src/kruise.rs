@@ -9,9 +9,11 @@
 //! registered only when the SidecarSet and PodUnavailableBudget CRDs exist at its start
 //! (every CRD of `config/crd` is installed first); a custom workload kind is read from the
 //! `kruise-configuration` ConfigMap at its start. Its webhook server binds 0.0.0.0: only
-//! loopback traffic is sent to it. Its WorkloadSpread CRD (v1alpha1 only) and ours (v1beta1
-//! stored) cannot both exist: [`ensure_workloadspread_crd`] swaps them, which deletes every
-//! WorkloadSpread of the other kind.
+//! loopback traffic is sent to it. Its WorkloadSpread CRD serves v1alpha1 and v1beta1 and
+//! stores v1beta1, as ours does, with its own conversion webhook: its manager points the
+//! conversion of every CRD its scheme knows at itself, whatever the gates
+//! (`pkg/webhook/util/crd`), so the CRD stays OpenKruise's while it runs
+//! ([`ensure_workloadspread_crd`] leaves a CRD whose conversion a webhook serves alone).
 
 use crate::webhook::free_port;
 use crate::{clean_up_blocking, wait_for, Cluster};
@@ -95,6 +97,9 @@ pub struct KruiseOptions {
     /// `WorkloadSpread_Watch_Custom_Workload_WhiteList` entries:
     /// `{"Group","Version","Kind","replicasPath"}`).
     pub custom_workloads: Vec<Value>,
+    /// Its `WorkloadSpread` feature gate off (how a user switches OpenKruise's
+    /// WorkloadSpread off and keeps the rest: `docs/operations.md`).
+    pub workloadspread_off: bool,
 }
 
 /// A running `kruise-manager`; [`KruiseManager::stop`] (or drop) removes its webhook
@@ -141,7 +146,10 @@ impl KruiseManager {
             "--enable-pprof=false".into(),
             format!("--metrics-addr=127.0.0.1:{metrics_port}"),
             format!("--health-probe-addr=127.0.0.1:{health_port}"),
-            "--feature-gates=WorkloadSpread=true,PodWebhook=true,KruiseDaemon=false".into(),
+            format!(
+                "--feature-gates=WorkloadSpread={},PodWebhook=true,KruiseDaemon=false",
+                !options.workloadspread_off
+            ),
         ]);
         if let Some((qps, burst)) = options.qps_burst {
             cmd.args([

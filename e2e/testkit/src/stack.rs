@@ -78,10 +78,25 @@ impl Stack {
             return Ok(None);
         };
         let ns = namespace_with_crd(hint).await?;
+        Self::start_in(ns, &bins, host_kubeconfig, host_args, controller_args)
+            .await
+            .map(Some)
+    }
+
+    /// Host + controller for `ns`, with whatever WorkloadSpread CRD the cluster has
+    /// (e.g. OpenKruise's, taken over as it is).
+    pub async fn start_in(
+        ns: TestNamespace,
+        bins: &Binaries,
+        host_kubeconfig: &std::path::Path,
+        host_args: &[&str],
+        controller_args: &[&str],
+    ) -> Result<Self> {
+        let hint = ns.name().to_string();
         let client = ns.client();
         let kubeconfig = cluster()?.kubeconfig();
         let port = free_port()?;
-        let name = unique_name(hint);
+        let name = unique_name(&hint);
         let configs =
             WebhookConfigs::create(&client, &name, &format!("https://127.0.0.1:{port}")).await?;
         let mut args = vec![
@@ -99,12 +114,12 @@ impl Stack {
         let controller = ControllerProcess::start(&bins.controller, kubeconfig, &args)
             .await
             .context("starting the controller")?;
-        Ok(Some(Stack {
+        Ok(Stack {
             ns,
             host,
             controller,
             configs,
-        }))
+        })
     }
 
     /// Removes the webhook configurations (the namespace is left for inspection).

@@ -63,6 +63,7 @@ pub async fn start_manager(lifted: bool) -> Result<KruiseManager> {
     let options = KruiseOptions {
         qps_burst: lifted.then_some(LIFTED),
         custom_workloads: vec![fleet_whitelist()],
+        ..Default::default()
     };
     KruiseManager::start(build()?, cluster()?, &options).await
 }

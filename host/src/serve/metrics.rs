@@ -192,6 +192,8 @@ pub struct Metrics {
     pub reservations: Family<ReservationLabels, Counter>,
     /// Counter queues alive (one per WorkloadSpread with recent counter work).
     pub counter_queues: Gauge,
+    /// WorkloadSpreads another manager writes too, left alone (`kube_state::contests`).
+    pub contested: Gauge,
     /// 1 while the host can decide (its caches listed, every required kind served).
     pub ready: Gauge,
     /// This replica's placeholder prefix (1 for its id).
@@ -308,6 +310,12 @@ impl Metrics {
             "Re-invocations of the pod webhook (a later webhook changed the pod) answered as the first invocation was: the same subset injected again, no second claim",
             reinvocations.clone(),
         );
+        let contested = Gauge::default();
+        registry.register(
+            "contested_workloadspreads",
+            "WorkloadSpreads whose status another manager (OpenKruise's with its WorkloadSpread gate on?) wrote after this host started: their pods pass unchanged and no counter write touches them; the log and the controller's event say what to do",
+            contested.clone(),
+        );
         let counter_queues = Gauge::default();
         registry.register(
             "counter_queues",
@@ -398,6 +406,7 @@ impl Metrics {
             ca_bundle_stale,
             reservations,
             counter_queues,
+            contested,
             ready,
             holder,
             unrelated,

@@ -19,6 +19,16 @@ pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
         }
         None => kube::Config::infer().await?,
     };
+    let mut config = config;
+    // The API server names this host's writes after it (managedFields), which is how a
+    // rival writer of a WorkloadSpread's status is told apart (`core::contest`).
+    config.headers.push((
+        axum::http::header::USER_AGENT,
+        axum::http::HeaderValue::from_static(concat!(
+            "workloadspread-host/",
+            env!("CARGO_PKG_VERSION")
+        )),
+    ));
     Ok(kube::Client::try_from(config)?)
 }
 

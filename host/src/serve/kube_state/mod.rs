@@ -55,6 +55,8 @@ struct Reflected {
     cache: Cache,
     /// WorkloadSpreads by target name (`targets`), for lists selected by it.
     targets: Option<Arc<targets::TargetIndex>>,
+    /// WorkloadSpreads another manager writes too, left out of reads (`contests`).
+    contests: Option<Arc<contests::ContestIndex>>,
 }
 
 /// Where a kind's objects are cached.
@@ -191,9 +193,16 @@ impl KubeCapabilities {
             && kind == workloadspread_core::api::KIND;
         let namespaced = caps.scope == Scope::Namespaced;
         let targets = is_workloadspread.then(Arc::<targets::TargetIndex>::default);
+        let contests = is_workloadspread.then(Arc::<contests::ContestIndex>::default);
         let cache = if is_workloadspread || !namespaced {
             let api = Api::all_with(self.client.clone(), &resource);
-            let (store, _) = spawn_reflector(api, resource.clone(), targets.clone());
+            let followers = Followers {
+                targets: targets.clone(),
+                contests: contests
+                    .clone()
+                    .map(|c| (c, self.metrics.contested.clone())),
+            };
+            let (store, _) = spawn_reflector(api, resource.clone(), followers);
             if let (true, Some(c)) = (is_workloadspread, &self.committer) {
                 c.use_reflector(store.clone());
             }
@@ -206,6 +215,7 @@ impl KubeCapabilities {
             namespaced,
             cache,
             targets,
+            contests,
         };
         self.write_reflected()
             .insert((api_version.to_string(), kind.to_string()), reflected);
@@ -388,24 +398,40 @@ fn gvk(api_version: &str, kind: &str) -> GroupVersionKind {
     GroupVersionKind::gvk(group, version, kind)
 }
 
-/// A watch of `api` into a cache; `targets`, when given, follows its events too.
+/// What follows a watch's events besides its cache (the WorkloadSpread watch's).
+#[derive(Default)]
+struct Followers {
+    targets: Option<Arc<targets::TargetIndex>>,
+    /// With the gauge of how many spreads are contested.
+    contests: Option<(
+        Arc<contests::ContestIndex>,
+        prometheus_client::metrics::gauge::Gauge,
+    )>,
+}
+
+/// A watch of `api` into a cache; `followers` follow its events too.
 fn spawn_reflector(
     api: Api<DynamicObject>,
     resource: ApiResource,
-    targets: Option<Arc<targets::TargetIndex>>,
+    followers: Followers,
 ) -> (Store<DynamicObject>, tokio::task::AbortHandle) {
     let writer = reflector::store::Writer::new(resource.clone());
     let store = writer.as_reader();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
-        // Nobody reads managedFields; on big clusters they are most of the memory.
-        .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
         .map(move |event| {
-            if let (Ok(e), Some(t)) = (&event, &targets) {
-                t.apply(e);
+            if let Ok(e) = &event {
+                if let Some(t) = &followers.targets {
+                    t.apply(e);
+                }
+                if let Some((c, gauge)) = &followers.contests {
+                    gauge.set(i64::try_from(c.apply(e)).unwrap_or(i64::MAX));
+                }
             }
             event
         })
+        // Nobody else reads managedFields; on big clusters they are most of the memory.
+        .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
         .reflect(writer)
         .applied_objects();
     let kind = resource.kind.clone();
@@ -420,6 +446,7 @@ fn spawn_reflector(
     (store, task.abort_handle())
 }
 
+mod contests;
 mod lookup;
 mod namespaces;
 mod read;

@@ -89,6 +89,14 @@ impl KubeCapabilities {
             key = key.within(ns);
         }
         if let Some(o) = store_for(r, namespace).and_then(|s| s.get(&key)) {
+            if r.contests.as_ref().is_some_and(|c| c.is_contested(&o)) {
+                return Err(not_found(
+                    &r.resource.api_version,
+                    &r.resource.kind,
+                    namespace,
+                    name,
+                ));
+            }
             return Ok(with_type(&o, &r.resource));
         }
         // The watch may lag behind an object created just now: ask the API server.
@@ -121,6 +129,7 @@ impl KubeCapabilities {
                 namespaced: true,
                 cache: Cache::PerNamespace(stores.clone()),
                 targets: None,
+                contests: None,
             }),
         };
         self.watch_now(&d.resource, &stores);
@@ -257,6 +266,7 @@ fn list(
     let items: Vec<Value> = candidates
         .iter()
         .filter(|o| namespace.is_none_or(|ns| o.namespace().as_deref() == Some(ns)))
+        .filter(|o| !r.contests.as_ref().is_some_and(|c| c.is_contested(o)))
         .filter(|o| {
             selector.as_ref().is_none_or(|s| {
                 let labels = o.labels();

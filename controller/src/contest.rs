@@ -1,0 +1,90 @@
+//! Standing back from a WorkloadSpread another manager writes too (`core::contest`):
+//! OpenKruise's manager with its WorkloadSpread gate still on, or anything else writing
+//! the status. Such a spread gets no status, cost or rescheduling write from this
+//! controller; it says so once with a Warning event on the spread, a per-spread gauge
+//! (`workloadspread_controller_contested`) and `/readyz` (503 naming the spread, the
+//! other manager and what to do), until the spread is deleted or the controller restarts.
+
+use crate::reconciler::Context;
+use crate::writes::publish_events;
+use kube::api::DynamicObject;
+use kube::ResourceExt;
+use std::collections::HashSet;
+use std::sync::Mutex;
+use workloadspread_core::contest::Contests;
+use workloadspread_core::controller::Event;
+
+/// The contests found so far, keyed `namespace/name/uid`.
+#[derive(Default)]
+pub struct Standing {
+    contests: Mutex<Contests>,
+}
+
+fn key(object: &DynamicObject) -> String {
+    format!(
+        "{}/{}/{}",
+        object.namespace().unwrap_or_default(),
+        object.name_any(),
+        object.uid().unwrap_or_default()
+    )
+}
+
+impl Standing {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Contests> {
+        self.contests.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What `/readyz` says while a spread is contested: which, by whom, what to do.
+    pub fn not_ready_reason(&self) -> Option<String> {
+        let contests = self.lock();
+        let (key, contest) = contests.iter().next()?;
+        let spread = key.rsplit_once('/').map(|(s, _)| s).unwrap_or(key);
+        let more = contests.len() - 1;
+        Some(if more > 0 {
+            format!(
+                "{} (and {more} more WorkloadSpreads)",
+                contest.message(spread)
+            )
+        } else {
+            contest.message(spread)
+        })
+    }
+
+    /// Forgets the spreads not in `live` (`namespace/name/uid` keys).
+    pub fn retain(&self, live: &HashSet<String>) {
+        self.lock().retain(&|k| live.contains(k));
+    }
+
+    /// The `namespace/name/uid` keys of `objects` (what [`Standing::retain`] keeps).
+    pub fn keys<'a>(objects: impl Iterator<Item = &'a DynamicObject>) -> HashSet<String> {
+        objects.map(key).collect()
+    }
+}
+
+/// Whether this controller must leave `object` alone; on the first sight of its contest
+/// it logs, records the event and sets the gauge.
+pub async fn stands_back(object: &DynamicObject, ctx: &Context) -> bool {
+    let key = key(object);
+    let (found, new) = {
+        let mut contests = ctx.standing.lock();
+        let known = contests.get(&key).is_some();
+        let found = contests.observe(&key, object.managed_fields()).cloned();
+        (found, !known)
+    };
+    let Some(contest) = found else {
+        return false;
+    };
+    if new {
+        let spread = format!(
+            "{}/{}",
+            object.namespace().unwrap_or_default(),
+            object.name_any()
+        );
+        let message = contest.message(&spread);
+        tracing::error!("{message}");
+        ctx.metrics
+            .set_contested(&object.namespace().unwrap_or_default(), &object.name_any());
+        publish_events(object, &[Event::warning("Contested", message)], ctx).await;
+    }
+    true
+}

@@ -1,0 +1,161 @@
+//! Refusing to fight: once another manager (here a client naming itself
+//! `kruise-manager`, writing a `creatingPods` entry as OpenKruise's pod webhook does)
+//! writes a spread's status after host and controller started, neither writes it any
+//! more — no status write, no deletion cost, new pods admitted unchanged, none refused —
+//! and both say so: the controller's `/readyz` (503, naming the manager and what to do),
+//! a Warning event on the spread, a gauge in each. A restart after the rival is gone
+//! (the documented way out) makes the controller ready again.
+
+use crate::common::*;
+use anyhow::{Context, Result};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::Api;
+use serde_json::{json, Value};
+use std::time::Duration;
+use workloadspread_testkit::pods::{cost_of, subset_of};
+use workloadspread_testkit::stack::{Binaries, Stack};
+use workloadspread_testkit::webhook::ControllerProcess;
+use workloadspread_testkit::{cluster, wait_for};
+
+const RIVAL: &str = "kruise-manager";
+const RIVAL_COUNT: i64 = 5;
+
+fn spec() -> Value {
+    json!({"targetRef": target("Deployment"), "subsets": [
+        zone("a", "zone-a", json!(1)), zone("b", "zone-b", json!(1)), zone("c", "zone-c", Value::Null)]})
+}
+
+/// Writes the status as another manager would: one more `creatingPods` entry and a count
+/// of its own in the last subset (a change: an identical write is not stored, so it is no
+/// write; a count the pods disagree with, which a controller that did not stand back
+/// would correct).
+async fn rival_writes_status(api: &Api<DynamicObject>) -> Result<()> {
+    let mut status = api.get("web").await?.data["status"].clone();
+    let subsets = status["subsetStatuses"]
+        .as_array_mut()
+        .context("no subsetStatuses")?;
+    let last = subsets.last_mut().context("no subset status")?;
+    last["creatingPods"] = json!({"rival-pod": "2026-11-28T08:00:00Z"});
+    last["replicas"] = json!(RIVAL_COUNT);
+    let params = PatchParams {
+        field_manager: Some(RIVAL.into()),
+        ..Default::default()
+    };
+    api.patch_status("web", &params, &Patch::Merge(json!({"status": status})))
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_rival_status_writer_makes_host_and_controller_stand_back() -> Result<()> {
+    let Some(mut stack) = Stack::start("contest", &[]).await? else {
+        return Ok(());
+    };
+    let ws: Api<DynamicObject> =
+        Api::namespaced_with(stack.ns.client(), stack.ns.name(), &ws_resource());
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+        "metadata": {"name": "web"}, "spec": spec()}))?;
+    ws.create(&PostParams::default(), &object).await?;
+    stack
+        .host
+        .wait_sees_workloadspread(stack.ns.name(), "web", &target("Deployment"))
+        .await?;
+    create_web_deployment(&stack.ns, 2).await?;
+    let pods = settled(&stack.ns, 2).await?;
+    status_matches(&ws, &counts(&pods)).await?;
+    let (ready, body) = stack.controller.readiness().await?;
+    assert!(ready, "ready before any rival write: {body}");
+
+    rival_writes_status(&ws).await?;
+    let reason = wait_for(
+        "the controller not ready, naming the rival",
+        Duration::from_secs(30),
+        || async {
+            let (ready, body) = stack.controller.readiness().await?;
+            Ok((!ready && body.contains(RIVAL)).then_some(body))
+        },
+    )
+    .await?;
+    assert!(
+        reason.contains("WorkloadSpread=false") && reason.contains("docs/operations.md"),
+        "says what to do: {reason}"
+    );
+    wait_for("both gauges at 1", Duration::from_secs(30), || async {
+        let controller = stack
+            .controller
+            .metric("workloadspread_controller_contested")
+            .await?;
+        let host = stack
+            .host
+            .metric("workloadspread_host_contested_workloadspreads")
+            .await?;
+        Ok((controller == 1.0 && host == 1.0).then_some(()))
+    })
+    .await?;
+    let events: Api<Event> = stack.ns.api();
+    let contested: Vec<Event> = events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Contested"))
+        .collect();
+    assert_eq!(contested.len(), 1, "one event: {contested:?}");
+    assert_eq!(contested[0].type_.as_deref(), Some("Warning"));
+
+    // Two more pods: admitted as they come, nothing written for them.
+    let before = ws.get("web").await?.metadata.resource_version;
+    let reconciles = |text: String| {
+        workloadspread_testkit::measure::sum_metric(
+            &text,
+            "workloadspread_controller_reconcile_duration_seconds_count",
+        )
+    };
+    let reconciled = reconciles(stack.controller.get("/metrics").await?);
+    scale(&stack.ns.api::<Deployment>(), 4).await?;
+    let pods = settled_with(&stack.ns, 4, false).await?;
+    wait_for("the controller to see the new pods", SETTLE, || async {
+        let now = reconciles(stack.controller.get("/metrics").await?);
+        Ok((now > reconciled).then_some(()))
+    })
+    .await?;
+    assert_eq!(
+        counts(&pods).get("").copied(),
+        Some(2),
+        "the two new pods admitted unchanged: {:?}",
+        counts(&pods)
+    );
+    assert!(
+        pods.iter()
+            .filter(|p| subset_of(p).is_none())
+            .all(|p| cost_of(p).is_none()),
+        "no deletion cost written on the new pods"
+    );
+    let now = ws.get("web").await?;
+    assert_eq!(now.metadata.resource_version, before, "no status write");
+    assert_eq!(
+        now.data["status"]["subsetStatuses"][2]["replicas"],
+        json!(RIVAL_COUNT),
+        "the rival's count stands: {}",
+        now.data["status"]
+    );
+    assert_eq!(failed_creates(&stack.ns).await?, 0, "no create refused");
+
+    // The way out once the rival is gone: a restart takes a new first sight.
+    let bins = Binaries::find()?.context("binaries")?;
+    stack.controller.kill();
+    stack.controller = ControllerProcess::start(
+        &bins.controller,
+        cluster()?.kubeconfig(),
+        &["--namespace".to_string(), stack.ns.name().to_string()],
+    )
+    .await?;
+    wait_for("the restarted controller ready", SETTLE, || async {
+        Ok(stack.controller.readiness().await?.0.then_some(()))
+    })
+    .await?;
+    stack.finish().await
+}

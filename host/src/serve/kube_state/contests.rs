@@ -1,0 +1,129 @@
+//! WorkloadSpreads another manager writes too (`core::contest`: OpenKruise's manager with
+//! its WorkloadSpread gate still on), kept from the events of their watch. The host stands
+//! back from such a spread: reads of WorkloadSpreads leave it out, so its pods are admitted
+//! as they come (spread by the other webhook, which runs before this one when it is
+//! OpenKruise's: configurations are called in name order) and no counter write touches it.
+//! It says so in the log and in `workloadspread_host_contested_workloadspreads`; the
+//! controller records the event on the spread and its `/readyz` names it. Not `/readyz`
+//! here: a host out of its Service refuses every covered pod (failurePolicy Fail), which is
+//! worse than one spread left to the other writer.
+
+use kube::api::DynamicObject;
+use kube::runtime::watcher;
+use kube::ResourceExt as _;
+use std::collections::HashSet;
+use std::sync::Mutex;
+use workloadspread_core::contest::Contests;
+
+/// `namespace/name/uid` of a WorkloadSpread.
+fn key(o: &DynamicObject) -> String {
+    format!(
+        "{}/{}/{}",
+        o.namespace().unwrap_or_default(),
+        o.name_any(),
+        o.uid().unwrap_or_default()
+    )
+}
+
+#[derive(Default)]
+struct State {
+    contests: Contests,
+    /// Keys seen by a relist in progress (what it does not list is forgotten when done).
+    relisting: Option<HashSet<String>>,
+}
+
+/// The contests found, following the WorkloadSpread watch.
+#[derive(Default)]
+pub struct ContestIndex {
+    state: Mutex<State>,
+}
+
+impl ContestIndex {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Follows one event of the watch (before managedFields are trimmed from the object);
+    /// returns how many spreads are contested now.
+    pub fn apply(&self, event: &watcher::Event<DynamicObject>) -> usize {
+        let mut state = self.lock();
+        let observe = |state: &mut State, o: &DynamicObject| {
+            let key = key(o);
+            let known = state.contests.get(&key).is_some();
+            if let Some(c) = state.contests.observe(&key, o.managed_fields()) {
+                if !known {
+                    let spread = key.rsplit_once('/').map(|(s, _)| s).unwrap_or(&key);
+                    tracing::error!("{}", c.message(spread));
+                }
+            }
+            key
+        };
+        match event {
+            watcher::Event::Apply(o) => {
+                observe(&mut state, o);
+            }
+            watcher::Event::Delete(o) => {
+                let key = key(o);
+                state.contests.retain(&|k| k != key);
+            }
+            watcher::Event::Init => state.relisting = Some(HashSet::new()),
+            watcher::Event::InitApply(o) => {
+                let key = observe(&mut state, o);
+                if let Some(seen) = state.relisting.as_mut() {
+                    seen.insert(key);
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some(seen) = state.relisting.take() {
+                    state.contests.retain(&|k| seen.contains(k));
+                }
+            }
+        }
+        state.contests.len()
+    }
+
+    /// Whether the host stands back from `o`.
+    pub fn is_contested(&self, o: &DynamicObject) -> bool {
+        self.lock().contests.get(&key(o)).is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ws(uid: &str, status_writer: &str, second: u32) -> DynamicObject {
+        serde_json::from_value(
+            json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+            "metadata": {"name": "web", "namespace": "ns", "uid": uid, "managedFields": [
+                {"manager": status_writer, "operation": "Update", "subresource": "status",
+                 "time": format!("2026-11-28T08:00:{second:02}Z")}]}}),
+        )
+        .unwrap()
+    }
+
+    /// A later status write by another manager makes a spread contested; deletes and
+    /// relists that no longer list it forget it.
+    #[test]
+    fn the_index_follows_the_watch() {
+        let index = ContestIndex::default();
+        let apply = |o| index.apply(&watcher::Event::Apply(o));
+        assert_eq!(apply(ws("u1", "kruise-manager", 1)), 0);
+        assert_eq!(apply(ws("u1", "workloadspread-host", 9)), 0);
+        assert_eq!(apply(ws("u1", "kruise-manager", 2)), 1);
+        assert!(index.is_contested(&ws("u1", "x", 0)));
+        assert!(!index.is_contested(&ws("u2", "x", 0)));
+        index.apply(&watcher::Event::Delete(ws("u1", "x", 0)));
+        assert!(!index.is_contested(&ws("u1", "x", 0)));
+        apply(ws("u3", "kruise-manager", 1));
+        assert_eq!(apply(ws("u3", "kruise-manager", 5)), 1);
+        index.apply(&watcher::Event::Init);
+        index.apply(&watcher::Event::InitApply(ws("u4", "kruise-manager", 1)));
+        assert!(
+            index.is_contested(&ws("u3", "x", 0)),
+            "until the relist is done"
+        );
+        assert_eq!(index.apply(&watcher::Event::InitDone), 0);
+    }
+}
