@@ -14,7 +14,7 @@ CARGO ?= cargo
 CLUSTER := e2e/cluster/cluster.sh
 POLICY_WASM := policy/policy.wasm
 
-.PHONY: all build policy annotated-policy fmt fmt-check lint supply-chain unit integration kwctl-suite test test-integration \
+.PHONY: all build policy annotated-policy fmt fmt-check lint supply-chain unit integration kwctl-suite takeover test test-integration \
         cluster-up cluster-down cluster-status demo bench clean playground playground-serve \
         playground-test fuzz images push-images image-test release chart-e2e
 
@@ -166,6 +166,17 @@ cluster-status:
 
 demo:
 	bash scripts/demo.sh
+
+## The take-over from OpenKruise and back (docs/operations.md, "Coming from OpenKruise") with
+## OpenKruise v1.9.0's own manager, built from the Go module proxy (~7 min once, cached): not
+## in `make test` (the build would not fit CI's budget); its refuse-to-fight half is.
+takeover: annotated-policy
+	@env="$$(bash $(CLUSTER) up)" || exit 1; eval "$$env"; \
+	trap 'bash $(CLUSTER) down' EXIT; \
+	manager="$$(bash e2e/kruise/kruise.sh build)" && manifests="$$(bash e2e/kruise/kruise.sh manifests)" && \
+	$(CARGO) build --workspace --locked --bins && \
+	WS_TEST_KUBECONFIG="$$KUBECONFIG" WS_REQUIRE_WASM=1 WS_KRUISE_MANAGER="$$manager" WS_KRUISE_MANIFESTS="$$manifests" \
+	  $(CARGO) test --locked -p workloadspread-testkit --test openkruise -- --include-ignored --nocapture
 
 ## Criterion benchmarks of every crate that has them (figures go to docs/benchmarks.md).
 ## Regenerates docs/benchmarks.md (starts and stops a local control plane).

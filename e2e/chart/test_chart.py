@@ -23,6 +23,8 @@ NAMESPACE = "workloadspread-system"
 VARIANTS = {
     "bundled": {"mode": "bundled"},
     "bundled-cert-manager": {"mode": "bundled", "tls": {"mode": "certManager"}},
+    # Issue #45: taken over from OpenKruise, whose CRD (and conversion) stays its own.
+    "openkruise-keep-crd": {"mode": "bundled", "openKruise": {"keepCrd": True}},
     "kubewarden": {"mode": "kubewarden"},
     "custom-workloads": {
         "mode": "bundled",
@@ -479,6 +481,16 @@ def lint():
     want = ["--rebalance", "--rebalance-max-evictions=3", "--rebalance-interval-seconds=10"]
     if any(a not in rebalance_args for a in want):
         fail(f"controller.rebalance not passed: {rebalance_args}")
+    def conversion_args(values):
+        docs = render(values)
+        host = deployment(docs, "ws-host")["containers"][0]["args"]
+        hook = [a for j in by_kind(docs, "Job") for c in j["spec"]["template"]["spec"]["containers"]
+                for a in c["args"]]
+        return [a for a in host + hook if a.startswith("--conversion-")]
+    if len(conversion_args(VARIANTS["bundled"])) != 4:
+        fail(f"the host and its uninstall hook must manage the CRD's conversion: {conversion_args(VARIANTS['bundled'])}")
+    if conversion_args(VARIANTS["openkruise-keep-crd"]):
+        fail("openKruise.keepCrd: the CRD's conversion must stay OpenKruise's")
     capacity_args = controller_args(VARIANTS["capacity-timers"])
     if "--no-capacity-signals" in default_args or "--capacity-wait-seconds=0" not in default_args:
         fail(f"capacity signals must be on by default, with no wait bound: {default_args}")

@@ -19,6 +19,7 @@ use clap::{Parser, Subcommand};
 use commands::annotate::AnnotateArgs;
 use commands::bench::BenchArgs;
 pub(crate) use commands::now;
+use commands::openkruise::OpenKruiseArgs;
 use commands::precompile::PrecompileArgs;
 use commands::pull::PullArgs;
 use commands::push::PushArgs;
@@ -57,6 +58,10 @@ enum Command {
     /// Remove the webhook configurations and the CRD's conversion webhook before the
     /// host goes (the chart's pre-delete hook).
     Uninstall(UninstallArgs),
+    /// Take OpenKruise's WorkloadSpread validation out (`hand-over`, once its
+    /// WorkloadSpread gate is off) or put it back (`hand-back`): docs/operations.md,
+    /// "Coming from OpenKruise".
+    Openkruise(OpenKruiseArgs),
 }
 
 fn main() {
@@ -75,6 +80,7 @@ fn main() {
         Command::Push(args) => commands::push::push(args),
         Command::Pull(args) => commands::pull::pull(args),
         Command::Uninstall(args) => commands::uninstall::uninstall(args),
+        Command::Openkruise(args) => commands::openkruise::openkruise(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -3,6 +3,7 @@
 
 pub mod annotate;
 pub mod bench;
+pub mod openkruise;
 pub mod precompile;
 pub mod pull;
 pub mod push;

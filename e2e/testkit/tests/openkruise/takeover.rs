@@ -15,6 +15,7 @@
 
 use crate::common::*;
 use anyhow::{ensure, Context, Result};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DynamicObject, PostParams};
@@ -85,6 +86,7 @@ async fn step(ns: &TestNamespace, spreads: &Api<DynamicObject>, replicas: i32) -
         .await
         .with_context(|| format!("the status at {replicas}"))?;
     within_maxima(&pods)?;
+    eprintln!("[takeover] at {replicas}: {:?}", counts(&pods));
     Ok(pods)
 }
 
@@ -94,6 +96,21 @@ async fn start_kruise(build: &KruiseBuild, gate_on: bool) -> Result<KruiseManage
         ..Default::default()
     };
     KruiseManager::start(build, cluster()?, &options).await
+}
+
+/// `workloadspread-host openkruise STEP` against the test cluster.
+async fn openkruise(bins: &Binaries, step: &str) -> Result<()> {
+    let out = tokio::process::Command::new(&bins.host)
+        .args(["openkruise", step, "--kubeconfig"])
+        .arg(cluster()?.kubeconfig())
+        .output()
+        .await?;
+    ensure!(
+        out.status.success(),
+        "openkruise {step}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
 }
 
 /// Pods per subset of a planned step.
@@ -144,9 +161,12 @@ async fn openkruise_hands_over_without_a_restart_and_takes_back() -> Result<()> 
         counts(&by_kruise)
     );
 
-    // 2. The take-over: OpenKruise's WorkloadSpread off, ours on, the CRD as it is.
+    // 2. The take-over: OpenKruise's WorkloadSpread off, its WorkloadSpread validation
+    // handed over (it refuses every write of a spread with the gate off), ours on, the CRD
+    // as it is.
     kruise.stop().await?;
     let kruise = start_kruise(&build, false).await?;
+    openkruise(&bins, "hand-over").await?;
     let ns_name = ns.name().to_string();
     let stack = Stack::start_in(ns, &bins, cluster()?.kubeconfig(), &[], &[]).await?;
     stack
@@ -170,6 +190,10 @@ async fn openkruise_hands_over_without_a_restart_and_takes_back() -> Result<()> 
         placement(&taken)
     );
     status_matches(&spreads, &counts(&taken)).await?;
+    eprintln!(
+        "[takeover] taken over: {} pods, the same uids and subsets, the status counting them",
+        taken.len()
+    );
 
     // 3. Our steps, against the planner over the whole history.
     let typed: WorkloadSpread =
@@ -193,6 +217,16 @@ async fn openkruise_hands_over_without_a_restart_and_takes_back() -> Result<()> 
             "a pod was replaced at {replicas}"
         );
     }
+    // Users keep editing their spreads: OpenKruise's validation is out of the way.
+    let edit = json!({"metadata": {"annotations": {"edited": "after the take-over"}}});
+    spreads
+        .patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&edit),
+        )
+        .await
+        .context("editing the spread after the take-over")?;
     let (ready, body) = stack.controller.readiness().await?;
     ensure!(ready, "the controller stayed ready: {body}");
     ensure!(
@@ -215,6 +249,18 @@ async fn openkruise_hands_over_without_a_restart_and_takes_back() -> Result<()> 
     configs.delete().await?;
     host.kill();
     controller.kill();
+    openkruise(&bins, "hand-back").await?;
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(ns.client());
+    let back = validating
+        .get("kruise-validating-webhook-configuration")
+        .await?;
+    ensure!(
+        back.webhooks
+            .unwrap_or_default()
+            .iter()
+            .any(|w| w.name == "vworkloadspread.kb.io"),
+        "hand-back put OpenKruise's WorkloadSpread validation back"
+    );
     kruise.stop().await?;
     let kruise = start_kruise(&build, true).await?;
     let before = placement(&ours);
