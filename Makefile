@@ -169,14 +169,15 @@ demo:
 
 ## The take-over from OpenKruise and back (docs/operations.md, "Coming from OpenKruise") with
 ## OpenKruise v1.9.0's own manager, built from the Go module proxy (~7 min once, cached): not
-## in `make test` (the build would not fit CI's budget); its refuse-to-fight half is.
+## in `make test` (the build would not fit CI's budget); its refuse-to-fight half is. One test at
+## a time: OpenKruise's pod webhook, while on, spreads the pods of every namespace.
 takeover: annotated-policy
 	@env="$$(bash $(CLUSTER) up)" || exit 1; eval "$$env"; \
 	trap 'bash $(CLUSTER) down' EXIT; \
 	manager="$$(bash e2e/kruise/kruise.sh build)" && manifests="$$(bash e2e/kruise/kruise.sh manifests)" && \
 	$(CARGO) build --workspace --locked --bins && \
 	WS_TEST_KUBECONFIG="$$KUBECONFIG" WS_REQUIRE_WASM=1 WS_KRUISE_MANAGER="$$manager" WS_KRUISE_MANIFESTS="$$manifests" \
-	  $(CARGO) test --locked -p workloadspread-testkit --test openkruise -- --include-ignored --nocapture
+	  $(CARGO) test --locked -p workloadspread-testkit --test openkruise -- --include-ignored --nocapture --test-threads=1
 
 ## Criterion benchmarks of every crate that has them (figures go to docs/benchmarks.md).
 ## Regenerates docs/benchmarks.md (starts and stops a local control plane).

@@ -2,7 +2,10 @@
 //! "Coming from OpenKruise"), with OpenKruise v1.9.0's own manager:
 //!
 //! 1. OpenKruise spreads a Deployment 0 → 10 → 12 under a v1alpha1 WorkloadSpread (3 / 4 /
-//!    the rest over three zones).
+//!    20 over three zones).
+//!    Host + controller started too early (its validation handed over, its gate still on)
+//!    find OpenKruise writing the spread's status and stand back: the next pod is not
+//!    spread by ours.
 //! 2. Its `WorkloadSpread` feature gate goes off (the manager restarts with it; the rest of
 //!    OpenKruise — its CRDs, its conversion webhook — keeps running); host + controller
 //!    start with the CRD as it is. Every pod keeps its uid and its subset, the status counts
@@ -29,10 +32,15 @@ use workloadspread_testkit::pods::subset_of;
 use workloadspread_testkit::stack::{Binaries, Stack};
 use workloadspread_testkit::{cluster, wait_for, TestNamespace};
 
-/// The spread: zone-a at most 3, zone-b at most 4, zone-c the rest.
+/// The annotation our host puts on every pod it admits into a subset.
+const ADMISSION_TOKEN: &str = "workloadspread.io/admission-token";
+
+/// The spread: zone-a at most 3, zone-b at most 4, zone-c at most 20 (the rest, at the
+/// sizes used). A maximum on every subset: OpenKruise's pod webhook records a pod in the
+/// status only in a subset with one, and that write is what tells ours it is active.
 fn spec() -> Value {
     json!({"targetRef": target("Deployment"), "subsets": [
-        zone("a", "zone-a", json!(3)), zone("b", "zone-b", json!(4)), zone("c", "zone-c", Value::Null)]})
+        zone("a", "zone-a", json!(3)), zone("b", "zone-b", json!(4)), zone("c", "zone-c", json!(20))]})
 }
 
 /// The same spread as OpenKruise users write it (v1alpha1's field name).
@@ -154,12 +162,64 @@ async fn openkruise_hands_over_without_a_restart_and_takes_back() -> Result<()> 
     create_web_deployment(&ns, 0).await?;
     let spreads: Api<DynamicObject> = Api::namespaced_with(ns.client(), ns.name(), &ws_resource());
     step(&ns, &spreads, 10).await?;
-    let by_kruise = step(&ns, &spreads, 12).await?;
+    let twelve = step(&ns, &spreads, 12).await?;
     ensure!(
-        by_kruise.iter().all(|p| subset_of(p).is_some()),
+        twelve.iter().all(|p| subset_of(p).is_some()),
         "OpenKruise placed every pod: {:?}",
-        counts(&by_kruise)
+        counts(&twelve)
     );
+
+    // 1b. Ours installed too early — its validation handed over, but its gate still on: at
+    // the first status write OpenKruise makes (its webhook records the next pod), ours stand
+    // back and say so.
+    openkruise(&bins, "hand-over").await?;
+    let ns_name = ns.name().to_string();
+    let early = Stack::start_in(ns, &bins, cluster()?.kubeconfig(), &[], &[]).await?;
+    early
+        .host
+        .wait_sees_workloadspread(&ns_name, "web", &target("Deployment"))
+        .await?;
+    scale(&early.ns.api::<Deployment>(), 13).await?;
+    let reason = wait_for("ours to find OpenKruise writing", SETTLE, || async {
+        let (ready, body) = early.controller.readiness().await?;
+        let host = early
+            .host
+            .metric("workloadspread_host_contested_workloadspreads")
+            .await?;
+        Ok((!ready && host == 1.0).then_some(body))
+    })
+    .await?;
+    eprintln!("[takeover] installed too early: the controller says {reason:?}");
+    // Its webhook records a pod before the pod is stored: wait for the 13th to run.
+    let before = settled(&early.ns, 13).await?;
+    scale(&early.ns.api::<Deployment>(), 14).await?;
+    let pods = settled(&early.ns, 14).await?;
+    let added: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| !before.iter().any(|b| b.metadata.uid == p.metadata.uid))
+        .collect();
+    // Ours did not spread it (OpenKruise's webhook did, or — when it failed, its pod
+    // webhook failing open — nobody).
+    ensure!(
+        added.len() == 1
+            && workloadspread_testkit::pods::annotation(added[0], ADMISSION_TOKEN).is_none(),
+        "the 14th pod not spread by ours: {:?}",
+        added
+            .iter()
+            .map(|p| (&p.metadata.name, &p.metadata.annotations))
+            .collect::<Vec<_>>()
+    );
+    let Stack {
+        ns,
+        mut host,
+        mut controller,
+        configs,
+    } = early;
+    configs.delete().await?;
+    host.kill();
+    controller.kill();
+    openkruise(&bins, "hand-back").await?;
+    let by_kruise = step(&ns, &spreads, 12).await?;
 
     // 2. The take-over: OpenKruise's WorkloadSpread off, its WorkloadSpread validation
     // handed over (it refuses every write of a spread with the gate off), ours on, the CRD
@@ -167,7 +227,6 @@ async fn openkruise_hands_over_without_a_restart_and_takes_back() -> Result<()> 
     kruise.stop().await?;
     let kruise = start_kruise(&build, false).await?;
     openkruise(&bins, "hand-over").await?;
-    let ns_name = ns.name().to_string();
     let stack = Stack::start_in(ns, &bins, cluster()?.kubeconfig(), &[], &[]).await?;
     stack
         .host
