@@ -1,9 +1,10 @@
 //! Standing back from a WorkloadSpread another manager writes too (`core::contest`):
 //! OpenKruise's manager with its WorkloadSpread gate still on, or anything else writing
 //! the status. Such a spread gets no status, cost or rescheduling write from this
-//! controller; it says so once with a Warning event on the spread, a per-spread gauge
-//! (`workloadspread_controller_contested`) and `/readyz` (503 naming the spread, the
-//! other manager and what to do), until the spread is deleted or the controller restarts.
+//! controller; it says so once with a Warning event on the spread, a gauge
+//! (`workloadspread_controller_contested_workloadspreads`) and `/readyz` (503 naming the
+//! spread, the other manager and what to do), until the spread is deleted or the
+//! controller restarts.
 
 use crate::reconciler::Context;
 use crate::writes::publish_events;
@@ -50,9 +51,12 @@ impl Standing {
         })
     }
 
-    /// Forgets the spreads not in `live` (`namespace/name/uid` keys).
-    pub fn retain(&self, live: &HashSet<String>) {
-        self.lock().retain(&|k| live.contains(k));
+    /// Forgets the spreads not in `live` (`namespace/name/uid` keys); returns how many
+    /// are contested now.
+    pub fn retain(&self, live: &HashSet<String>) -> usize {
+        let mut contests = self.lock();
+        contests.retain(&|k| live.contains(k));
+        contests.len()
     }
 
     /// The `namespace/name/uid` keys of `objects` (what [`Standing::retain`] keeps).
@@ -69,6 +73,9 @@ pub async fn stands_back(object: &DynamicObject, ctx: &Context) -> bool {
         let mut contests = ctx.standing.lock();
         let known = contests.get(&key).is_some();
         let found = contests.observe(&key, object.managed_fields()).cloned();
+        ctx.metrics
+            .contested
+            .set(i64::try_from(contests.len()).unwrap_or(i64::MAX));
         (found, !known)
     };
     let Some(contest) = found else {
@@ -82,8 +89,6 @@ pub async fn stands_back(object: &DynamicObject, ctx: &Context) -> bool {
         );
         let message = contest.message(&spread);
         tracing::error!("{message}");
-        ctx.metrics
-            .set_contested(&object.namespace().unwrap_or_default(), &object.name_any());
         publish_events(object, &[Event::warning("Contested", message)], ctx).await;
     }
     true

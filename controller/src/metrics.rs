@@ -73,8 +73,8 @@ pub struct Metrics {
     pub subset_planned: Family<SubsetLabels, Gauge>,
     /// Per WorkloadSpread: 1 while its pods match the planned spread.
     pub on_plan: Family<SpreadLabels, Gauge>,
-    /// Per WorkloadSpread: 1 while another manager writes it too (`crate::contest`).
-    contested: Family<SpreadLabels, Gauge>,
+    /// WorkloadSpreads another manager writes too, left alone (`crate::contest`).
+    pub contested: Gauge,
     /// Placeholders expired (a host died holding reserved slots).
     pub placeholders_expired: Counter,
     /// Per WorkloadSpread: age of the oldest pod labelled pending at the last reconcile.
@@ -201,10 +201,10 @@ impl Metrics {
             "The planner's pod count per subset for the workload's current replicas",
             subset_planned.clone(),
         );
-        let contested = Family::<SpreadLabels, Gauge>::default();
+        let contested = Gauge::default();
         registry.register(
-            "contested",
-            "1 while another manager (OpenKruise's with its WorkloadSpread gate on?) writes this WorkloadSpread's status too: this controller leaves it alone; /readyz says what to do",
+            "contested_workloadspreads",
+            "WorkloadSpreads whose status another manager (OpenKruise's with its WorkloadSpread gate on?) wrote after this controller started: it leaves them alone; their Contested events and /readyz say which and what to do",
             contested.clone(),
         );
         let on_plan = Family::<SpreadLabels, Gauge>::default();
@@ -356,20 +356,6 @@ impl Metrics {
     }
 
     /// Removes every series of the WorkloadSpreads not in `live` (namespace, name).
-    /// Marks a spread contested (`crate::contest`); its series goes with the spread.
-    pub fn set_contested(&self, namespace: &str, name: &str) {
-        let spread = SpreadLabels {
-            namespace: namespace.to_string(),
-            workloadspread: name.to_string(),
-        };
-        self.contested.get_or_create(&spread).set(1);
-        self.series
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry((spread.namespace, spread.workloadspread))
-            .or_default();
-    }
-
     pub fn retain(&self, live: &HashSet<(String, String)>) {
         let mut series = self.series.lock().unwrap_or_else(|p| p.into_inner());
         let gone: Vec<(String, String)> = series
@@ -389,7 +375,6 @@ impl Metrics {
                 workloadspread: name,
             };
             self.on_plan.remove(&spread);
-            self.contested.remove(&spread);
             self.pending_oldest.remove(&spread);
         }
     }
@@ -483,9 +468,12 @@ pub async fn follow_deletions(
 ) {
     let _ = spreads.wait_until_ready().await;
     loop {
-        standing.retain(&crate::contest::Standing::keys(
+        let left = standing.retain(&crate::contest::Standing::keys(
             spreads.state().iter().map(|o| o.as_ref()),
         ));
+        metrics
+            .contested
+            .set(i64::try_from(left).unwrap_or(i64::MAX));
         let live: HashSet<(String, String)> = spreads
             .state()
             .iter()

@@ -86,7 +86,7 @@ async fn a_rival_status_writer_makes_host_and_controller_stand_back() -> Result<
     wait_for("both gauges at 1", Duration::from_secs(30), || async {
         let controller = stack
             .controller
-            .metric("workloadspread_controller_contested")
+            .metric("workloadspread_controller_contested_workloadspreads")
             .await?;
         let host = stack
             .host
