@@ -38,6 +38,8 @@ const MUTATING: &str = "kruise-mutating-webhook-configuration";
 const VALIDATING: &str = "kruise-validating-webhook-configuration";
 const WORKLOADSPREAD_CRD: &str = "workloadspreads.apps.kruise.io";
 const FIELD_MANAGER: &str = "workloadspread-tests";
+/// What our CRD carries and OpenKruise's does not (`core::api::CRD_PROVIDER_ANNOTATION`).
+const PROVIDER_ANNOTATION: &str = "workloadspread.io/provider";
 
 /// The manager binary and its install manifests (`e2e/kruise/kruise.sh build|manifests`).
 #[derive(Clone, Debug)]
@@ -365,9 +367,10 @@ fn storage_version(crd: &Value) -> Option<&str> {
 }
 
 /// Makes `crd` the cluster's WorkloadSpread CRD: applied in place when the one there
-/// stores the same version (left alone when a webhook has pointed its conversion at
-/// itself), else (OpenKruise's v1alpha1 against our v1beta1) the one
-/// there is deleted first — with every WorkloadSpread it holds — and `crd` created.
+/// stores the same version (as OpenKruise v1.9.0's and ours do; left alone when a webhook
+/// has pointed its conversion at itself, so an OpenKruise CRD stays after its manager
+/// stopped, its objects read as the stored v1beta1), else the one there is deleted first —
+/// with every WorkloadSpread it holds — and `crd` created.
 pub async fn ensure_workloadspread_crd(client: &Client, crd: &Value) -> Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     if let Some(current) = api.get_opt(WORKLOADSPREAD_CRD).await? {
@@ -402,12 +405,16 @@ pub async fn ensure_workloadspread_crd(client: &Client, crd: &Value) -> Result<(
     crate::webhook::apply_crd(client, crd).await
 }
 
-/// Whether the WorkloadSpread CRD the cluster serves is OpenKruise v1.9.0's (v1alpha1
-/// stored) rather than ours.
+/// Whether the WorkloadSpread CRD the cluster serves is OpenKruise's rather than ours
+/// (ours carries `workloadspread.io/provider`; both store v1beta1).
 pub async fn workloadspread_crd_is_kruise(client: &Client) -> Result<bool> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     Ok(match api.get_opt(WORKLOADSPREAD_CRD).await? {
-        Some(c) => storage_version(&serde_json::to_value(&c)?) == Some("v1alpha1"),
+        Some(c) => !c
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(PROVIDER_ANNOTATION)),
         None => false,
     })
 }
