@@ -10,10 +10,14 @@
 //! restarted (`docs/operations.md`, "Coming from OpenKruise").
 //!
 //! Only the other manager's own writes move its entry's time (another manager taking
-//! fields over shrinks its field set, never its time), and both times come from the one
-//! API server's clock: nothing here compares clocks of different machines. Writes within
-//! the second of the first sight are not told apart from it (managedFields times have
+//! fields over shrinks its field set, never its time): a changed time is a write, whatever
+//! the clock of the API server that took it; no clocks are compared. Writes within the
+//! second of the first sight are not told apart from it (managedFields times have
 //! one-second resolution); the next write in a later second is.
+//!
+//! Known limits (`docs/operations.md`): a one-off hand edit of the status (`kubectl edit
+//! --subresource=status`) is a rival too, until a restart; and first sight is per process
+//! (a replica started after a rival's last write does not count that write).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
 use std::collections::BTreeMap;
@@ -25,11 +29,22 @@ pub const CONTROLLER_MANAGER: &str = "workloadspread-controller";
 /// managers above wrote so, and an upgrade must not read its own old writes as a rival.
 pub const UNNAMED_MANAGER: &str = "unknown";
 
-/// A write of the status subresource by a manager that is not ours.
+/// A write of the status subresource by a manager that is not ours: one managedFields
+/// entry (the API server keeps one per manager, operation and apiVersion).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StatusWrite {
     pub manager: String,
+    pub operation: Option<String>,
+    pub api_version: Option<String>,
     pub time: Option<Time>,
+}
+
+impl StatusWrite {
+    fn same_entry(&self, other: &StatusWrite) -> bool {
+        self.manager == other.manager
+            && self.operation == other.operation
+            && self.api_version == other.api_version
+    }
 }
 
 /// The status writes of other managers recorded in `entries` (a WorkloadSpread's
@@ -43,6 +58,8 @@ pub fn foreign_status_writes(entries: &[ManagedFieldsEntry]) -> Vec<StatusWrite>
             (![HOST_MANAGER, CONTROLLER_MANAGER, UNNAMED_MANAGER].contains(&manager)).then(|| {
                 StatusWrite {
                     manager: manager.to_string(),
+                    operation: e.operation.clone(),
+                    api_version: e.api_version.clone(),
                     time: e.time.clone(),
                 }
             })
@@ -86,14 +103,12 @@ impl Contest {
 }
 
 /// Whether `now` (the other managers' status writes of one WorkloadSpread as stored now)
-/// holds a write that `first` (as this component first saw them) did not.
+/// holds a write that `first` (as this component first saw them) did not: an entry that
+/// is new, or whose time changed. Any change, not only a later time: with several API
+/// servers the time is the clock of whichever one took the write.
 pub fn contest(first: &[StatusWrite], now: &[StatusWrite]) -> Option<Contest> {
     now.iter()
-        .find(|w| {
-            !first
-                .iter()
-                .any(|f| f.manager == w.manager && f.time >= w.time)
-        })
+        .find(|w| !first.iter().any(|f| f.same_entry(w) && f.time == w.time))
         .map(|w| Contest {
             manager: w.manager.clone(),
             at: w.time.clone(),
@@ -189,7 +204,7 @@ mod tests {
     fn a_contest_is_a_write_after_first_sight() {
         let w = |m: &str, s: i64| foreign_status_writes(&[entry(Some(m), Some("status"), s)]);
         // (first sight, now, contested by)
-        let cases: [(Vec<StatusWrite>, Vec<StatusWrite>, Option<&str>); 6] = [
+        let cases: [(Vec<StatusWrite>, Vec<StatusWrite>, Option<&str>); 7] = [
             (vec![], vec![], None),
             // OpenKruise wrote before the take-over and never again.
             (w("kruise-manager", 5), w("kruise-manager", 5), None),
@@ -204,6 +219,12 @@ mod tests {
             (w("kruise-manager", 5), w("other", 1), Some("other")),
             // An entry that went away (fields taken over) is no write.
             (w("kruise-manager", 5), vec![], None),
+            // Written again through an API server whose clock is behind.
+            (
+                w("kruise-manager", 5),
+                w("kruise-manager", 4),
+                Some("kruise-manager"),
+            ),
         ];
         for (first, now, want) in cases {
             let got = contest(&first, &now);

@@ -13,7 +13,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use kube::api::PostParams;
+use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -58,6 +58,9 @@ pub fn apply(step: Step, config: &mut Value) -> Result<Outcome> {
         Value::Object(m) => m,
         _ => Default::default(),
     };
+    // Without the annotation, OpenKruise's manager takes the live webhooks as the template
+    // at its next start: none is written then (an empty one would drop every webhook).
+    let had_template = annotations.contains_key(TEMPLATE);
     let template: Vec<Value> = match annotations.get(TEMPLATE).and_then(Value::as_str) {
         Some(t) => serde_json::from_str(t).context("parsing OpenKruise's template annotation")?,
         None => vec![],
@@ -80,7 +83,9 @@ pub fn apply(step: Step, config: &mut Value) -> Result<Outcome> {
                 }
                 let kept = json!({"webhooks": taken_live, "template": taken_template});
                 annotations.insert(KEPT.into(), Value::String(kept.to_string()));
-                annotations.insert(TEMPLATE.into(), Value::String(to_text(&kept_template)?));
+                if had_template {
+                    annotations.insert(TEMPLATE.into(), Value::String(to_text(&kept_template)?));
+                }
                 config["webhooks"] = Value::Array(live);
                 Outcome::Changed
             }
@@ -96,8 +101,11 @@ pub fn apply(step: Step, config: &mut Value) -> Result<Outcome> {
                     list
                 };
                 config["webhooks"] = Value::Array(restore(webhooks, &kept["webhooks"]));
-                let template = restore(template, &kept["template"]);
-                annotations.insert(TEMPLATE.into(), Value::String(to_text(&template)?));
+                let kept_template = kept["template"].as_array().is_some_and(|t| !t.is_empty());
+                if had_template || kept_template {
+                    let template = restore(template, &kept["template"]);
+                    annotations.insert(TEMPLATE.into(), Value::String(to_text(&template)?));
+                }
                 Outcome::Changed
             }
         },
@@ -116,7 +124,9 @@ const ATTEMPTS: usize = 5;
 pub fn openkruise(args: OpenKruiseArgs) -> Result<()> {
     super::current_thread_runtime()?.block_on(async {
         let client = super::serve::kube_client(args.kubeconfig.as_ref()).await?;
-        let api: Api<ValidatingWebhookConfiguration> = Api::all(client);
+        // Untyped: a typed round trip would drop fields newer than this build's API types.
+        let resource = ApiResource::erase::<ValidatingWebhookConfiguration>(&());
+        let api: Api<DynamicObject> = Api::all_with(client, &resource);
         for _ in 0..ATTEMPTS {
             let current = bounded(api.get_opt(CONFIGURATION))
                 .await?
@@ -136,7 +146,7 @@ pub fn openkruise(args: OpenKruiseArgs) -> Result<()> {
             }
             // resourceVersion kept: a concurrent write (OpenKruise's manager renewing its
             // CA) makes this a 409, and the step is made again on the newer object.
-            let updated: ValidatingWebhookConfiguration = serde_json::from_value(config)?;
+            let updated: DynamicObject = serde_json::from_value(config)?;
             match bounded(api.replace(CONFIGURATION, &PostParams::default(), &updated)).await? {
                 Ok(_) => {
                     eprintln!(
@@ -211,6 +221,23 @@ mod tests {
         assert_eq!(template(&c)[1]["clientConfig"]["url"], "tmpl");
         assert!(c["metadata"]["annotations"].get(KEPT).is_none());
         assert_eq!(apply(Step::HandBack, &mut c).unwrap(), Outcome::AlreadyDone);
+    }
+
+    /// Before OpenKruise's manager first wrote its template: none is written (an empty one
+    /// would make it drop every webhook), in either direction.
+    #[test]
+    fn without_a_template_none_is_written() {
+        let mut c = config();
+        c["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove(TEMPLATE);
+        apply(Step::HandOver, &mut c).unwrap();
+        assert_eq!(names(&c["webhooks"]), ["vpod.kb.io"]);
+        assert!(c["metadata"]["annotations"].get(TEMPLATE).is_none());
+        apply(Step::HandBack, &mut c).unwrap();
+        assert_eq!(names(&c["webhooks"]), ["vpod.kb.io", WEBHOOK]);
+        assert!(c["metadata"]["annotations"].get(TEMPLATE).is_none());
     }
 
     #[test]

@@ -313,7 +313,7 @@ impl Metrics {
         let contested = Gauge::default();
         registry.register(
             "contested_workloadspreads",
-            "WorkloadSpreads whose status another manager (OpenKruise's with its WorkloadSpread gate on?) wrote after this host started: their pods pass unchanged and no counter write touches them; the log and the controller's event say what to do",
+            "WorkloadSpreads whose status another manager (OpenKruise's with its WorkloadSpread gate on?) wrote after this host started: their pods pass unchanged and no new claim is made in them; the log and the controller's event say what to do",
             contested.clone(),
         );
         let counter_queues = Gauge::default();

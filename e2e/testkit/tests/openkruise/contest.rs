@@ -4,7 +4,7 @@
 //! more — no status write, no deletion cost, new pods admitted unchanged, none refused —
 //! and both say so: the controller's `/readyz` (503, naming the manager and what to do),
 //! a Warning event on the spread, a gauge in each. A restart after the rival is gone
-//! (the documented way out) makes the controller ready again.
+//! (the documented way out) makes the controller ready and writing again.
 
 use crate::common::*;
 use anyhow::{Context, Result};
@@ -95,14 +95,19 @@ async fn a_rival_status_writer_makes_host_and_controller_stand_back() -> Result<
         Ok((controller == 1.0 && host == 1.0).then_some(()))
     })
     .await?;
+    // The event is recorded after the gauge and /readyz changed: wait for it.
     let events: Api<Event> = stack.ns.api();
-    let contested: Vec<Event> = events
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("Contested"))
-        .collect();
+    let contested = wait_for("the Contested event", SETTLE, || async {
+        let found: Vec<Event> = events
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("Contested"))
+            .collect();
+        Ok((!found.is_empty()).then_some(found))
+    })
+    .await?;
     assert_eq!(contested.len(), 1, "one event: {contested:?}");
     assert_eq!(contested[0].type_.as_deref(), Some("Warning"));
 
@@ -155,6 +160,12 @@ async fn a_rival_status_writer_makes_host_and_controller_stand_back() -> Result<
     .await?;
     wait_for("the restarted controller ready", SETTLE, || async {
         Ok(stack.controller.readiness().await?.0.then_some(()))
+    })
+    .await?;
+    // And writing again: the rival's count gives way to the pods'.
+    wait_for("the restarted controller to recount", SETTLE, || async {
+        let status = ws.get("web").await?.data["status"].clone();
+        Ok((status["subsetStatuses"][2]["replicas"] != json!(RIVAL_COUNT)).then_some(()))
     })
     .await?;
     stack.finish().await

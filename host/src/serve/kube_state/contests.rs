@@ -2,7 +2,8 @@
 //! its WorkloadSpread gate still on), kept from the events of their watch. The host stands
 //! back from such a spread: reads of WorkloadSpreads leave it out, so its pods are admitted
 //! as they come (spread by the other webhook, which runs before this one when it is
-//! OpenKruise's: configurations are called in name order) and no counter write touches it.
+//! OpenKruise's: configurations are called in name order) and no new claim is made in it
+//! (the counter still settles or returns what it reserved before).
 //! It says so in the log and in `workloadspread_host_contested_workloadspreads`; the
 //! controller records the event on the spread and its `/readyz` names it. Not `/readyz`
 //! here: a host out of its Service refuses every covered pod (failurePolicy Fail), which is
