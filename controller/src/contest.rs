@@ -12,7 +12,7 @@ use kube::api::DynamicObject;
 use kube::ResourceExt;
 use std::collections::HashSet;
 use std::sync::Mutex;
-use workloadspread_core::contest::Contests;
+use workloadspread_core::contest::{spread_key, spread_of, Contests};
 use workloadspread_core::controller::Event;
 
 /// The contests found so far, keyed `namespace/name/uid`.
@@ -22,11 +22,10 @@ pub struct Standing {
 }
 
 fn key(object: &DynamicObject) -> String {
-    format!(
-        "{}/{}/{}",
-        object.namespace().unwrap_or_default(),
-        object.name_any(),
-        object.uid().unwrap_or_default()
+    spread_key(
+        &object.namespace().unwrap_or_default(),
+        &object.name_any(),
+        &object.uid().unwrap_or_default(),
     )
 }
 
@@ -39,7 +38,7 @@ impl Standing {
     pub fn not_ready_reason(&self) -> Option<String> {
         let contests = self.lock();
         let (key, contest) = contests.iter().next()?;
-        let spread = key.rsplit_once('/').map(|(s, _)| s).unwrap_or(key);
+        let spread = spread_of(key);
         let more = contests.len() - 1;
         Some(if more > 0 {
             format!(
@@ -69,25 +68,20 @@ impl Standing {
 /// it logs, records the event and sets the gauge.
 pub async fn stands_back(object: &DynamicObject, ctx: &Context) -> bool {
     let key = key(object);
-    let (found, new) = {
+    let found = {
         let mut contests = ctx.standing.lock();
-        let known = contests.get(&key).is_some();
-        let found = contests.observe(&key, object.managed_fields()).cloned();
+        let found = contests
+            .observe(&key, object.managed_fields())
+            .map(|o| o.new.then(|| o.contest.message(spread_of(&key))));
         ctx.metrics
             .contested
             .set(i64::try_from(contests.len()).unwrap_or(i64::MAX));
-        (found, !known)
+        found
     };
-    let Some(contest) = found else {
+    let Some(new) = found else {
         return false;
     };
-    if new {
-        let spread = format!(
-            "{}/{}",
-            object.namespace().unwrap_or_default(),
-            object.name_any()
-        );
-        let message = contest.message(&spread);
+    if let Some(message) = new {
         tracing::error!("{message}");
         publish_events(object, &[Event::warning("Contested", message)], ctx).await;
     }

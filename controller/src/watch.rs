@@ -37,10 +37,9 @@ async fn clients(path: Option<&std::path::PathBuf>) -> Result<(Client, Client)> 
     // how a rival writer of a WorkloadSpread's status is told apart (`core::contest`).
     config.headers.push((
         axum::http::header::USER_AGENT,
-        axum::http::HeaderValue::from_static(concat!(
-            "workloadspread-controller/",
-            env!("CARGO_PKG_VERSION")
-        )),
+        axum::http::HeaderValue::from_str(&workloadspread_core::contest::user_agent(
+            workloadspread_core::contest::CONTROLLER_MANAGER,
+        ))?,
     ));
     let mut no_retry = config.clone();
     no_retry.default_retry = false;

@@ -25,6 +25,12 @@ use std::collections::BTreeMap;
 /// The field managers of this project's components (the prefix of their user agents).
 pub const HOST_MANAGER: &str = "workloadspread-host";
 pub const CONTROLLER_MANAGER: &str = "workloadspread-controller";
+/// The user agent a component of ours sends: the API server names its writes (the
+/// managedFields manager) by the part before the `/`.
+pub fn user_agent(manager: &str) -> String {
+    format!("{manager}/{}", env!("CARGO_PKG_VERSION"))
+}
+
 /// What the API server names a client without a user agent: releases before the
 /// managers above wrote so, and an upgrade must not read its own old writes as a rival.
 pub const UNNAMED_MANAGER: &str = "unknown";
@@ -115,6 +121,27 @@ pub fn contest(first: &[StatusWrite], now: &[StatusWrite]) -> Option<Contest> {
         })
 }
 
+/// The key a component remembers a spread by: `namespace/name/uid` (a spread recreated
+/// under its name is a new one).
+pub fn spread_key(namespace: &str, name: &str, uid: &str) -> String {
+    format!("{namespace}/{name}/{uid}")
+}
+
+/// The `namespace/name` of a [`spread_key`] (what messages name).
+pub fn spread_of(key: &str) -> &str {
+    key.rsplit_once('/')
+        .map(|(spread, _)| spread)
+        .unwrap_or(key)
+}
+
+/// A spread's contest as one observation left it.
+#[derive(Clone, Copy, Debug)]
+pub struct Observed<'a> {
+    pub contest: &'a Contest,
+    /// Found by this observation (say so once).
+    pub new: bool,
+}
+
 /// What a component remembers per WorkloadSpread (by uid): the other managers' writes at
 /// first sight, and the contest once one is found (kept until the spread is deleted or the
 /// component restarts). Bounded by the WorkloadSpreads the component sees.
@@ -127,8 +154,9 @@ pub struct Contests {
 impl Contests {
     /// Records the managedFields of WorkloadSpread `uid` as observed now; returns its
     /// contest, if there is one (newly found or found before).
-    pub fn observe(&mut self, uid: &str, entries: &[ManagedFieldsEntry]) -> Option<&Contest> {
+    pub fn observe(&mut self, uid: &str, entries: &[ManagedFieldsEntry]) -> Option<Observed<'_>> {
         let now = foreign_status_writes(entries);
+        let mut new = false;
         match self.first.get(uid) {
             None => {
                 self.first.insert(uid.to_string(), now);
@@ -136,11 +164,14 @@ impl Contests {
             Some(first) if !self.contested.contains_key(uid) => {
                 if let Some(c) = contest(first, &now) {
                     self.contested.insert(uid.to_string(), c);
+                    new = true;
                 }
             }
             Some(_) => {}
         }
-        self.contested.get(uid)
+        self.contested
+            .get(uid)
+            .map(|contest| Observed { contest, new })
     }
 
     /// The contest of `uid`, if one was found.
@@ -243,14 +274,17 @@ mod tests {
         assert!(c.observe("u1", &old).is_none());
         assert!(c.observe("u1", &old).is_none());
         let newer = [entry(Some("kruise-manager"), Some("status"), 6)];
-        let found = c.observe("u1", &newer).cloned().unwrap();
+        let found = c.observe("u1", &newer).unwrap();
+        assert!(found.new);
+        let found = found.contest.clone();
         assert_eq!(found.manager, "kruise-manager");
-        // Sticky: a later observation does not clear it.
-        assert!(c.observe("u1", &[]).is_some());
+        // Sticky: a later observation does not clear it (and does not find it again).
+        assert!(c.observe("u1", &[]).is_some_and(|o| !o.new));
         // A spread first seen with a newer entry is not contested by it.
         assert!(c.observe("u2", &newer).is_none());
         assert_eq!(c.len(), 1);
         assert!(found.message("ns/web").contains("WorkloadSpread=false"));
+        assert_eq!(spread_of(&spread_key("ns", "web", "u1")), "ns/web");
         c.retain(&|uid| uid == "u2");
         assert!(c.is_empty() && c.get("u1").is_none());
         assert!(

@@ -27,6 +27,21 @@ pub fn zone(name: &str, zone: &str, max: Value) -> Value {
     s
 }
 
+/// A v1beta1 spec as OpenKruise v1.9.0's users write it in v1alpha1 (the subsets'
+/// `requiredNodeSelector` is `requiredNodeSelectorTerm` there).
+pub fn alpha_spec(beta: &Value) -> Value {
+    let mut alpha = beta.clone();
+    for s in alpha["subsets"].as_array_mut().into_iter().flatten() {
+        if let Some(term) = s
+            .as_object_mut()
+            .and_then(|o| o.remove("requiredNodeSelector"))
+        {
+            s["requiredNodeSelectorTerm"] = term;
+        }
+    }
+    alpha
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,5 +57,11 @@ mod tests {
         assert_eq!(expr["key"], ZONE);
         assert_eq!(expr["values"], json!(["zone-b"]));
         assert_eq!(ws_resource().kind, "WorkloadSpread");
+        let alpha = alpha_spec(&json!({"subsets": [zone("a", "zone-a", json!(3))]}));
+        assert_eq!(
+            alpha["subsets"][0]["requiredNodeSelectorTerm"]["matchExpressions"][0]["key"],
+            ZONE
+        );
+        assert!(alpha["subsets"][0].get("requiredNodeSelector").is_none());
     }
 }

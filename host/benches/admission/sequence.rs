@@ -19,6 +19,7 @@ use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::rules::Rules;
 use workloadspread_testkit::api_writes::Writes;
 use workloadspread_testkit::pods::{cost_of, counts, status_counts, subset_of};
+use workloadspread_testkit::specs::alpha_spec;
 use workloadspread_testkit::{cluster, wait_for, TestNamespace};
 
 const SEQUENCE: [i32; 6] = [10, 4, 12, 20, 7, 15];
@@ -45,20 +46,6 @@ fn spec(a: &Value, b: &Value) -> Value {
     };
     json!({"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
         "subsets": [zone("a", a), zone("b", b), zone("c", &Value::Null)]})
-}
-
-/// The same spread as OpenKruise v1.9.0 reads it (v1alpha1's field name).
-fn alpha_spec(beta: &Value) -> Value {
-    let mut alpha = beta.clone();
-    for s in alpha["subsets"].as_array_mut().into_iter().flatten() {
-        if let Some(term) = s
-            .as_object_mut()
-            .and_then(|o| o.remove("requiredNodeSelector"))
-        {
-            s["requiredNodeSelectorTerm"] = term;
-        }
-    }
-    alpha
 }
 
 /// One system's result over both spreads.

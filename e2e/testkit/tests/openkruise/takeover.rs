@@ -29,6 +29,7 @@ use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::rules::Rules;
 use workloadspread_testkit::kruise::{KruiseBuild, KruiseManager, KruiseOptions};
 use workloadspread_testkit::pods::subset_of;
+use workloadspread_testkit::specs::alpha_spec;
 use workloadspread_testkit::stack::{Binaries, Stack};
 use workloadspread_testkit::{cluster, wait_for, TestNamespace};
 
@@ -41,20 +42,6 @@ const ADMISSION_TOKEN: &str = "workloadspread.io/admission-token";
 fn spec() -> Value {
     json!({"targetRef": target("Deployment"), "subsets": [
         zone("a", "zone-a", json!(3)), zone("b", "zone-b", json!(4)), zone("c", "zone-c", json!(20))]})
-}
-
-/// The same spread as OpenKruise users write it (v1alpha1's field name).
-fn alpha_spec() -> Value {
-    let mut alpha = spec();
-    for s in alpha["subsets"].as_array_mut().into_iter().flatten() {
-        if let Some(term) = s
-            .as_object_mut()
-            .and_then(|o| o.remove("requiredNodeSelector"))
-        {
-            s["requiredNodeSelectorTerm"] = term;
-        }
-    }
-    alpha
 }
 
 const MAXIMA: [(&str, usize); 2] = [("a", 3), ("b", 4)];
@@ -106,6 +93,20 @@ async fn start_kruise(build: &KruiseBuild, gate_on: bool) -> Result<KruiseManage
     KruiseManager::start(build, cluster()?, &options).await
 }
 
+/// Stops host + controller, their webhook configurations first; the namespace stays.
+async fn stop(stack: Stack) -> Result<TestNamespace> {
+    let Stack {
+        ns,
+        mut host,
+        mut controller,
+        configs,
+    } = stack;
+    configs.delete().await?;
+    host.kill();
+    controller.kill();
+    Ok(ns)
+}
+
 /// `workloadspread-host openkruise STEP` against the test cluster.
 async fn openkruise(bins: &Binaries, step: &str) -> Result<()> {
     let out = tokio::process::Command::new(&bins.host)
@@ -148,7 +149,7 @@ async fn openkruise_hands_over_without_a_restart_and_takes_back() -> Result<()> 
     let alpha_api: Api<DynamicObject> = Api::namespaced_with(ns.client(), ns.name(), &alpha);
     let ws: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "apps.kruise.io/v1alpha1", "kind": "WorkloadSpread",
-        "metadata": {"name": "web"}, "spec": alpha_spec()}))?;
+        "metadata": {"name": "web"}, "spec": alpha_spec(&spec())}))?;
     alpha_api.create(&PostParams::default(), &ws).await?;
     // Its pod webhook reads the spread from its cache: wait until its controller wrote
     // the status (it has seen the spread).
@@ -209,15 +210,7 @@ async fn openkruise_hands_over_without_a_restart_and_takes_back() -> Result<()> 
             .map(|p| (&p.metadata.name, &p.metadata.annotations))
             .collect::<Vec<_>>()
     );
-    let Stack {
-        ns,
-        mut host,
-        mut controller,
-        configs,
-    } = early;
-    configs.delete().await?;
-    host.kill();
-    controller.kill();
+    let ns = stop(early).await?;
     openkruise(&bins, "hand-back").await?;
     let by_kruise = step(&ns, &spreads, 12).await?;
 
@@ -299,15 +292,7 @@ async fn openkruise_hands_over_without_a_restart_and_takes_back() -> Result<()> 
     let ours = live_pods(&stack.ns).await?;
 
     // 4. Back to OpenKruise: ours go (webhook configurations first), its gate comes on.
-    let Stack {
-        ns,
-        mut host,
-        mut controller,
-        configs,
-    } = stack;
-    configs.delete().await?;
-    host.kill();
-    controller.kill();
+    let ns = stop(stack).await?;
     openkruise(&bins, "hand-back").await?;
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(ns.client());
     let back = validating

@@ -24,10 +24,9 @@ pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
     // rival writer of a WorkloadSpread's status is told apart (`core::contest`).
     config.headers.push((
         axum::http::header::USER_AGENT,
-        axum::http::HeaderValue::from_static(concat!(
-            "workloadspread-host/",
-            env!("CARGO_PKG_VERSION")
-        )),
+        axum::http::HeaderValue::from_str(&workloadspread_core::contest::user_agent(
+            workloadspread_core::contest::HOST_MANAGER,
+        ))?,
     ));
     Ok(kube::Client::try_from(config)?)
 }

@@ -14,15 +14,14 @@ use kube::runtime::watcher;
 use kube::ResourceExt as _;
 use std::collections::HashSet;
 use std::sync::Mutex;
-use workloadspread_core::contest::Contests;
+use workloadspread_core::contest::{spread_key, spread_of, Contests};
 
 /// `namespace/name/uid` of a WorkloadSpread.
 fn key(o: &DynamicObject) -> String {
-    format!(
-        "{}/{}/{}",
-        o.namespace().unwrap_or_default(),
-        o.name_any(),
-        o.uid().unwrap_or_default()
+    spread_key(
+        &o.namespace().unwrap_or_default(),
+        &o.name_any(),
+        &o.uid().unwrap_or_default(),
     )
 }
 
@@ -50,11 +49,9 @@ impl ContestIndex {
         let mut state = self.lock();
         let observe = |state: &mut State, o: &DynamicObject| {
             let key = key(o);
-            let known = state.contests.get(&key).is_some();
-            if let Some(c) = state.contests.observe(&key, o.managed_fields()) {
-                if !known {
-                    let spread = key.rsplit_once('/').map(|(s, _)| s).unwrap_or(&key);
-                    tracing::error!("{}", c.message(spread));
+            if let Some(o) = state.contests.observe(&key, o.managed_fields()) {
+                if o.new {
+                    tracing::error!("{}", o.contest.message(spread_of(&key)));
                 }
             }
             key
