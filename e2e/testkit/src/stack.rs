@@ -122,11 +122,65 @@ impl Stack {
         })
     }
 
-    /// Removes the webhook configurations (the namespace is left for inspection).
+    /// Checks that neither component found a rival writer ([`expect_uncontested`]), then
+    /// removes the webhook configurations (the namespace is left for inspection).
     pub async fn finish(self) -> Result<()> {
+        expect_uncontested(&self.host, &self.controller).await?;
+        self.finish_contested().await
+    }
+
+    /// Removes the webhook configurations without the contest check: for a test that
+    /// made a rival write on purpose (the namespace is left for inspection).
+    pub async fn finish_contested(self) -> Result<()> {
         let Stack { configs, .. } = self;
         configs.delete().await
     }
+}
+
+/// The gauges of contested WorkloadSpreads (#45): host's, controller's.
+pub const CONTESTED_GAUGES: [&str; 2] = [
+    "workloadspread_host_contested_workloadspreads",
+    "workloadspread_controller_contested_workloadspreads",
+];
+
+/// Fails unless both components report no contested WorkloadSpread. Without a rival
+/// there must be none: a contest found where there is none (one of our own writes taken
+/// for a rival's) silently stops the controller's writes for that spread and hides it
+/// from the host's policy, so every run of the whole system ends with this check. A
+/// component the test killed is not asked; one that died by itself fails the check.
+pub async fn expect_uncontested(host: &HostProcess, controller: &ControllerProcess) -> Result<()> {
+    let [host_gauge, controller_gauge] = CONTESTED_GAUGES;
+    if !host.killed() {
+        let text = host.get("/metrics").await.context("the host's /metrics")?;
+        contested(&text, host_gauge)?;
+    }
+    if !controller.killed() {
+        let text = controller
+            .get("/metrics")
+            .await
+            .context("the controller's /metrics")?;
+        contested(&text, controller_gauge)?;
+    }
+    Ok(())
+}
+
+/// `gauge` in a `/metrics` text: present (a renamed gauge would pass as 0) and 0.
+fn contested(text: &str, gauge: &str) -> Result<()> {
+    let value = text
+        .lines()
+        .find_map(|l| l.strip_prefix(gauge)?.strip_prefix(' '))
+        .with_context(|| format!("no {gauge} in /metrics"))?;
+    let n: f64 = value
+        .trim()
+        .parse()
+        .with_context(|| format!("{gauge} {value}: not a number"))?;
+    anyhow::ensure!(
+        n == 0.0,
+        "{gauge} is {n}: a component found a rival writer of a WorkloadSpread's status where \
+         the test made none (our own write taken for another's? see the Contested events and \
+         the logs)"
+    );
+    Ok(())
 }
 
 /// The WorkloadSpread CRD as the repository ships it (generated from `core`).
@@ -234,5 +288,24 @@ fn with_bundled_settings(args: &mut Vec<String>) {
             "--settings-json".to_string(),
             r#"{"spreadLookup":"target-name"}"#.to_string(),
         ]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::contested;
+
+    #[test]
+    fn a_contest_gauge_must_be_there_and_zero() {
+        let gauge = "workloadspread_host_contested_workloadspreads";
+        let text = |v: &str| format!("# TYPE {gauge} gauge\n{gauge} {v}\n{gauge}_other 3\n");
+        assert!(contested(&text("0"), gauge).is_ok());
+        let err = contested(&text("1"), gauge).unwrap_err().to_string();
+        assert!(err.contains("is 1"), "{err}");
+        assert!(
+            contested("# nothing\n", gauge).is_err(),
+            "a missing gauge passes as 0"
+        );
+        assert!(contested(&text("x"), gauge).is_err());
     }
 }

@@ -65,6 +65,8 @@ pub struct HostProcess {
     /// serves no `/metrics`).
     pub health_port: u16,
     pub log: PathBuf,
+    /// Killed by the test ([`HostProcess::kill`]): not expected to answer any more.
+    killed: bool,
 }
 
 impl HostProcess {
@@ -128,6 +130,7 @@ impl HostProcess {
             port,
             health_port,
             log,
+            killed: false,
         })
     }
 
@@ -277,8 +280,14 @@ impl HostProcess {
 
     /// Sends SIGKILL.
     pub fn kill(&mut self) {
+        self.killed = true;
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Whether the test killed it ([`Self::kill`]); one that died by itself is not.
+    pub fn killed(&self) -> bool {
+        self.killed
     }
 }
 
@@ -461,6 +470,8 @@ pub struct ControllerProcess {
     child: Child,
     pub port: u16,
     pub log: PathBuf,
+    /// Killed by the test ([`ControllerProcess::kill`]): not expected to answer any more.
+    killed: bool,
 }
 
 impl ControllerProcess {
@@ -500,7 +511,12 @@ impl ControllerProcess {
             .stderr(std::fs::File::create(&log)?)
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
-        Ok(ControllerProcess { child, port, log })
+        Ok(ControllerProcess {
+            child,
+            port,
+            log,
+            killed: false,
+        })
     }
 
     /// The process id (to pause it with SIGSTOP, say).
@@ -549,8 +565,14 @@ impl ControllerProcess {
 
     /// Sends SIGKILL.
     pub fn kill(&mut self) {
+        self.killed = true;
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Whether the test killed it ([`Self::kill`]); one that died by itself is not.
+    pub fn killed(&self) -> bool {
+        self.killed
     }
 }
 
