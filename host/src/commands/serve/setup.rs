@@ -329,14 +329,21 @@ pub(super) async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return std::future::pending().await,
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            // Without a SIGTERM handler Ctrl-C still stops the host gracefully (it waited
+            // for nothing before: not even Ctrl-C ended it).
+            Err(e) => {
+                tracing::warn!(
+                    "cannot handle SIGTERM ({e}): only Ctrl-C stops the host gracefully"
+                );
+                let _ = ctrl_c.await;
+            }
         }
     }
     #[cfg(not(unix))]
