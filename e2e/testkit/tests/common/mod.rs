@@ -8,7 +8,7 @@ use kube::Api;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
-use workloadspread_testkit::pods::{cost_of, subset_of};
+use workloadspread_testkit::pods::{cost_of, status_counts, subset_of};
 use workloadspread_testkit::{wait_for, TestNamespace};
 
 #[allow(unused_imports)] // each suite uses a part
@@ -110,26 +110,7 @@ pub async fn status_matches(
         async move {
             let status = ws.get("web").await?.data["status"].clone();
             *last.borrow_mut() = status.clone();
-            let subsets = status["subsetStatuses"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            let exact = subsets.iter().all(|s| {
-                let name = s["name"].as_str().unwrap_or_default();
-                let n = want.get(name).copied().unwrap_or(0) as i64;
-                s["replicas"].as_i64().unwrap_or(0) == n
-                    && empty(&s["creatingPods"])
-                    && empty(&s["deletingPods"])
-            });
-            // The counters admissions work on (per pod-template version) hold no entry
-            // either.
-            let versioned_clear = status["versionedSubsetStatuses"]
-                .as_object()
-                .into_iter()
-                .flat_map(|m| m.values())
-                .flat_map(|v| v.as_array().cloned().unwrap_or_default())
-                .all(|s| empty(&s["creatingPods"]) && empty(&s["deletingPods"]));
-            Ok((exact && versioned_clear && !subsets.is_empty()).then_some(status))
+            Ok(status_counts(&status, want).then_some(status))
         }
     })
     .await;

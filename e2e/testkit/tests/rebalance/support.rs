@@ -143,21 +143,7 @@ pub async fn status_is(
     want: &BTreeMap<String, usize>,
 ) -> Result<bool> {
     let status = api.get(name).await?.data["status"].clone();
-    let subsets = status["subsetStatuses"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let empty = |v: &Value| v.as_object().is_none_or(|o| o.is_empty());
-    Ok(!subsets.is_empty()
-        && subsets.iter().all(|s| {
-            let n = want
-                .get(s["name"].as_str().unwrap_or_default())
-                .copied()
-                .unwrap_or(0);
-            s["replicas"].as_i64() == Some(n as i64)
-                && empty(&s["creatingPods"])
-                && empty(&s["deletingPods"])
-        }))
+    Ok(workloadspread_testkit::pods::status_counts(&status, want))
 }
 
 /// Waits until the watch shows `want` with every pod healthy and the status agrees.
