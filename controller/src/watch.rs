@@ -421,21 +421,33 @@ async fn serve_metrics(addr: std::net::SocketAddr, metrics: Arc<Metrics>, readin
 }
 
 async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut term) => {
                 tokio::select! {
-                    _ = ctrl_c => {}
+                    _ = ctrl_c() => {}
                     _ = term.recv() => {}
                 }
             }
-            Err(_) => {
-                let _ = ctrl_c.await;
+            // Without a SIGTERM handler Ctrl-C may still stop the controller gracefully.
+            Err(e) => {
+                tracing::warn!(
+                    "cannot handle SIGTERM ({e}): only Ctrl-C stops the controller gracefully"
+                );
+                ctrl_c().await;
             }
         }
     }
     #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    ctrl_c().await;
+}
+
+/// Returns on Ctrl-C; never, when SIGINT cannot be handled (an error there is no request
+/// to stop: taking it for one would stop the controller the moment it started serving).
+async fn ctrl_c() {
+    if let Err(e) = tokio::signal::ctrl_c().await {
+        tracing::warn!("cannot handle Ctrl-C ({e}): the controller stops only when killed");
+        std::future::pending::<()>().await;
+    }
 }

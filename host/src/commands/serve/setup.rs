@@ -326,26 +326,33 @@ pub fn conversion_endpoint(args: &ServeArgs) -> Result<crate::serve::convert::En
 }
 
 pub(super) async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut term) => {
                 tokio::select! {
-                    _ = ctrl_c => {}
+                    _ = ctrl_c() => {}
                     _ = term.recv() => {}
                 }
             }
-            // Without a SIGTERM handler Ctrl-C still stops the host gracefully (it waited
-            // for nothing before: not even Ctrl-C ended it).
+            // Without a SIGTERM handler Ctrl-C may still stop the host gracefully.
             Err(e) => {
                 tracing::warn!(
                     "cannot handle SIGTERM ({e}): only Ctrl-C stops the host gracefully"
                 );
-                let _ = ctrl_c.await;
+                ctrl_c().await;
             }
         }
     }
     #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    ctrl_c().await;
+}
+
+/// Returns on Ctrl-C; never, when SIGINT cannot be handled (an error there is no request
+/// to stop: taking it for one would stop the host the moment it started serving).
+async fn ctrl_c() {
+    if let Err(e) = tokio::signal::ctrl_c().await {
+        tracing::warn!("cannot handle Ctrl-C ({e}): the host stops only when killed");
+        std::future::pending::<()>().await;
+    }
 }
