@@ -149,19 +149,27 @@ pub const CONTESTED_GAUGES: [&str; 2] = [
 /// from the host's policy, so every run of the whole system ends with this check. A
 /// component the test killed is not asked; one that died by itself fails the check.
 pub async fn expect_uncontested(host: &HostProcess, controller: &ControllerProcess) -> Result<()> {
-    let [host_gauge, controller_gauge] = CONTESTED_GAUGES;
-    if !host.killed() {
-        let text = host.get("/metrics").await.context("the host's /metrics")?;
-        contested(&text, host_gauge)?;
+    host_uncontested(host).await?;
+    controller_uncontested(controller).await
+}
+
+async fn host_uncontested(host: &HostProcess) -> Result<()> {
+    if host.killed() {
+        return Ok(());
     }
-    if !controller.killed() {
-        let text = controller
-            .get("/metrics")
-            .await
-            .context("the controller's /metrics")?;
-        contested(&text, controller_gauge)?;
+    let text = host.get("/metrics").await.context("the host's /metrics")?;
+    contested(&text, CONTESTED_GAUGES[0])
+}
+
+async fn controller_uncontested(controller: &ControllerProcess) -> Result<()> {
+    if controller.killed() {
+        return Ok(());
     }
-    Ok(())
+    let text = controller
+        .get("/metrics")
+        .await
+        .context("the controller's /metrics")?;
+    contested(&text, CONTESTED_GAUGES[1])
 }
 
 /// `gauge` in a `/metrics` text: present (a renamed gauge would pass as 0) and 0.
@@ -261,6 +269,18 @@ impl Replicated {
             stack.start_controller().await?;
         }
         Ok(Some(stack))
+    }
+
+    /// Checks that no host replica and no controller the test left running found a
+    /// rival writer ([`expect_uncontested`]), then removes the webhook configurations.
+    pub async fn finish(self) -> Result<()> {
+        for host in &self.hosts {
+            host_uncontested(host).await?;
+        }
+        if let Some(controller) = &self.controller {
+            controller_uncontested(controller).await?;
+        }
+        self.configs.delete().await
     }
 
     /// Starts (or restarts) the controller for the namespace.

@@ -108,7 +108,7 @@ async fn a_killed_hosts_handed_out_placeholders_keep_their_pods_slots() -> Resul
         "the survivor settled none of the dead holder's handed-out placeholders {unsettled:?}"
     );
     ensure!(report.max_pods["a"] <= 10);
-    r.configs.delete().await
+    r.finish().await
 }
 
 /// #26 item 1b: the API server is out of reach for one replica from its first hand-out
@@ -190,7 +190,7 @@ async fn an_api_outage_after_hand_outs_keeps_the_pods_slots() -> Result<()> {
         "  proxy: {} connections hung; placeholders whose settle failed: {failed}",
         stats.hung.load(Ordering::Relaxed)
     );
-    r.configs.delete().await
+    r.finish().await
 }
 
 /// #26 item 3: one replica's first write that reserves placeholders lands, but its answer
@@ -228,7 +228,7 @@ async fn slow_writes_leave_reserved_slots_usable() -> Result<()> {
         unanswered >= 1.0,
         "no reserve write of the slowed replica timed out (it reserved {reserved})"
     );
-    r.configs.delete().await
+    r.finish().await
 }
 
 /// #26 item 4: the two replicas' clocks are 8 s apart (+4 s and −4 s), and no controller
@@ -259,7 +259,7 @@ async fn replicas_with_skewed_clocks_never_overfill() -> Result<()> {
         "host clocks +4 s and -4 s, no controller",
     )
     .await?;
-    r.configs.delete().await
+    r.finish().await
 }
 
 /// #26 item 5: the API server retries a webhook call on the other replica (the first
@@ -302,7 +302,7 @@ async fn one_admission_review_sent_to_two_replicas_holds_one_slot() -> Result<()
     );
     let report = monitor.finish()?;
     eprintln!("  monitor: {report}");
-    r.configs.delete().await
+    r.finish().await
 }
 
 /// #26 item 8: a WorkloadSpread deleted and created again under the same name while the
@@ -345,7 +345,7 @@ async fn a_workloadspread_recreated_during_reservations() -> Result<()> {
     let now = api.get("web").await?;
     ensure!(now.metadata.uid == recreated.metadata.uid);
     ensure!(report.max_pods["a"] <= 10);
-    r.configs.delete().await
+    r.finish().await
 }
 
 /// A release that reaches the status after the controller has recounted without its pod
@@ -417,5 +417,5 @@ async fn a_late_release_does_not_free_a_slot_twice() -> Result<()> {
     wait_pods(&r.ns, 21).await?;
     r.start_controller().await?;
     finish(&r, &api, monitor, 21, "a late duplicate release").await?;
-    r.configs.delete().await
+    r.finish().await
 }

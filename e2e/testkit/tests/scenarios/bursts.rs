@@ -104,7 +104,7 @@ async fn burst_of_300_survives_a_killed_host_and_a_controller_restart() -> Resul
         started.elapsed().as_secs_f64(),
         failed_creates(&r.ns).await?
     );
-    r.configs.delete().await
+    r.finish().await
 }
 
 /// Issue #7 faults: one host replica reaches the API server through a proxy that adds
@@ -154,7 +154,7 @@ async fn burst_of_300_settles_through_a_delaying_and_resetting_api_proxy() -> Re
         per_host[0],
         per_host[1]
     );
-    r.configs.delete().await
+    r.finish().await
 }
 
 /// The spread left after removing the `k` lowest-cost pods (what a ReplicaSet scaled
