@@ -125,18 +125,32 @@ async fn unschedulable_subset_is_rescheduled_and_recovers() -> Result<()> {
         },
     )
     .await?;
+    // The controller publishes a reconcile's events after its status write: the event
+    // may follow the condition it reports by a moment.
     let events: Api<k8s_openapi::api::events::v1::Event> = ns.api();
-    let reasons: Vec<String> = events
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .filter_map(|e| e.reason.clone())
-        .collect();
-    ensure!(
-        reasons.iter().any(|r| r == "RecoverSchedulable"),
-        "events: {reasons:?}"
-    );
+    let reasons = || async {
+        let list = events.list(&ListParams::default()).await?.items;
+        anyhow::Ok(
+            list.iter()
+                .filter_map(|e| e.reason.clone())
+                .collect::<Vec<_>>(),
+        )
+    };
+    let recovered = wait_for(
+        "the RecoverSchedulable event",
+        Duration::from_secs(30),
+        || async {
+            Ok(reasons()
+                .await?
+                .iter()
+                .any(|r| r == "RecoverSchedulable")
+                .then_some(()))
+        },
+    )
+    .await;
+    if let Err(e) = recovered {
+        return Err(e.context(format!("events: {:?}", reasons().await?)));
+    }
     // Scale-in afterwards: one pod left in b, and the recovered subset x counts none.
     ns.api::<Deployment>()
         .patch(
