@@ -104,6 +104,37 @@ pub fn create_path(ws: &WorkloadSpread, pod_name: &str) -> CreatePath {
     CreatePath::Counted
 }
 
+/// What a pod admission does with its WorkloadSpread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpreadUse<'a> {
+    /// Choose a subset for a pod of a workload of this kind (`spec.targetRef.kind`).
+    Create { target_kind: &'a str },
+    /// Give back the slot of a departing pod.
+    Release,
+}
+
+/// The fields of a pod's WorkloadSpread an admission reads, as a field mask
+/// (`masks`; empty: the whole object). With the counter, none of the status: the counter
+/// keeps the counts and reads the stored status itself, and whether a pod is counted
+/// ([`create_path`]) is told from the spec — except a StatefulSet's create, whose
+/// ordinal ranges skip the subsets its status marks unschedulable. Without the counter,
+/// the status is what the admission counts on. The status is most of a busy spread's
+/// bytes (every creating and deleting pod), read at each admission (#43).
+pub fn spread_fields(spread_use: SpreadUse<'_>, counter: bool) -> &'static [&'static str] {
+    match (spread_use, counter) {
+        (_, false) => &[],
+        (
+            SpreadUse::Create {
+                target_kind: "StatefulSet",
+            },
+            true,
+        ) => &[],
+        (SpreadUse::Create { .. } | SpreadUse::Release, true) => {
+            crate::masks::WORKLOADSPREAD_SPEC_FIELDS
+        }
+    }
+}
+
 /// Ordinal of a StatefulSet pod name (`<parent>-<n>`), -1 when it has none.
 pub fn pod_ordinal(name: &str) -> i64 {
     let Some((_parent, digits)) = name.rsplit_once('-') else {

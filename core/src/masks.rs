@@ -37,6 +37,10 @@ pub const WORKLOADSPREAD_TARGET_FIELDS: &[&str] = &[
     "spec.targetFilter",
 ];
 
+/// A WorkloadSpread without its status: what a pod admission reads when the counter keeps
+/// the counts (`admission::spread_fields`).
+pub const WORKLOADSPREAD_SPEC_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "spec"];
+
 /// The workload fields a WorkloadSpread's validation reads to find its target by name
 /// (the one found is then read whole).
 pub const WORKLOAD_NAME_FIELDS: &[&str] = &["metadata.name"];

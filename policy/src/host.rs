@@ -37,6 +37,19 @@ pub trait Host {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Value, HostError>;
+    /// [`Host::get`] pruned to `fields` (Kubewarden's `field_masks`; empty: the whole
+    /// object). A host may ignore the mask: callers read only those fields.
+    fn get_fields(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+        fields: &[&str],
+    ) -> Result<Value, HostError> {
+        let _ = fields;
+        self.get(api_version, kind, namespace, name)
+    }
     /// LIST objects of a kind in a namespace, optionally by label selector.
     fn list(
         &self,
@@ -198,6 +211,30 @@ impl Host for CallHost<'_> {
             "api_version": api_version, "kind": kind, "name": name, "namespace": namespace,
             // Owners and workloads change; a 5 s old copy would skew percentages.
             "disable_cache": true,
+        });
+        let what = format!(
+            "get {api_version} {kind} {}{name}",
+            namespace.map(|n| format!("{n}/")).unwrap_or_default()
+        );
+        self.call("kubewarden", "kubernetes", "get_resource", &payload, &what)
+    }
+
+    fn get_fields(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+        fields: &[&str],
+    ) -> Result<Value, HostError> {
+        if fields.is_empty() {
+            return self.get(api_version, kind, namespace, name);
+        }
+        // Sorted and unique, as the SDK's BTreeSet serialises them.
+        let masks: std::collections::BTreeSet<&str> = fields.iter().copied().collect();
+        let payload = serde_json::json!({
+            "api_version": api_version, "kind": kind, "name": name, "namespace": namespace,
+            "disable_cache": true, "field_masks": masks,
         });
         let what = format!(
             "get {api_version} {kind} {}{name}",

@@ -80,6 +80,7 @@ pub fn evaluate(
         host,
         now,
         request_uid: &req.uid,
+        counter: Default::default(),
     };
     // Dispatch on the object's kind: the SDK does not decode `request.resource`.
     match (

@@ -153,8 +153,16 @@ fn whole_workloadspreads(
         .collect())
 }
 
+/// The pod a WorkloadSpread is looked for: its controller and its labels.
+#[derive(Clone, Copy)]
+pub struct PodOwner<'a> {
+    pub controller: &'a ObjectRef,
+    pub labels: &'a Labels,
+}
+
 /// The WorkloadSpread a pod belongs to (core's rule on the masked candidates), read
-/// whole. Should the one that matched have changed or been deleted between the two
+/// whole, or pruned to the fields `read_fields` names for the one that matched (empty:
+/// whole; `core::admission::spread_fields`). Should the one that matched have changed or been deleted between the two
 /// reads, the rule runs again on the whole spreads, as one list (the pod's owners are not
 /// looked up again). With [`SpreadLookup::TargetName`] the owner chain is looked up
 /// first; should that fail, the candidates are every spread and the rule meets the
@@ -162,11 +170,11 @@ fn whole_workloadspreads(
 pub fn matching_workloadspread(
     host: &dyn Host,
     namespace: &str,
-    controller: &ObjectRef,
-    labels: &Labels,
+    PodOwner { controller, labels }: PodOwner<'_>,
     kinds: &WorkloadKinds,
     lookup: SpreadLookup,
     mut owner_of: impl FnMut(&ObjectRef) -> Result<Option<ObjectRef>, OwnerLookupError>,
+    read_fields: impl FnOnce(&SpreadTarget<'_>) -> &'static [&'static str],
 ) -> Result<Option<WorkloadSpread>, LookupError> {
     // Each owner is looked up once for both matches (a failed lookup is not remembered:
     // the rule tries it again for the next spread, as the reference does).
@@ -204,7 +212,8 @@ pub fn matching_workloadspread(
     let Some(target) = matched.workloadspread else {
         return Ok(None);
     };
-    match host.get(API_VERSION, KIND, Some(namespace), target.name()) {
+    let fields = read_fields(target);
+    match host.get_fields(API_VERSION, KIND, Some(namespace), target.name(), fields) {
         Ok(whole) => {
             if let Ok(ws) = serde_json::from_value::<WorkloadSpread>(whole) {
                 if target.still_describes(&ws) {

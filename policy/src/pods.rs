@@ -1,7 +1,7 @@
 //! Pod CREATE, DELETE and `pods/eviction` CREATE.
 
 use crate::host::{Host, HostError};
-use crate::lookup::matching_workloadspread;
+use crate::lookup::{matching_workloadspread, PodOwner};
 use crate::outcome::{Outcome, AUDIT_MODE, AUDIT_SUBSET};
 use crate::settings::{Mode, Settings};
 use k8s_openapi::api::core::v1::Pod;
@@ -13,8 +13,8 @@ use workloadspread_core::admission::reserve::{
     reservation_label_value, RESERVATION_ANNOTATION, RESERVATION_LABEL,
 };
 use workloadspread_core::admission::{
-    best_effort, create_path, decide_release, needs_workload_replicas, owned_pending_pods,
-    CreatePath, PodKey, Scale,
+    self, best_effort, create_path, decide_release, needs_workload_replicas, owned_pending_pods,
+    CreatePath, PodKey, Scale, SpreadUse,
 };
 use workloadspread_core::annotation::MatchedWorkloadSpread;
 use workloadspread_core::api::v1beta1::{WorkloadSpread, API_VERSION};
@@ -38,6 +38,9 @@ pub struct Ctx<'a> {
     pub now: Timestamp,
     /// Admission request uid: the generated id for unnamed pods (stable across retries).
     pub request_uid: &'a str,
+    /// Whether the counter is used ([`use_counter`]), once asked: asked at most once
+    /// per evaluation.
+    pub counter: std::cell::OnceCell<Result<bool, HostError>>,
 }
 
 /// Pod CREATE: drop the metadata only this system may write, then match, choose a
@@ -79,11 +82,17 @@ fn decide_create(ctx: &Ctx<'_>, object: &Value, namespace: &str) -> Outcome {
     let ws = match matching_workloadspread(
         ctx.host,
         namespace,
-        &controller,
-        labels,
+        PodOwner {
+            controller: &controller,
+            labels,
+        },
         &kinds,
         ctx.settings.spread_lookup,
         owner_of,
+        |target| {
+            let target_kind = target.spec.target_ref.as_ref().map_or("", |t| &t.kind);
+            spread_fields(ctx, SpreadUse::Create { target_kind })
+        },
     ) {
         Ok(Some(ws)) => ws,
         Ok(None) => return Outcome::accept(),
@@ -283,6 +292,17 @@ fn ws_key(ws: &WorkloadSpread) -> WorkloadSpreadKey {
 /// Whether to use the host's counter capability: it must speak the protocol the rules
 /// need (a host of protocol 1 would ignore `rules` and apply the reference's).
 fn use_counter(ctx: &Ctx<'_>) -> Result<bool, HostError> {
+    ctx.counter.get_or_init(|| ask_counter(ctx)).clone()
+}
+
+/// The fields of the WorkloadSpread `spread_use` reads (`core::admission::spread_fields`);
+/// a counter the settings need but the host does not offer reads it whole, and fails
+/// where it is needed.
+fn spread_fields(ctx: &Ctx<'_>, spread_use: SpreadUse<'_>) -> &'static [&'static str] {
+    admission::spread_fields(spread_use, matches!(use_counter(ctx), Ok(true)))
+}
+
+fn ask_counter(ctx: &Ctx<'_>) -> Result<bool, HostError> {
     let needed = counter::protocol_needed(ctx.settings.rules);
     let spoken = || {
         ctx.host
@@ -407,24 +427,23 @@ pub fn release(ctx: &Ctx<'_>, pod: &Value) -> Outcome {
         return Outcome::accept();
     };
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-    let ws: WorkloadSpread =
-        match ctx
-            .host
-            .get(API_VERSION, KIND, Some(&namespace), &annotation.name)
-        {
-            Ok(v) => match serde_json::from_value(v) {
-                Ok(ws) => ws,
-                Err(_) => return Outcome::accept(),
-            },
-            Err(e) if e.is_not_found() => return Outcome::accept(),
-            Err(e) => {
-                return Outcome::lookup_failure(
-                    ctx.settings,
-                    "reading the pod's WorkloadSpread",
-                    &e,
-                )
-            }
-        };
+    let fields = spread_fields(ctx, SpreadUse::Release);
+    let ws: WorkloadSpread = match ctx.host.get_fields(
+        API_VERSION,
+        KIND,
+        Some(&namespace),
+        &annotation.name,
+        fields,
+    ) {
+        Ok(v) => match serde_json::from_value(v) {
+            Ok(ws) => ws,
+            Err(_) => return Outcome::accept(),
+        },
+        Err(e) if e.is_not_found() => return Outcome::accept(),
+        Err(e) => {
+            return Outcome::lookup_failure(ctx.settings, "reading the pod's WorkloadSpread", &e)
+        }
+    };
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     if !matches!(create_path(&ws, name), CreatePath::Counted) {
         return Outcome::accept();

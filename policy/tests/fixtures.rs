@@ -33,6 +33,8 @@ struct FakeCluster {
     /// The counter protocol `v1/hello` answers.
     protocol: u32,
     calls: RefCell<Vec<String>>,
+    /// Answer whole objects to masked reads (a host may ignore a mask).
+    ignore_masks: bool,
 }
 
 impl FakeCluster {
@@ -46,6 +48,7 @@ impl FakeCluster {
             counter,
             protocol: counter::PROTOCOL_VERSION,
             calls: RefCell::new(vec![]),
+            ignore_masks: false,
         }
     }
 
@@ -56,10 +59,13 @@ impl FakeCluster {
             && ns.is_none_or(|n| o["metadata"]["namespace"] == n)
     }
 
+    /// The stored WorkloadSpread (the counter's or the test's read, not the policy's:
+    /// not recorded).
     fn workloadspread(&self, ns: &str, name: &str) -> WorkloadSpread {
         let v = self
             .get("apps.kruise.io/v1beta1", "WorkloadSpread", Some(ns), name)
             .unwrap();
+        self.calls.borrow_mut().pop();
         serde_json::from_value(v).unwrap()
     }
 
@@ -122,6 +128,26 @@ impl Host for FakeCluster {
             .filter(|o| Self::matches(o, api_version, kind, Some(namespace)) && selected(o))
             .cloned()
             .collect())
+    }
+
+    /// Pruned to `fields`, as policy-server does (unless `ignore_masks`).
+    fn get_fields(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+        fields: &[&str],
+    ) -> Result<Value, HostError> {
+        if fields.is_empty() || self.ignore_masks {
+            return self.get(api_version, kind, namespace, name);
+        }
+        self.calls
+            .borrow_mut()
+            .push(format!("get {kind} {name} {fields:?}"));
+        let whole = self.get(api_version, kind, namespace, name);
+        self.calls.borrow_mut().pop();
+        Ok(workloadspread_core::masks::Mask::new(fields).apply(&whole?))
     }
 
     /// Pruned to `fields`, as policy-server does.
@@ -397,6 +423,49 @@ fn delete_and_eviction_record_the_deletion_as_an_intent() {
         match run(file, &Settings::default(), &best_effort) {
             Outcome::Accept { audit, .. } => assert!(audit[AUDIT_MODE].starts_with("best-effort")),
             other => panic!("{file}: {other:?}"),
+        }
+    }
+}
+
+/// Issue #43: with the counter, a pod's create, delete and eviction read its
+/// WorkloadSpread without the status (the counter reads the stored one itself; the
+/// status is most of a busy spread's bytes), and decide as with the whole object; without
+/// the counter they read it whole.
+#[test]
+fn with_the_counter_the_spread_is_read_without_its_status() {
+    let spec_only = format!(
+        "get WorkloadSpread web-spread {:?}",
+        workloadspread_core::masks::WORKLOADSPREAD_SPEC_FIELDS
+    );
+    for file in ["pod-create.json", "pod-delete.json", "pod-eviction.json"] {
+        for counter in [true, false] {
+            let cluster = FakeCluster::load(counter);
+            let outcome = run(file, &Settings::default(), &cluster);
+            let calls = cluster.calls.borrow().clone();
+            let reads: Vec<&String> = calls
+                .iter()
+                .filter(|c| c.starts_with("get WorkloadSpread"))
+                .collect();
+            let want = match counter {
+                true => &spec_only,
+                false => "get WorkloadSpread web-spread",
+            };
+            assert!(
+                !reads.is_empty() && reads.iter().all(|c| *c == want),
+                "{file}, counter {counter}: {calls:?}"
+            );
+            let mut whole = FakeCluster::load(counter);
+            whole.ignore_masks = true;
+            assert_eq!(
+                run(file, &Settings::default(), &whole),
+                outcome,
+                "{file}, counter {counter}: the whole spread decides otherwise"
+            );
+            assert_eq!(
+                whole.workloadspread("demo", "web-spread").status,
+                cluster.workloadspread("demo", "web-spread").status,
+                "{file}, counter {counter}"
+            );
         }
     }
 }

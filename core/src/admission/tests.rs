@@ -717,3 +717,80 @@ fn pending_pods_count_on_top_of_the_controllers_status() {
         assert_eq!(claim.subset.as_deref(), case.next, "{}", case.name);
     }
 }
+
+/// `spread_fields`: what each admission may leave out of its WorkloadSpread still
+/// decides as the whole object does — the create path of a pod in every target kind
+/// (a StatefulSet's skipping a subset its status marks unschedulable; a release asks
+/// only whether its pod was counted), and the spec the counter path reads — and only the
+/// counter leaves the status out.
+#[test]
+fn spread_fields_keep_what_each_admission_reads() {
+    use crate::masks::Mask;
+    let whole = |kind: &str| -> Value {
+        json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+            "metadata": {"name": "w", "namespace": "default", "uid": "ws-uid"},
+            "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": kind, "name": "s"},
+                "subsets": [{"name": "a", "maxReplicas": 5}, {"name": "b", "maxReplicas": 5}, {"name": "c"}]},
+            "status": {"subsetStatuses": [{"name": "a", "replicas": 0, "missingReplicas": 5,
+                "creatingPods": {"p1": "2024-05-01T10:00:00Z"},
+                "conditions": [{"type": "Schedulable", "status": "False", "reason": "PodUnschedulable"}]}]}})
+    };
+    let decode = |v: Value| -> WorkloadSpread { serde_json::from_value(v).unwrap() };
+    for (spread_use, kind, counter, keeps_status) in [
+        (
+            SpreadUse::Create {
+                target_kind: "Deployment",
+            },
+            "Deployment",
+            true,
+            false,
+        ),
+        (
+            SpreadUse::Create {
+                target_kind: "StatefulSet",
+            },
+            "StatefulSet",
+            true,
+            true,
+        ),
+        (
+            SpreadUse::Create {
+                target_kind: "Deployment",
+            },
+            "Deployment",
+            false,
+            true,
+        ),
+        (
+            SpreadUse::Create {
+                target_kind: "StatefulSet",
+            },
+            "StatefulSet",
+            false,
+            true,
+        ),
+        (SpreadUse::Release, "Deployment", true, false),
+        (SpreadUse::Release, "StatefulSet", true, false),
+        (SpreadUse::Release, "Deployment", false, true),
+    ] {
+        let case = format!("{spread_use:?} of a {kind} pod, counter {counter}");
+        let full = decode(whole(kind));
+        let read = decode(Mask::new(spread_fields(spread_use, counter)).apply(&whole(kind)));
+        assert_eq!(read.status.is_some(), keeps_status, "{case}");
+        assert_eq!(read.metadata, full.metadata, "{case}");
+        assert_eq!(read.spec, full.spec, "{case}");
+        for pod in ["s-0", "s-5", "p"] {
+            let (got, want) = (create_path(&read, pod), create_path(&full, pod));
+            match spread_use {
+                // A create injects the subset its path chose.
+                SpreadUse::Create { .. } => assert_eq!(got, want, "{case}: {pod}"),
+                // A release asks only whether the pod was counted.
+                SpreadUse::Release => assert_eq!(
+                    got == CreatePath::Counted,
+                    want == CreatePath::Counted,
+                    "{case}: {pod}"
+                ),
+            }
+        }
+    }
+}

@@ -164,7 +164,9 @@ async fn cached_objects(host: &HostProcess, kind: &str, namespace: &str) -> Resu
 /// Issue #19 (3): the host caches pods (and every other namespaced kind) only in the
 /// namespaces that hold a WorkloadSpread — memory follows what is spread, not the
 /// cluster. A namespace's caches start when its first WorkloadSpread appears and stop a
-/// grace period after the last one went.
+/// grace period after the last one went. Pods are cached only without the counter
+/// (`--no-counter`: the policy lists a namespace's pending pods at each admission); with
+/// it see [`with_the_counter_pods_are_read_live_not_watched`].
 #[tokio::test]
 async fn only_namespaces_holding_a_workloadspread_are_cached() -> Result<()> {
     let Some(policy) = policy_wasm()? else {
@@ -209,6 +211,7 @@ async fn only_namespaces_holding_a_workloadspread_are_cached() -> Result<()> {
         policy.display().to_string(),
         "--namespace-cache-grace-seconds".into(),
         "1".into(),
+        "--no-counter".into(),
     ];
     let host = HostProcess::start(host_bin(), cluster.kubeconfig(), &args).await?;
     let pods_cached = |ns: &'static str, want: Option<f64>| {
@@ -251,6 +254,73 @@ async fn only_namespaces_holding_a_workloadspread_are_cached() -> Result<()> {
     )
     .await?;
     ensure!(cached_objects(&host, "Pod", spread.name()).await? == Some(5.0));
+    Ok(())
+}
+
+/// Issue #43: with the counter, the host does not watch pods at all — the policy reads a
+/// pod only for an eviction, and a watch would have the API server send (and the host
+/// decode) every event of every pod of a spread namespace, several per admitted pod. The
+/// spread namespace's other kinds are watched; an eviction's pod is read live and
+/// answered.
+#[tokio::test]
+async fn with_the_counter_pods_are_read_live_not_watched() -> Result<()> {
+    let Some(policy) = policy_wasm()? else {
+        return Ok(());
+    };
+    let cluster = cluster()?;
+    let spread = cluster.namespace("live-pods").await?;
+    ws_crd(&spread.client()).await?;
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p0"},
+        "spec": {"containers": [{"name": "c", "image": "i"}]}}))?;
+    spread
+        .api::<Pod>()
+        .create(&PostParams::default(), &pod)
+        .await?;
+    let target = json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"});
+    let ws: DynamicObject = serde_json::from_value(json!({"apiVersion": "apps.kruise.io/v1beta1",
+        "kind": "WorkloadSpread", "metadata": {"name": "web", "namespace": spread.name()},
+        "spec": {"targetRef": target, "subsets": [{"name": "a"}]}}))?;
+    Api::<DynamicObject>::namespaced_with(spread.client(), spread.name(), &ws_resource())
+        .create(&PostParams::default(), &ws)
+        .await?;
+    let args = ["--policy".to_string(), policy.display().to_string()];
+    let host = HostProcess::start(host_bin(), cluster.kubeconfig(), &args).await?;
+    let ns = spread.name().to_string();
+    wait_for(
+        "the spread namespace's ReplicaSets watched",
+        Duration::from_secs(30),
+        || {
+            let (host, ns) = (&host, ns.clone());
+            async move {
+                Ok((cached_objects(host, "ReplicaSet", &ns).await? == Some(0.0)).then_some(()))
+            }
+        },
+    )
+    .await?;
+    let cached = cached_objects(&host, "Pod", &ns).await?;
+    ensure!(
+        cached.is_none(),
+        "{cached:?} pods cached beside the counter"
+    );
+    let pod_reads = || host.metric_with("workloadspread_host_live_reads_total", "kind=\"Pod\"");
+    let before = pod_reads().await?;
+    for (uid, name) in [("evict-p0", "p0"), ("evict-gone", "gone")] {
+        let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": name}});
+        let review = pod_review(uid, &ns, "CREATE", "eviction", eviction);
+        let (code, body) = host.post("/mutate", &review).await?;
+        ensure!(
+            code == 200 && serde_json::from_str::<Value>(&body)?["response"]["allowed"] == true,
+            "eviction of {name}: {code} {body}"
+        );
+    }
+    let reads = pod_reads().await? - before;
+    ensure!(reads == 2.0, "{reads} live pod reads for two evictions");
+    let cached = cached_objects(&host, "Pod", &ns).await?;
+    ensure!(
+        cached.is_none(),
+        "{cached:?} pods cached after the evictions"
+    );
     Ok(())
 }
 

@@ -4,6 +4,10 @@ use std::cell::RefCell;
 use workloadspread_core::fields::FieldSelector;
 use workloadspread_core::masks::Mask;
 
+fn owner<'a>(controller: &'a ObjectRef, labels: &'a Labels) -> PodOwner<'a> {
+    PodOwner { controller, labels }
+}
+
 /// A change to the namespace's objects.
 type Change = fn(&mut Vec<Value>);
 
@@ -175,7 +179,15 @@ fn lookup_by(
         }))
     };
     let kinds = WorkloadKinds::default();
-    matching_workloadspread(ns, "demo", &rs, &labels, &kinds, how, owner_of)
+    matching_workloadspread(
+        ns,
+        "demo",
+        owner(&rs, &labels),
+        &kinds,
+        how,
+        owner_of,
+        |_| &[],
+    )
 }
 
 const MASKED_LIST: &str = r#"list WorkloadSpread ["metadata.name", "metadata.deletionTimestamp", "spec.targetRef", "spec.targetFilter"]"#;
@@ -339,13 +351,31 @@ fn a_failed_owner_lookup_falls_back_to_the_list() {
     let kinds = WorkloadKinds::default();
     let labels = Labels::new();
     let how = SpreadLookup::TargetName;
-    let found = matching_workloadspread(&ns, "demo", &rs, &labels, &kinds, how, failing).unwrap();
+    let found = matching_workloadspread(
+        &ns,
+        "demo",
+        owner(&rs, &labels),
+        &kinds,
+        how,
+        failing,
+        |_| &[],
+    )
+    .unwrap();
     assert!(found.is_none());
     assert_eq!(ns.calls.borrow()[0], MASKED_LIST);
     // A spread of the ReplicaSet itself needs no owner: found through the list.
     ns.objects.borrow_mut().push(spread("rs-direct", "web-5d"));
     ns.objects.borrow_mut().last_mut().unwrap()["spec"]["targetRef"]["kind"] = json!("ReplicaSet");
-    let found = matching_workloadspread(&ns, "demo", &rs, &labels, &kinds, how, failing).unwrap();
+    let found = matching_workloadspread(
+        &ns,
+        "demo",
+        owner(&rs, &labels),
+        &kinds,
+        how,
+        failing,
+        |_| &[],
+    )
+    .unwrap();
     assert_eq!(found.unwrap().name(), "rs-direct");
 }
 

@@ -66,6 +66,18 @@ enum Cache {
     Cluster(Store<DynamicObject>),
     /// A watch per namespace that holds a WorkloadSpread.
     PerNamespace(Arc<NamespaceStores>),
+    /// No watch: every read is live ([`is_read_live`]).
+    Live,
+}
+
+/// Whether `kind` is read live instead of watched: pods, when the counter answers. The
+/// policy then reads a pod only for an eviction (`policy::pods::evict`; a create or delete
+/// carries its pod, the counter reads what it needs itself), while a watch would have the
+/// API server send, and the host decode, every event of every pod of a spread namespace —
+/// several per admitted pod (#43). Without the counter the policy lists the namespace's
+/// pending pods at each admission: those come from the watch.
+fn is_read_live(api_version: &str, kind: &str, counter: bool) -> bool {
+    counter && api_version == "v1" && kind == "Pod"
 }
 
 #[derive(Default)]
@@ -102,7 +114,7 @@ fn store_for(r: &Reflected, namespace: Option<&str>) -> Option<Store<DynamicObje
     let store = match (&r.cache, namespace) {
         (Cache::Cluster(s), _) => s.clone(),
         (Cache::PerNamespace(m), Some(ns)) => m.store(ns)?,
-        (Cache::PerNamespace(_), None) => return None,
+        (Cache::PerNamespace(_), None) | (Cache::Live, _) => return None,
     };
     synced(&store).then_some(store)
 }
@@ -207,6 +219,8 @@ impl KubeCapabilities {
                 c.use_reflector(store.clone());
             }
             Cache::Cluster(store)
+        } else if is_read_live(api_version, kind, self.committer.is_some()) {
+            Cache::Live
         } else {
             Cache::PerNamespace(Arc::default())
         };

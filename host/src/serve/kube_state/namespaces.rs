@@ -65,7 +65,7 @@ impl KubeCapabilities {
             .values()
             .filter_map(|r| match &r.cache {
                 Cache::PerNamespace(m) => Some((r.resource.clone(), m.clone())),
-                Cache::Cluster(_) => None,
+                Cache::Cluster(_) | Cache::Live => None,
             })
             .collect();
         for (resource, stores) in per_namespace {

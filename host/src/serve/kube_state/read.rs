@@ -22,7 +22,7 @@ impl KubeCapabilities {
                     namespace, name, ..
                 },
                 Some(r),
-            ) => mask.apply(&self.get(r, namespace.as_deref(), name)?),
+            ) => self.get(r, namespace.as_deref(), name, &mask)?,
             (
                 KubeRead::List {
                     namespace,
@@ -83,7 +83,14 @@ impl KubeCapabilities {
         serde_json::to_vec(&answer).map_err(|e| e.to_string())
     }
 
-    fn get(&self, r: &Reflected, namespace: Option<&str>, name: &str) -> Result<Value, String> {
+    /// One object, pruned to `mask` (a cached one without serialising what it drops).
+    fn get(
+        &self,
+        r: &Reflected,
+        namespace: Option<&str>,
+        name: &str,
+        mask: &Mask,
+    ) -> Result<Value, String> {
         let mut key = ObjectRef::new_with(name, r.resource.clone());
         if let (true, Some(ns)) = (r.namespaced, namespace) {
             key = key.within(ns);
@@ -97,17 +104,18 @@ impl KubeCapabilities {
                     name,
                 ));
             }
-            return Ok(with_type(&o, &r.resource));
+            return Ok(masked(&o, &r.resource, mask));
         }
         // The watch may lag behind an object created just now: ask the API server.
-        self.live_get(
+        let live = self.live_get(
             &Discovered {
                 resource: r.resource.clone(),
                 namespaced: r.namespaced,
             },
             namespace,
             name,
-        )
+        )?;
+        Ok(mask.apply(&live))
     }
 
     /// From now on, `kind` (readable but not reflected from the start: a custom workload
@@ -384,7 +392,9 @@ fn not_found(api_version: &str, kind: &str, namespace: Option<&str>, name: &str)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use workloadspread_core::masks::{PENDING_POD_FIELDS, WORKLOADSPREAD_TARGET_FIELDS};
+    use workloadspread_core::masks::{
+        PENDING_POD_FIELDS, WORKLOADSPREAD_SPEC_FIELDS, WORKLOADSPREAD_TARGET_FIELDS,
+    };
 
     /// Masking a cached object entry by entry gives what masking it whole gives, for
     /// the masks the policy sends and a few others.
@@ -408,8 +418,9 @@ mod tests {
             "status": {"observedGeneration": 2}}))
         .unwrap();
         let whole = with_type(&o, &resource);
-        let masks: [&[&str]; 6] = [
+        let masks: [&[&str]; 7] = [
             WORKLOADSPREAD_TARGET_FIELDS,
+            WORKLOADSPREAD_SPEC_FIELDS,
             PENDING_POD_FIELDS,
             &["metadata"],
             &["metadata.labels.a", "spec.subsets.name"],
