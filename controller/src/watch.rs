@@ -7,7 +7,7 @@ use crate::pod_caches::{self, PodCaches};
 use crate::reconciler::{self, workloadspread_resource, Context};
 use crate::workloads::Workloads;
 use crate::RunArgs;
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use axum::routing::get;
 use futures::{FutureExt as _, StreamExt};
 use k8s_openapi::api::core::v1::Node;
@@ -24,23 +24,11 @@ use std::time::Duration;
 /// default (up to 15 times, after the server's Retry-After), but a 429 to an eviction is
 /// a PodDisruptionBudget's "not now", which rebalancing retries an interval later.
 async fn clients(path: Option<&std::path::PathBuf>) -> Result<(Client, Client)> {
-    let config = match path {
-        Some(p) => {
-            let kc = kube::config::Kubeconfig::read_from(p)
-                .with_context(|| format!("reading {}", p.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
-        }
-        None => kube::Config::infer().await?,
-    };
-    let mut config = config;
-    // The API server names this controller's writes after it (managedFields), which is
-    // how a rival writer of a WorkloadSpread's status is told apart (`core::contest`).
-    config.headers.push((
-        axum::http::header::USER_AGENT,
-        axum::http::HeaderValue::from_str(&workloadspread_core::contest::user_agent(
-            workloadspread_core::contest::CONTROLLER_MANAGER,
-        ))?,
-    ));
+    let config = workloadspread_kube::client::config(
+        path.map(std::path::PathBuf::as_path),
+        workloadspread_core::contest::CONTROLLER_MANAGER,
+    )
+    .await?;
     let mut no_retry = config.clone();
     no_retry.default_retry = false;
     let evictions = Client::try_from(no_retry)?;
@@ -241,7 +229,7 @@ async fn run_controller(
                 let _ = lost.await;
             };
             tokio::select! {
-                _ = shutdown_signal() => tracing::info!("shutting down"),
+                _ = workloadspread_kube::signal::shutdown("controller") => tracing::info!("shutting down"),
                 _ = lost => tracing::error!("stopping: not the leader any more"),
             }
         });
@@ -417,37 +405,5 @@ async fn serve_metrics(addr: std::net::SocketAddr, metrics: Arc<Metrics>, readin
             }
         }
         Err(e) => tracing::error!("metrics server cannot listen on {addr}: {e}"),
-    }
-}
-
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            // Without a SIGTERM handler Ctrl-C may still stop the controller gracefully.
-            Err(e) => {
-                tracing::warn!(
-                    "cannot handle SIGTERM ({e}): only Ctrl-C stops the controller gracefully"
-                );
-                ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    ctrl_c().await;
-}
-
-/// Returns on Ctrl-C; never, when SIGINT cannot be handled (an error there is no request
-/// to stop: taking it for one would stop the controller the moment it started serving).
-async fn ctrl_c() {
-    if let Err(e) = tokio::signal::ctrl_c().await {
-        tracing::warn!("cannot handle Ctrl-C ({e}): the controller stops only when killed");
-        std::future::pending::<()>().await;
     }
 }

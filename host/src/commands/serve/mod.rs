@@ -6,7 +6,7 @@ use super::{default_policy, settings, PolicyArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 pub use setup::{conversion_endpoint, kube_client, policy_metadata};
-use setup::{load_policy, shutdown_signal, targets, tls};
+use setup::{load_policy, targets, tls};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -419,7 +419,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         listener,
         Some(tls.config),
         crate::serve::router(app),
-        shutdown_signal(),
+        workloadspread_kube::signal::shutdown("host"),
         options,
     )
     .await?;

@@ -10,24 +10,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The host's API client (`workloadspread_kube::client`: named `workloadspread-host`).
 pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
-        }
-        None => kube::Config::infer().await?,
-    };
-    let mut config = config;
-    // The API server names this host's writes after it (managedFields), which is how a
-    // rival writer of a WorkloadSpread's status is told apart (`core::contest`).
-    config.headers.push((
-        axum::http::header::USER_AGENT,
-        axum::http::HeaderValue::from_str(&workloadspread_core::contest::user_agent(
-            workloadspread_core::contest::HOST_MANAGER,
-        ))?,
-    ));
+    let config = workloadspread_kube::client::config(
+        kubeconfig.map(PathBuf::as_path),
+        workloadspread_core::contest::HOST_MANAGER,
+    )
+    .await?;
     Ok(kube::Client::try_from(config)?)
 }
 
@@ -323,36 +312,4 @@ pub fn conversion_endpoint(args: &ServeArgs) -> Result<crate::serve::convert::En
         name: name.into(),
         port,
     })
-}
-
-pub(super) async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            // Without a SIGTERM handler Ctrl-C may still stop the host gracefully.
-            Err(e) => {
-                tracing::warn!(
-                    "cannot handle SIGTERM ({e}): only Ctrl-C stops the host gracefully"
-                );
-                ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    ctrl_c().await;
-}
-
-/// Returns on Ctrl-C; never, when SIGINT cannot be handled (an error there is no request
-/// to stop: taking it for one would stop the host the moment it started serving).
-async fn ctrl_c() {
-    if let Err(e) = tokio::signal::ctrl_c().await {
-        tracing::warn!("cannot handle Ctrl-C ({e}): the host stops only when killed");
-        std::future::pending::<()>().await;
-    }
 }

@@ -1,0 +1,35 @@
+//! When a component stops.
+
+/// Resolves on SIGTERM or Ctrl-C (SIGINT): the request to stop gracefully. `component`
+/// names the process in the warnings. Should SIGTERM not be handleable, Ctrl-C still
+/// stops it; should SIGINT not be either, only SIGTERM does (an error there is no request
+/// to stop: taking it for one would stop a process the moment it started serving).
+pub async fn shutdown(component: &str) {
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c(component) => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "cannot handle SIGTERM ({e}): only Ctrl-C stops the {component} gracefully"
+                );
+                ctrl_c(component).await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    ctrl_c(component).await;
+}
+
+/// Returns on Ctrl-C; never, when SIGINT cannot be handled.
+async fn ctrl_c(component: &str) {
+    if let Err(e) = tokio::signal::ctrl_c().await {
+        tracing::warn!("cannot handle Ctrl-C ({e}): the {component} stops only when killed");
+        std::future::pending::<()>().await;
+    }
+}
