@@ -88,6 +88,13 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// Whether admissions count through the counter capability when a host offers it
+    /// (`offered`): `best-effort` never does, and lists the namespace's pending pods at
+    /// each admission instead. (`pods::use_counter` also asks the host's protocol.)
+    pub fn counts_with_counter(&self, offered: bool) -> bool {
+        offered && self.mode != Mode::BestEffort
+    }
+
     /// Built-in workload kinds plus the configured custom ones.
     pub fn workload_kinds(&self) -> WorkloadKinds {
         WorkloadKinds {

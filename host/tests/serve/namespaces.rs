@@ -164,9 +164,10 @@ async fn cached_objects(host: &HostProcess, kind: &str, namespace: &str) -> Resu
 /// Issue #19 (3): the host caches pods (and every other namespaced kind) only in the
 /// namespaces that hold a WorkloadSpread — memory follows what is spread, not the
 /// cluster. A namespace's caches start when its first WorkloadSpread appears and stop a
-/// grace period after the last one went. Pods are cached only without the counter
-/// (`--no-counter`: the policy lists a namespace's pending pods at each admission); with
-/// it see [`with_the_counter_pods_are_read_live_not_watched`].
+/// grace period after the last one went. Pods are cached only where the policy does not
+/// count with the counter (`mode: best-effort` here, or `--no-counter`: the policy lists
+/// a namespace's pending pods at each admission); with it see
+/// [`with_the_counter_pods_are_read_live_not_watched`].
 #[tokio::test]
 async fn only_namespaces_holding_a_workloadspread_are_cached() -> Result<()> {
     let Some(policy) = policy_wasm()? else {
@@ -211,7 +212,9 @@ async fn only_namespaces_holding_a_workloadspread_are_cached() -> Result<()> {
         policy.display().to_string(),
         "--namespace-cache-grace-seconds".into(),
         "1".into(),
-        "--no-counter".into(),
+        // The counter is offered, but the settings do not count with it.
+        "--settings-json".into(),
+        r#"{"mode": "best-effort"}"#.into(),
     ];
     let host = HostProcess::start(host_bin(), cluster.kubeconfig(), &args).await?;
     let pods_cached = |ns: &'static str, want: Option<f64>| {

@@ -321,10 +321,13 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         crate::serve::allow_list_from_metadata(&policy_metadata(args.metadata.as_ref(), &module)?)
             .with_custom_workloads(&settings);
     startup.step("discovering the kinds the policy reads");
+    // Settings that do not parse watch pods; the policy's validation below refuses them.
+    let counting = serde_json::from_value::<workloadspread_policy::Settings>(settings.clone())
+        .is_ok_and(|s| s.counts_with_counter(committer.is_some()));
     let caps = crate::serve::kube_state::KubeCapabilities::start(
         client.clone(),
         allow,
-        committer.clone(),
+        (committer.clone(), counting),
         metrics.clone(),
         Duration::from_secs(args.namespace_cache_grace_seconds),
     )

@@ -70,14 +70,15 @@ enum Cache {
     Live,
 }
 
-/// Whether `kind` is read live instead of watched: pods, when the counter answers. The
+/// Whether `kind` is read live instead of watched: pods, when the policy counts through
+/// the counter (`counting`: offered, and the settings' mode is not `best-effort`). The
 /// policy then reads a pod only for an eviction (`policy::pods::evict`; a create or delete
 /// carries its pod, the counter reads what it needs itself), while a watch would have the
 /// API server send, and the host decode, every event of every pod of a spread namespace —
 /// several per admitted pod (#43). Without the counter the policy lists the namespace's
 /// pending pods at each admission: those come from the watch.
-fn is_read_live(api_version: &str, kind: &str, counter: bool) -> bool {
-    counter && api_version == "v1" && kind == "Pod"
+fn is_read_live(api_version: &str, kind: &str, counting: bool) -> bool {
+    counting && api_version == "v1" && kind == "Pod"
 }
 
 #[derive(Default)]
@@ -134,6 +135,8 @@ pub struct KubeCapabilities {
     /// Allowed kinds the API server did not serve at the last discovery.
     unserved: Mutex<BTreeSet<KindKey>>,
     committer: Option<Arc<Committer>>,
+    /// Whether the policy counts through `committer` ([`is_read_live`]).
+    counting: bool,
     discovered: Mutex<HashMap<KindKey, Discovered>>,
     metrics: Arc<Metrics>,
     lookups: lookup::Lookups,
@@ -148,11 +151,12 @@ fn is_required(api_version: &str, kind: &str) -> bool {
 
 impl KubeCapabilities {
     /// Discovers and starts a reflector per allowed (apiVersion, kind); kinds the cluster
-    /// does not serve are discovered again in the background (module doc).
+    /// does not serve are discovered again in the background (module doc). `counting`:
+    /// the policy's settings count through `committer` (`Settings::counts_with_counter`).
     pub async fn start(
         client: Client,
         allow: AllowList,
-        committer: Option<Arc<Committer>>,
+        (committer, counting): (Option<Arc<Committer>>, bool),
         metrics: Arc<Metrics>,
         namespace_grace: Duration,
     ) -> anyhow::Result<Arc<Self>> {
@@ -162,6 +166,7 @@ impl KubeCapabilities {
             allow,
             reflected: RwLock::new(HashMap::new()),
             unserved: Mutex::new(BTreeSet::new()),
+            counting: counting && committer.is_some(),
             committer,
             discovered: Default::default(),
             metrics,
@@ -219,7 +224,7 @@ impl KubeCapabilities {
                 c.use_reflector(store.clone());
             }
             Cache::Cluster(store)
-        } else if is_read_live(api_version, kind, self.committer.is_some()) {
+        } else if is_read_live(api_version, kind, self.counting) {
             Cache::Live
         } else {
             Cache::PerNamespace(Arc::default())

@@ -129,17 +129,24 @@ impl KubeCapabilities {
             return;
         }
         let stores = Arc::<NamespaceStores>::default();
+        let live = is_read_live(api_version, kind, self.counting);
         let key = (api_version.to_string(), kind.to_string());
         match self.write_reflected().entry(key) {
             std::collections::hash_map::Entry::Occupied(_) => return,
             std::collections::hash_map::Entry::Vacant(v) => v.insert(Reflected {
                 resource: d.resource.clone(),
                 namespaced: true,
-                cache: Cache::PerNamespace(stores.clone()),
+                cache: match live {
+                    true => Cache::Live,
+                    false => Cache::PerNamespace(stores.clone()),
+                },
                 targets: None,
                 contests: None,
             }),
         };
+        if live {
+            return;
+        }
         self.watch_now(&d.resource, &stores);
     }
 
