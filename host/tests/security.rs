@@ -36,6 +36,7 @@ mod starvation;
 /// the header timeout, and the host's peak memory stays under its limit.
 #[tokio::test]
 async fn slow_and_large_requests_leave_admissions_answered() -> Result<()> {
+    let _machine = attack_alone().await;
     let Some(policy) = policy_wasm()? else {
         return Ok(());
     };
@@ -155,6 +156,7 @@ async fn slow_and_large_requests_leave_admissions_answered() -> Result<()> {
 /// presents the cluster's webhook client certificate) and refuses everyone else.
 #[tokio::test]
 async fn with_client_certificates_only_the_api_server_is_answered() -> Result<()> {
+    let _machine = beside_others().await;
     let Some(policy) = policy_wasm()? else {
         return Ok(());
     };
@@ -264,6 +266,7 @@ async fn with_client_certificates_only_the_api_server_is_answered() -> Result<()
 /// take the burst plus the rate; a forged request past the limit is refused outright.
 #[tokio::test]
 async fn a_namespace_flood_of_claims_is_rate_limited() -> Result<()> {
+    let _machine = beside_others().await;
     let Some(stack) =
         Stack::start_with("claim-rate", &["--claim-rate=0.5", "--claim-burst=5"], &[]).await?
     else {
@@ -318,6 +321,7 @@ async fn a_namespace_flood_of_claims_is_rate_limited() -> Result<()> {
 /// window — and counts it. A real pod's claim is kept.
 #[tokio::test]
 async fn claims_whose_pods_never_appear_are_dropped_early() -> Result<()> {
+    let _machine = beside_others().await;
     let Some(stack) = Stack::start_with("early-drop", &[], &["--creating-drop-seconds=3"]).await?
     else {
         return Ok(());
@@ -408,6 +412,7 @@ async fn claims_whose_pods_never_appear_are_dropped_early() -> Result<()> {
 /// seconds.
 #[tokio::test]
 async fn generated_certificates_rotate_without_refusing_admissions() -> Result<()> {
+    let _machine = beside_others().await;
     let Some(policy) = policy_wasm()? else {
         return Ok(());
     };
@@ -533,6 +538,7 @@ async fn generated_certificates_rotate_without_refusing_admissions() -> Result<(
 #[tokio::test]
 async fn a_bundle_the_host_may_not_write_is_reported_before_its_certificate_expires() -> Result<()>
 {
+    let _machine = beside_others().await;
     let Some(policy) = policy_wasm()? else {
         return Ok(());
     };
@@ -618,6 +624,7 @@ async fn a_bundle_the_host_may_not_write_is_reported_before_its_certificate_expi
 /// conversion of a CRD this project did not ship at itself (OpenKruise's has our name).
 #[tokio::test]
 async fn uninstall_removes_what_points_at_the_host_and_foreign_crds_are_left_alone() -> Result<()> {
+    let _machine = beside_others().await;
     let Some(policy) = policy_wasm()? else {
         return Ok(());
     };

@@ -71,6 +71,7 @@ async fn trusted(client: &kube::Client, name: &str) -> Result<String> {
 
 #[tokio::test]
 async fn a_renewed_ca_from_files_refuses_no_admission() -> Result<()> {
+    let _machine = beside_others().await;
     let Some(policy) = policy_wasm()? else {
         return Ok(());
     };

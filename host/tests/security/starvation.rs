@@ -94,6 +94,7 @@ async fn idle(port: u16, cap: Duration) -> Result<Duration> {
 
 #[tokio::test]
 async fn slow_bodies_and_idle_connections_leave_admissions_answered() -> Result<()> {
+    let _machine = attack_alone().await;
     let Some(policy) = policy_wasm()? else {
         return Ok(());
     };

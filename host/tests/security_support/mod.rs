@@ -15,6 +15,24 @@ use workloadspread_testkit::{cluster, unique_name, TestNamespace};
 
 pub const MATCHED: &str = "apps.kruise.io/matched-workloadspread";
 
+/// The attacks (`slow_and_large_requests_…`, `starvation::…`: 8 MiB bodies, hundreds of
+/// slow connections) load both cores on purpose and accept admissions slowed to the
+/// webhook timeout. A test beside one that asserts no admission is refused would measure
+/// the attack, not itself (seen in CI: the rotation test's claim outwaited its 7 s
+/// counter budget while 8 MiB bodies were parsed beside it). Attacks hold
+/// [`attack_alone`], every other test [`beside_others`].
+static MACHINE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// Held by an attack for its whole run: no other test of this binary runs meanwhile.
+pub async fn attack_alone() -> tokio::sync::RwLockWriteGuard<'static, ()> {
+    MACHINE.write().await
+}
+
+/// Held by every test that is not an attack: such tests run beside each other.
+pub async fn beside_others() -> tokio::sync::RwLockReadGuard<'static, ()> {
+    MACHINE.read().await
+}
+
 pub fn host_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_workloadspread-host"))
 }
