@@ -157,6 +157,11 @@ struct State {
     /// (version, subset) → what it held when its maximum was lowered below that (the
     /// bound until it is down to the maximum; lowered as pods leave).
     held: BTreeMap<(String, String), i64>,
+    /// The same by the status: what (version, subset) counted (pods, claims in flight,
+    /// placeholders) when its maximum was lowered below that; lowered as it shrinks.
+    /// Kept apart from `held`: a placeholder that becomes a pod leaves the status' count
+    /// as it was, yet adds a pod.
+    held_status: BTreeMap<(String, String), i64>,
     report: Report,
 }
 
@@ -183,6 +188,7 @@ impl State {
 
     fn workloadspread(&mut self, ws: &Value) {
         self.report.status_events += 1;
+        let mut lowered_now = std::collections::BTreeSet::new();
         if let Some(subsets) = ws["spec"]["subsets"].as_array() {
             let before: BTreeMap<String, Option<i64>> = self
                 .maxima
@@ -198,26 +204,48 @@ impl State {
                     ))
                 })
                 .collect();
-            let keys: std::collections::BTreeSet<(String, String)> =
-                self.pods.values().cloned().collect();
-            for key in keys {
-                let (old, new) = (before.get(&key.1).copied().flatten(), self.max_of(&key.1));
-                let lowered = match (old, new) {
-                    (Some(o), Some(n)) => n < o,
+            for (subset, old) in &before {
+                let lowered = match (old, self.max_of(subset)) {
+                    (Some(o), Some(n)) => n < *o,
                     (None, Some(_)) => true,
                     _ => false,
                 };
+                if lowered {
+                    lowered_now.insert(subset.clone());
+                }
+            }
+            let keys: std::collections::BTreeSet<(String, String)> =
+                self.pods.values().cloned().collect();
+            for key in keys {
+                let new = self.max_of(&key.1);
                 let count = self.count_of(&key);
-                if lowered && new.is_some_and(|n| count > n) {
+                if lowered_now.contains(&key.1) && new.is_some_and(|n| count > n) {
                     self.held.insert(key.clone(), count);
                 }
             }
         }
-        for ((version, subset), occupancy) in occupancy(&ws["status"]) {
+        let occupied = occupancy(&ws["status"]);
+        // What the status held when a maximum was lowered below it may stay, shrinking.
+        self.held_status
+            .retain(|k, _| occupied.get(k).is_some_and(|o| *o > 0));
+        for ((version, subset), occupancy) in occupied {
             let seen = self.report.max_occupancy.entry(subset.clone()).or_default();
             *seen = (*seen).max(occupancy);
             let key = (version, subset.clone());
-            if let Some(max) = self.bound_of(&key).filter(|m| occupancy > *m) {
+            let max = self.max_of(&subset);
+            if lowered_now.contains(&subset) && max.is_some_and(|m| occupancy > m) {
+                self.held_status.insert(key.clone(), occupancy);
+            }
+            let bound = self
+                .bound_of(&key)
+                .map(|b| self.held_status.get(&key).map_or(b, |h| b.max(*h)));
+            if let Some(held) = self.held_status.get_mut(&key) {
+                *held = (*held).min(occupancy);
+                if max.is_none_or(|m| *held <= m) {
+                    self.held_status.remove(&key);
+                }
+            }
+            if let Some(max) = bound.filter(|m| occupancy > *m) {
                 let violation = Violation {
                     after: self.elapsed(),
                     subset,
@@ -560,6 +588,48 @@ mod tests {
             s.report.violations.len(),
             3,
             "held is gone once down to the max"
+        );
+    }
+
+    /// Lowered below what the status counts (2 pods and a placeholder): the status may
+    /// keep that count, shrinking; the pods are bounded by what they were (a placeholder
+    /// that becomes a pod adds one), and a new claim is over.
+    #[test]
+    fn a_lowered_maximum_bounds_the_status_by_what_it_counted() {
+        let mut s = State {
+            replicas: 10,
+            ..Default::default()
+        };
+        let ws = |max: i64, creating: Value| {
+            json!({"spec": {"subsets": [{"name": "a", "maxReplicas": max}, {"name": "b"}]},
+                "status": {"versionedSubsetStatuses": {"": [{"name": "a", "replicas": 2, "creatingPods": creating}]}}})
+        };
+        let pod = |name: &str| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": name, "annotations": {
+                MATCHED: json!({"name": "web", "subset": "a"}).to_string()}}}))
+            .unwrap()
+        };
+        s.workloadspread(&ws(4, json!({"~h.1": "t"})));
+        for n in ["p1", "p2"] {
+            s.pod("web", &pod(n), false);
+        }
+        s.workloadspread(&ws(2, json!({"~h.1": "t"})));
+        s.workloadspread(&ws(2, json!({"~h.1": "t"})));
+        assert!(s.report.violations.is_empty(), "{:?}", s.report.violations);
+        s.pod("web", &pod("p3"), false);
+        assert_eq!(
+            s.report.violations.len(),
+            1,
+            "the placeholder handed out: a third pod"
+        );
+        s.workloadspread(&ws(2, json!({"~h.1": "t", "p4": "t"})));
+        assert_eq!(s.report.violations.len(), 2, "a claim written on top");
+        s.workloadspread(&ws(2, json!({})));
+        s.workloadspread(&ws(2, json!({"p5": "t"})));
+        assert_eq!(
+            s.report.violations.len(),
+            3,
+            "down to the maximum: held is gone"
         );
     }
 

@@ -35,10 +35,12 @@ use workloadspread_testkit::{cluster, wait_for};
 /// a full subset. (Dropping them all, as before, freed slots whose pods exist: a went
 /// over 10.)
 ///
-/// So that the kill surely lands before a settle, the doomed replica is cut off from the
-/// API server (its connections hang) from its first hand-out on: it keeps answering
-/// claims from its placeholders, none of which can be settled, and is killed once a pod
-/// names a placeholder the status still holds — the fault is checked to have happened.
+/// So that the kill surely lands before a settle, the doomed replica settles 3 s after
+/// a hand-out, is cut off from the API server (its connections hang) once a pod names a
+/// placeholder the status still holds — the fault is checked to have happened — and
+/// killed at once. (It is no longer cut off from its first hand-out on: a cut-off host
+/// answers no claim from a placeholder, as the read that confirms a hand-out's spec
+/// hangs too.)
 #[tokio::test]
 async fn a_killed_hosts_handed_out_placeholders_keep_their_pods_slots() -> Result<()> {
     let kubeconfig = cluster()?.kubeconfig();
@@ -53,7 +55,9 @@ async fn a_killed_hosts_handed_out_placeholders_keep_their_pods_slots() -> Resul
     scale(&deployments, 15).await?;
     let dead = r.hosts[0].holder().await?;
     first_hand_out(&r, 0).await?;
-    stats.hang.store(true, Ordering::SeqCst);
+    // Before the API server is cut off: a hand-out is answered only once a read confirms
+    // its spec (`fence.rs`), so a host cut off hands out nothing. The cut keeps its
+    // settles (3 s after the hand-outs) from landing before it is killed.
     let unsettled = wait_for(
         "a pod admitted into an unsettled placeholder",
         SETTLE,
@@ -63,6 +67,7 @@ async fn a_killed_hosts_handed_out_placeholders_keep_their_pods_slots() -> Resul
         },
     )
     .await?;
+    stats.hang.store(true, Ordering::SeqCst);
     r.hosts[0].kill();
     stats.hang.store(false, Ordering::SeqCst);
     eprintln!(
@@ -129,11 +134,17 @@ async fn an_api_outage_after_hand_outs_keeps_the_pods_slots() -> Result<()> {
     scale(&deployments, 15).await?;
     let cut = r.hosts[0].holder().await?;
     first_hand_out(&r, 0).await?;
+    // The outage begins once a pod holds an unsettled placeholder of the replica (a
+    // hand-out is answered only once a read confirms its spec: none while cut off).
+    let unsettled = wait_for("a pod in an unsettled placeholder", SETTLE, || async {
+        let keys = unsettled_hand_outs(&api, &r.ns, &cut).await?;
+        Ok((!keys.is_empty()).then_some(keys))
+    })
+    .await?;
     let outage = std::time::Instant::now();
     stats.hang.store(true, Ordering::SeqCst);
     // The outage lasts until the cut-off replica's settle write has failed (it comes
     // SLOW_SETTLE_MS after the hand-out, inside the outage), and at least 8 s.
-    let unsettled = unsettled_hand_outs(&api, &r.ns, &cut).await?;
     let failed = wait_for(
         "a settle write of the cut-off replica to fail",
         Duration::from_secs(30),

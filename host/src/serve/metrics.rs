@@ -93,6 +93,12 @@ pub enum ReservationEvent {
     /// Handed-out placeholders whose settle write failed: kept, and settled by the next
     /// write (or, given up, by whoever finds them stale).
     SettleFailed,
+    /// Reads of a WorkloadSpread's uid and generation that confirm hand-outs (one read
+    /// serves every hand-out decided before it began: `commit::fence`).
+    SpecRead,
+    /// Hand-outs withdrawn because the stored spec had moved past the copy they were
+    /// decided on (an edit the watch had not brought yet); the claims were decided again.
+    SpecMoved,
 }
 
 /// How a live list of a namespace's WorkloadSpreads ended (`kube_state::lookup`).
@@ -262,6 +268,8 @@ impl Metrics {
             ReservationEvent::StaleSettled,
             ReservationEvent::StaleDropped,
             ReservationEvent::SettleFailed,
+            ReservationEvent::SpecRead,
+            ReservationEvent::SpecMoved,
         ] {
             reservations
                 .get_or_create(&ReservationLabels { event })

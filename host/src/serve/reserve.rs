@@ -82,6 +82,9 @@ pub struct Handed {
     /// When it was handed out: a settle that keeps failing is given up after a while
     /// (whoever finds the placeholder stale settles it to the pod that names it).
     pub at: Instant,
+    /// Whether a read has shown that the spec it was decided on is the stored one
+    /// (`commit::fence`): only then is it answered, and settled.
+    pub confirmed: bool,
 }
 
 /// Placeholders to give back in one write.
@@ -267,6 +270,22 @@ impl Pool {
         placeholder: &str,
         key: &str,
         scale: Scale<'static>,
+        answer: ClaimResponse,
+    ) -> Option<ClaimResponse> {
+        let answer = self.take_unconfirmed(slot, placeholder, key, scale, answer)?;
+        self.confirm(key)?;
+        Some(answer)
+    }
+
+    /// [`Pool::take`] on a copy whose spec is not yet known to be the stored one: held
+    /// for the pod, neither answered nor settled until [`Pool::confirm`], given back by
+    /// [`Pool::withdraw`].
+    pub fn take_unconfirmed(
+        &mut self,
+        slot: &SlotKey,
+        placeholder: &str,
+        key: &str,
+        scale: Scale<'static>,
         mut answer: ClaimResponse,
     ) -> Option<ClaimResponse> {
         let s = self.slots.get_mut(slot)?;
@@ -288,11 +307,30 @@ impl Pool {
                 asked,
                 scale,
                 at: Instant::now(),
+                confirmed: false,
             },
         );
-        self.to_settle.push(key.to_string());
-        self.settle_since.get_or_insert_with(Instant::now);
         Some(answer)
+    }
+
+    /// The hand-out to `key`, confirmed: its answer, to give; it is settled from now on.
+    pub fn confirm(&mut self, key: &str) -> Option<ClaimResponse> {
+        let h = self.handed.get_mut(key)?;
+        if !h.confirmed {
+            h.confirmed = true;
+            self.to_settle.push(key.to_string());
+            self.settle_since.get_or_insert_with(Instant::now);
+        }
+        Some(h.answer.clone())
+    }
+
+    /// Gives back the hand-out to `key` unless it was confirmed (and so maybe answered):
+    /// its placeholder is unused again. False when nothing was given back.
+    pub fn withdraw(&mut self, key: &str) -> bool {
+        match self.handed.get(key) {
+            Some(h) if !h.confirmed => self.untake(key),
+            _ => false,
+        }
     }
 
     /// Undoes [`Pool::take`] for a pod the guest refused: its placeholder is unused

@@ -374,6 +374,76 @@ async fn a_lowered_maximum_converges_with_one_eviction_per_surplus_pod() -> Resu
     s.finish().await
 }
 
+/// A maximum lowered before the host sees it: the host's WorkloadSpread watch lags 3 s
+/// (`--watch-delay-ms`), so its copy still shows zone-a's old maximum (4) and the
+/// placeholder it reserved there under it, when zone-a's maximum is lowered to the 2 pods
+/// it holds and the Deployment scales 2 → 4. Zone-a stays at 2 at every observed moment:
+/// a hand-out waits for a read showing its copy's spec is the stored one, and here it is
+/// not, so the claims are decided on the stored spec. (Before: the next pod took the
+/// placeholder, zone-a went to 3 — seen in CI as a flake of the lowered-maximum test
+/// above, whenever the edit and a hand-out crossed.)
+#[tokio::test]
+async fn a_maximum_lowered_before_the_host_sees_it_admits_no_pod_above_it() -> Result<()> {
+    let host = ["--watch-delay-ms", "3000", "--settle-delay-ms", "5000"];
+    let Some(s) = Stack::start_with("lagging-watch", &host, &[]).await? else {
+        return Ok(());
+    };
+    let spec = |a: i64| {
+        json!({"targetRef": target("Deployment"), "subsets": [zone("a", "zone-a", json!(a)),
+            zone("b", "zone-b", json!(5)), zone("c", "zone-c", serde_json::Value::Null)]})
+    };
+    let (api, monitor) = super::ordinary::watched_spread(&s, spec(4), false).await?;
+    create_web_deployment(&s.ns, 2).await?;
+    wait_for(
+        "2 pods in zone-a and a placeholder beside them",
+        SETTLE,
+        || async {
+            let status = api.get("web").await?.data["status"].to_string();
+            let pods = live_pods(&s.ns).await?;
+            let in_a = counts(&pods).get("a").copied().unwrap_or(0);
+            Ok((in_a == 2 && pods.len() == 2 && status.contains("\"~")).then_some(()))
+        },
+    )
+    .await?;
+    let taken_before = reservations(&s, "Taken").await?;
+    api.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": spec(2)})),
+    )
+    .await?;
+    let deployments = s.ns.api::<k8s_openapi::api::apps::v1::Deployment>();
+    scale(&deployments, 4).await?;
+    let pods = settled(&s.ns, 4).await?;
+    let report = verdict(&s.ns, monitor, "a maximum lowered before the host saw it").await?;
+    let (taken, moved) = (
+        reservations(&s, "Taken").await? - taken_before,
+        reservations(&s, "SpecMoved").await?,
+    );
+    eprintln!("  placeholders taken after the edit: {taken}; hand-outs withdrawn: {moved}");
+    ensure!(
+        counts(&pods).get("a").copied().unwrap_or(0) <= 2,
+        "zone-a above its lowered maximum: {:?}",
+        counts(&pods)
+    );
+    ensure!(report.max_pods.get("a").copied().unwrap_or(0) <= 2);
+    // The race was run: a placeholder was taken on the old copy and withdrawn.
+    ensure!(
+        moved >= 1.0,
+        "no hand-out met the edit ({taken} taken): the scenario did not race"
+    );
+    s.finish().await
+}
+
+async fn reservations(s: &Stack, event: &str) -> Result<f64> {
+    s.host
+        .metric_with(
+            "workloadspread_host_reservations_total",
+            &format!("event=\"{event}\""),
+        )
+        .await
+}
+
 /// Churn with the controller stopped: one pod deleted (and recreated by its ReplicaSet)
 /// every 1.5 s for a minute. Nothing recounts, so every admission and deletion leaves an
 /// entry; the batches of the churn resolve those the host has seen for

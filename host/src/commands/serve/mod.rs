@@ -223,6 +223,10 @@ pub struct ServeArgs {
     /// (a slow host; a fault then surely lands between a hand-out and its settle).
     #[arg(long, default_value_t = 1000, hide = true)]
     pub settle_delay_ms: u64,
+    /// Fault tests only: each change the WorkloadSpread watch delivers reaches this host
+    /// this late (a slow watch: an edit is stored well before the host sees it).
+    #[arg(long, default_value_t = 0, hide = true)]
+    pub watch_delay_ms: u64,
 }
 
 pub fn serve(args: ServeArgs) -> Result<()> {
@@ -237,6 +241,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
     super::set_clock_offset(args.clock_offset_seconds);
     crate::serve::commit::set_late_reserve_answers(args.late_reserve_answers);
     crate::serve::commit::set_settle_delay(args.settle_delay_ms);
+    crate::serve::kube_state::set_watch_delay(args.watch_delay_ms);
     let worst = crate::serve::limits::worst_case_mib(
         args.max_concurrency,
         args.policy_args.max_memory_mib,

@@ -299,7 +299,7 @@ pub(super) fn take(
         &workloadspread_core::api::v1beta1::WorkloadSpreadStatus,
     ),
     (subset, key): (String, &str),
-    departed: &BTreeSet<String>,
+    (departed, confirmed): (&BTreeSet<String>, bool),
 ) -> Option<ClaimResponse> {
     let answer = ClaimResponse {
         subset: Some(subset.clone()),
@@ -308,7 +308,11 @@ pub(super) fn take(
         deletion_cost: claim_cost(ws, status, c, (&subset, departed), pool),
     };
     let slot = (c.pod.version.clone(), subset);
-    pool.take(&slot, key, super::claim_key(c), super::scale_of(c), answer)
+    let (claim_key, scale) = (super::claim_key(c), super::scale_of(c));
+    match confirmed {
+        true => pool.take(&slot, key, claim_key, scale, answer),
+        false => pool.take_unconfirmed(&slot, key, claim_key, scale, answer),
+    }
 }
 
 /// A claim with reserved slots on, as [`decide`] says: take one of ours, wait, or
@@ -320,14 +324,25 @@ fn claim_reserving(
     pool: &mut Pool,
     may_wait: bool,
 ) -> Applied1 {
-    // A retried request for a pod already given a placeholder gets the same answer.
+    // A retried request for a pod already given a placeholder gets the same answer,
+    // once that hand-out is confirmed (`fence.rs`); until then it waits.
     if let Some(h) = pool.handed(super::claim_key(c)) {
-        return Applied1::Now(Answer::Claim(h.answer.clone()));
+        return match h.confirmed {
+            true => Applied1::Now(Answer::Claim(h.answer.clone())),
+            false => Applied1::Wait,
+        };
     }
     let mut status = ws.status.clone().unwrap_or_default();
     match decide_claim(ws, &mut status, c, pool, facts, may_wait) {
         Decision::Take { subset, key } => {
-            match take(pool, c, (ws, &status), (subset, &key), facts.departed) {
+            // The copy was read live or confirmed (`attempt.rs`): answered at once.
+            match take(
+                pool,
+                c,
+                (ws, &status),
+                (subset, &key),
+                (facts.departed, true),
+            ) {
                 Some(answer) => Applied1::Now(Answer::Claim(answer)),
                 // Decided from the pool's own list: it holds it. Should it not, the claim
                 // comes again with the next write rather than spill.

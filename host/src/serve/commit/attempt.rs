@@ -4,6 +4,7 @@
 //! re-reads and re-applies, until the batch's deadline.
 
 use super::apply::{apply_decoded, decode, updated_object, Facts, Resolution};
+use super::fence::SpecId;
 use super::queue::still_awaited;
 use super::{
     internal, lock, Answer, Applied1, Committer, Listed, Op, Pending, Queue, QueueKey, Shared,
@@ -83,15 +84,23 @@ impl Committer {
                 true => None,
                 false => {
                     // A clone: claims answered without the queue read it meanwhile.
-                    let cached = lock(&queue.shared).cached.clone();
+                    let (cached, stored) = {
+                        let shared = lock(&queue.shared);
+                        (shared.cached.clone(), shared.fence.stored.clone())
+                    };
                     let reflected = self.reflected_arc(&key.0, name).map(|o| (*o).clone());
+                    // A copy behind the spec a read found stored is read again.
                     newer(cached, reflected)
+                        .filter(|o| stored.is_none_or(|s| !SpecId::of(&o.metadata).is_behind(&s)))
                 }
             };
-            let object = match known {
-                Some(o) => o,
+            let (object, live) = match known {
+                Some(o) => (o, false),
                 None => match read(api, name, budget).await {
-                    Ok(o) => o,
+                    Ok(o) => {
+                        lock(&queue.shared).fence.saw(SpecId::of(&o.metadata));
+                        (o, true)
+                    }
                     Err(Read::Gone(e)) => {
                         failure = Failure::Gone(e);
                         break;
@@ -127,6 +136,21 @@ impl Committer {
             // (`departures.rs`).
             let departed = self.departures(&key.0, &ws, &batch, budget).await;
             let overdue = self.overdue(queue, &ws, budget).await;
+            // A placeholder handed out on a copy not read now waits for a read, begun
+            // after the reads above, that shows its spec is the stored one (`fence.rs`);
+            // an edit since, a failed read, or no answer within the deadline: read live.
+            if !live && self.may_hand_out(queue, &batch) {
+                let spec = SpecId::of(&object.metadata);
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let confirm = self.spec_unchanged(key, queue, &spec, Instant::now());
+                if !matches!(tokio::time::timeout(left, confirm).await, Ok(true)) {
+                    failure = Failure::Other(format!(
+                        "confirming WorkloadSpread {name}'s spec before a hand-out"
+                    ));
+                    read_live = true;
+                    continue;
+                }
+            }
             let (outcomes, changed) = {
                 let mut shared = lock(&queue.shared);
                 let reserving = self.reserving.is_some();
@@ -161,9 +185,18 @@ impl Committer {
                 carried.extend(self.answer(queue, object, batch, outcomes));
                 return carried;
             };
-            self.metrics.status_writes.inc();
-            // What the read left of the deadline, not the read's own budget.
+            // What the read left of the deadline, not the read's own budget. None left: a
+            // write abandoned at once would only say "no answer in 0ns"; the loop's head
+            // answers what is due and carries the rest.
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                failure = Failure::Other(format!(
+                    "reading WorkloadSpread {name} and the pods it names left no time to write its status"
+                ));
+                read_live = true;
+                continue;
+            }
+            self.metrics.status_writes.inc();
             let budget = left.min(CALL_TIMEOUT);
             let params = PostParams::default();
             let reserves = batch.iter().any(|p| matches!(p.work, Work::Reserve { .. }));
@@ -223,6 +256,28 @@ impl Committer {
         );
         self.failed(queue, batch, &failure);
         carried
+    }
+
+    /// Whether applying `batch` may hand out a placeholder: a claim in a version where
+    /// this replica holds unused ones, one whose pod was given one already, or any claim
+    /// beside an unclaim (which may give one back).
+    fn may_hand_out(&self, queue: &Queue, batch: &[Pending]) -> bool {
+        if self.reserving.is_none() {
+            return false;
+        }
+        let shared = lock(&queue.shared);
+        // An unclaim ahead of a claim may put a placeholder back for it to take.
+        let gives_back = batch
+            .iter()
+            .any(|p| matches!(&p.work, Work::Op(Op::Unclaim(_))));
+        batch.iter().any(|p| match &p.work {
+            Work::Op(Op::Claim(c)) => {
+                gives_back
+                    || shared.pool.handed(super::claim_key(c)).is_some()
+                    || !shared.pool.unused(&c.pod.version).is_empty()
+            }
+            _ => false,
+        })
     }
 
     /// The stale placeholders of `ws` for this replica (seen for longer than the TTL on

@@ -3,10 +3,12 @@
 //! else — a write, a wait, a copy showing placeholders of ours the pool does not know
 //! yet, or deletions in the claim's version whose departure the queue must confirm
 //! first (`departures.rs`) — is left to the queue, which decides again on the copy it
-//! writes.
+//! writes. What it takes is answered only once [`super::fence`] confirms the copy's spec
+//! is the stored one.
 
 use super::apply::{decide_claim, take, Facts};
-use super::{lock, Committer, QueueKey};
+use super::fence::SpecId;
+use super::{lock, Committer, Queue, QueueKey};
 use crate::serve::metrics::ReservationEvent;
 use crate::serve::reserve::Pool;
 use std::collections::BTreeSet;
@@ -17,23 +19,38 @@ use workloadspread_core::counter::{ClaimRequest, ClaimResponse};
 
 impl Committer {
     /// A claim answered from one of this replica's placeholders, without a write: only
-    /// when the claim rules on the newest copy choose a subset where one is held.
+    /// when the claim rules on the newest copy choose a subset where one is held. A
+    /// placeholder taken now is [`Reserved::Taken`], unconfirmed: the caller confirms
+    /// the copy's spec is the stored one before answering (`fence.rs`).
     pub(super) fn from_reservation(
         self: &Arc<Self>,
         key: &QueueKey,
         c: &ClaimRequest,
-    ) -> Option<ClaimResponse> {
+    ) -> Option<Reserved> {
         self.reserving?;
         let queue = lock(&self.queues).get(key).cloned()?;
-        let (answer, refill) = {
+        let (refill, spec) = {
             let mut shared = lock(&queue.shared);
+            // A retried request for a pod given a placeholder gets it again once that
+            // hand-out is confirmed; until then the queue waits for it to be confirmed
+            // or withdrawn.
             if let Some(h) = shared.pool.handed(super::claim_key(c)) {
-                return Some(h.answer.clone());
+                return h.confirmed.then(|| Reserved::Confirmed(h.answer.clone()));
             }
             if shared.pool.unused(&c.pod.version).is_empty() {
                 return None;
             }
             let ws = shared.newest(self.reflected_arc(&key.0, &key.1))?;
+            let spec = SpecId::of(&ws.metadata);
+            // A read found the spec edited since this copy: the queue reads it live.
+            if shared
+                .fence
+                .stored
+                .as_ref()
+                .is_some_and(|s| spec.is_behind(s))
+            {
+                return None;
+            }
             if c.workload_spread.uid.is_some() && ws.metadata.uid != c.workload_spread.uid {
                 return None;
             }
@@ -59,16 +76,26 @@ impl Committer {
             let Decision::Take { subset, key } = decision else {
                 return None;
             };
-            let answer = take(&mut shared.pool, c, (&ws, &status), (subset, &key), &none)?;
+            let taken = (subset, key.as_str());
+            let answer = take(&mut shared.pool, c, (&ws, &status), taken, (&none, false))?;
             let refill = self.claimed(&ws, &mut shared.pool, c, &answer);
-            (answer, refill)
+            (refill, spec)
         };
         self.metrics.reservation(ReservationEvent::Taken, 1);
         if let Some(work) = refill {
             self.send(key, work, None);
         }
-        Some(answer)
+        Some(Reserved::Taken { queue, spec })
     }
+}
+
+/// A claim [`Committer::from_reservation`] answered.
+pub(super) enum Reserved {
+    /// A retried request: the pod's hand-out was confirmed already.
+    Confirmed(ClaimResponse),
+    /// A placeholder taken on the copy whose spec is `spec`, held unconfirmed in
+    /// `queue`'s pool: not answered before a read shows that spec is the stored one.
+    Taken { queue: Queue, spec: SpecId },
 }
 
 /// Whether `version` records a pod's deletion in any subset.

@@ -16,13 +16,15 @@
 //! * [`attempt`] — a batch's write: read the newest copy, resolve stale placeholders
 //!   (listing the pods that may name them), apply, write, 409s and deadlines;
 //! * [`apply`] — a batch applied to one decoded object;
-//! * [`fast`] — a claim answered from a placeholder without the queue.
+//! * [`fast`] — a claim answered from a placeholder without the queue;
+//! * [`fence`] — a hand-out answered only once a read shows its spec is the stored one.
 
 mod apply;
 mod attempt;
 mod departed;
 mod departures;
 mod fast;
+mod fence;
 mod overdue;
 mod queue;
 
@@ -211,6 +213,8 @@ struct Shared {
     listed: Option<Listed>,
     /// When this replica first saw each claim and deletion (`overdue.rs`).
     entries: overdue::EntrySightings,
+    /// The reads that confirm hand-outs, and the newest spec they found.
+    fence: fence::Fence,
 }
 
 /// Which stale placeholders were listed when, and the pods found naming them.
@@ -308,15 +312,43 @@ impl Committer {
     pub async fn submit(self: &Arc<Self>, op: Op) -> Result<Answer, String> {
         let key = op.key();
         let queue_key = (key.namespace.clone(), key.name.clone());
+        let arrived = Instant::now();
         if let Op::Claim(c) = &op {
-            if let Some(answer) = self.from_reservation(&queue_key, c) {
-                let answer = Answer::Claim(answer);
-                self.record(&op, Some(&answer));
-                return Ok(answer);
+            match self.from_reservation(&queue_key, c) {
+                Some(fast::Reserved::Confirmed(answer)) => {
+                    let answer = Answer::Claim(answer);
+                    self.record(&op, Some(&answer));
+                    return Ok(answer);
+                }
+                Some(fast::Reserved::Taken { queue, spec }) => {
+                    // Answered only once a read shows the copy's spec is the stored one;
+                    // else withdrawn, and decided again on the stored spec below.
+                    let pending = fence::Unconfirmed::new(queue.clone(), claim_key(c));
+                    let decided = Instant::now();
+                    let same = self
+                        .spec_unchanged(&queue_key, &queue, &spec, decided)
+                        .await;
+                    if let Some(answer) = pending.resolve(same) {
+                        let answer = Answer::Claim(answer);
+                        self.record(&op, Some(&answer));
+                        return Ok(answer);
+                    }
+                }
+                None => {}
             }
         }
+        self.queued(&queue_key, op, arrived).await
+    }
+
+    /// Queues `op` on its WorkloadSpread's queue and waits for the committed answer.
+    async fn queued(
+        self: &Arc<Self>,
+        queue_key: &QueueKey,
+        op: Op,
+        arrived: Instant,
+    ) -> Result<Answer, String> {
         let (reply, answer) = oneshot::channel();
-        self.send(&queue_key, Work::Op(op), Some(reply));
+        self.send_since(queue_key, Work::Op(op), Some(reply), arrived);
         answer
             .await
             .map_err(|_| "the counter queue stopped before answering".to_string())?
@@ -364,6 +396,7 @@ impl Shared {
             scale: None,
             listed: None,
             entries: Default::default(),
+            fence: Default::default(),
         }
     }
 

@@ -18,10 +18,22 @@ impl Committer {
         work: Work,
         reply: Option<oneshot::Sender<Result<super::Answer, String>>>,
     ) {
+        self.send_since(key, work, reply, Instant::now());
+    }
+
+    /// [`Committer::send`] for work that arrived at `since` (its answer budget runs
+    /// from then).
+    pub(super) fn send_since(
+        self: &Arc<Self>,
+        key: &QueueKey,
+        work: Work,
+        reply: Option<oneshot::Sender<Result<super::Answer, String>>>,
+        since: Instant,
+    ) {
         let mut pending = Pending {
             work,
             reply,
-            since: Instant::now(),
+            since,
             waited: false,
         };
         loop {

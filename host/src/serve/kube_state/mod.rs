@@ -428,6 +428,24 @@ struct Followers {
     )>,
 }
 
+/// Fault tests only (`serve --watch-delay-ms MS`): each change a WorkloadSpread watch
+/// delivers reaches this host MS late — a slow watch: an edit is stored well before the
+/// host's caches show it (its first list is not delayed).
+static WATCH_DELAY_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Sets the WorkloadSpread watch's delay (fault tests).
+pub fn set_watch_delay(ms: u64) {
+    WATCH_DELAY_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// How late a change of `kind` reaches the cache.
+fn watch_delay(kind: &str) -> Duration {
+    match kind == workloadspread_core::api::KIND {
+        true => Duration::from_millis(WATCH_DELAY_MS.load(std::sync::atomic::Ordering::Relaxed)),
+        false => Duration::ZERO,
+    }
+}
+
 /// A watch of `api` into a cache; `followers` follow its events too.
 fn spawn_reflector(
     api: Api<DynamicObject>,
@@ -436,8 +454,19 @@ fn spawn_reflector(
 ) -> (Store<DynamicObject>, tokio::task::AbortHandle) {
     let writer = reflector::store::Writer::new(resource.clone());
     let store = writer.as_reader();
+    let delay = watch_delay(&resource.kind);
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
+        .then(move |event| async move {
+            let changed = matches!(
+                event,
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))
+            );
+            if changed && !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            event
+        })
         .map(move |event| {
             if let Ok(e) = &event {
                 if let Some(t) = &followers.targets {

@@ -251,3 +251,31 @@ fn failed_returns_back_off() {
         "a landed return resets the pause"
     );
 }
+
+/// A hand-out on a copy whose spec is not confirmed yet (`commit::fence`) is held for
+/// its pod but neither settled nor withdrawn once confirmed; withdrawn unconfirmed, its
+/// placeholder is unused again for the next claim.
+#[test]
+fn an_unconfirmed_hand_out_is_settled_once_confirmed_or_withdrawn() {
+    let mut p = pool(8);
+    p.claimed(&slot("a"), scale(), Instant::now());
+    let keys = p.new_keys(1);
+    p.reserved(&slot("a"), stamped(keys, 0));
+    p.take_unconfirmed(&slot("a"), "~h1.1", "pod-1", scale(), answer("a"))
+        .unwrap();
+    assert!(!p.handed("pod-1").unwrap().confirmed);
+    assert!(p.unused("v1").is_empty(), "held for pod-1 meanwhile");
+    assert!(p.settles().is_empty(), "not settled before it is confirmed");
+    // The spec moved: withdrawn, the placeholder is unused again.
+    assert!(p.withdraw("pod-1"));
+    assert!(p.handed("pod-1").is_none());
+    assert_eq!(p.unused("v1"), [("a".to_string(), "~h1.1".to_string())]);
+    // Taken again and confirmed: answered, settled, and no longer withdrawn.
+    p.take_unconfirmed(&slot("a"), "~h1.1", "pod-2", scale(), answer("a"))
+        .unwrap();
+    let got = p.confirm("pod-2").unwrap();
+    assert_eq!(got.reservation.as_deref(), Some("~h1.1"));
+    assert!(!p.withdraw("pod-2"), "a confirmed hand-out may be answered");
+    assert_eq!(p.settles().len(), 1);
+    assert!(p.confirm("pod-3").is_none());
+}
