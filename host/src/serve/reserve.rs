@@ -324,11 +324,12 @@ impl Pool {
         Some(h.answer.clone())
     }
 
-    /// Gives back the hand-out to `key` unless it was confirmed (and so maybe answered):
-    /// its placeholder is unused again. False when nothing was given back.
-    pub fn withdraw(&mut self, key: &str) -> bool {
+    /// Gives back the hand-out of `placeholder` to `key` unless it was confirmed (and so
+    /// maybe answered): the placeholder is unused again. False when nothing was given
+    /// back.
+    pub fn withdraw(&mut self, key: &str, placeholder: &str) -> bool {
         match self.handed.get(key) {
-            Some(h) if !h.confirmed => self.untake(key),
+            Some(h) if !h.confirmed && h.placeholder == placeholder => self.untake(key),
             _ => false,
         }
     }

@@ -65,6 +65,7 @@ pub(super) fn apply_batch(
         now,
         departed: &departed,
         overdue: None,
+        confirm_takes: true,
     };
     let (outcomes, changed) = apply_decoded(&mut ws, batch, facts, pool, resolution);
     Ok((updated_object(object, &ws, changed)?, outcomes))
@@ -106,6 +107,9 @@ pub(super) struct Facts<'a> {
     pub now: Timestamp,
     pub departed: &'a BTreeSet<String>,
     pub overdue: Option<&'a (Overdue, PodFacts)>,
+    /// Whether a placeholder taken is answered at once; false: taken unconfirmed, for
+    /// the caller to confirm the copy's spec first (`fence.rs`).
+    pub confirm_takes: bool,
 }
 
 /// [`apply_batch`] on a decoded object (the caller decodes and encodes outside the
@@ -335,14 +339,10 @@ fn claim_reserving(
     let mut status = ws.status.clone().unwrap_or_default();
     match decide_claim(ws, &mut status, c, pool, facts, may_wait) {
         Decision::Take { subset, key } => {
-            // The copy was read live or confirmed (`attempt.rs`): answered at once.
-            match take(
-                pool,
-                c,
-                (ws, &status),
-                (subset, &key),
-                (facts.departed, true),
-            ) {
+            // Unconfirmed unless the caller says so: `attempt.rs` confirms the copy's
+            // spec before it answers.
+            let how = (facts.departed, facts.confirm_takes);
+            match take(pool, c, (ws, &status), (subset, &key), how) {
                 Some(answer) => Applied1::Now(Answer::Claim(answer)),
                 // Decided from the pool's own list: it holds it. Should it not, the claim
                 // comes again with the next write rather than spill.

@@ -94,12 +94,12 @@ impl Committer {
                         .filter(|o| stored.is_none_or(|s| !SpecId::of(&o.metadata).is_behind(&s)))
                 }
             };
-            let (object, live) = match known {
-                Some(o) => (o, false),
+            let object = match known {
+                Some(o) => o,
                 None => match read(api, name, budget).await {
                     Ok(o) => {
                         lock(&queue.shared).fence.saw(SpecId::of(&o.metadata));
-                        (o, true)
+                        o
                     }
                     Err(Read::Gone(e)) => {
                         failure = Failure::Gone(e);
@@ -136,22 +136,7 @@ impl Committer {
             // (`departures.rs`).
             let departed = self.departures(&key.0, &ws, &batch, budget).await;
             let overdue = self.overdue(queue, &ws, budget).await;
-            // A placeholder handed out on a copy not read now waits for a read, begun
-            // after the reads above, that shows its spec is the stored one (`fence.rs`);
-            // an edit since, a failed read, or no answer within the deadline: read live.
-            if !live && self.may_hand_out(queue, &batch) {
-                let spec = SpecId::of(&object.metadata);
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                let confirm = self.spec_unchanged(key, queue, &spec, Instant::now());
-                if !matches!(tokio::time::timeout(left, confirm).await, Ok(true)) {
-                    failure = Failure::Other(format!(
-                        "confirming WorkloadSpread {name}'s spec before a hand-out"
-                    ));
-                    read_live = true;
-                    continue;
-                }
-            }
-            let (outcomes, changed) = {
+            let (mut outcomes, changed) = {
                 let mut shared = lock(&queue.shared);
                 let reserving = self.reserving.is_some();
                 let pool = reserving.then_some(&mut shared.pool);
@@ -159,9 +144,15 @@ impl Committer {
                     now: (self.clock)(),
                     departed: &departed,
                     overdue: overdue.as_ref(),
+                    confirm_takes: false,
                 };
                 apply_decoded(&mut ws, &batch, facts, pool, &mut resolution)
             };
+            // Placeholders taken on this copy are answered only once a read, begun now,
+            // shows its spec is the stored one (`fence.rs`); else they are withdrawn and
+            // their claims decided again by the next batch, which reads the stored spec.
+            self.confirm_takes(key, queue, &object, &batch, &mut outcomes, deadline)
+                .await;
             if resolution.done.settled + resolution.done.dropped > 0 {
                 let done = resolution.done;
                 self.metrics
@@ -179,7 +170,7 @@ impl Committer {
             batch = self.settle_early(queue, batch, outcomes.iter(), &mut carried);
             let outcomes: Vec<Applied1> = outcomes
                 .into_iter()
-                .filter(|o| !matches!(o, Applied1::Now(_) | Applied1::Wait))
+                .filter(|o| !matches!(o, Applied1::Now(_) | Applied1::Wait | Applied1::Again))
                 .collect();
             let Some(updated) = updated else {
                 carried.extend(self.answer(queue, object, batch, outcomes));
@@ -258,26 +249,58 @@ impl Committer {
         carried
     }
 
-    /// Whether applying `batch` may hand out a placeholder: a claim in a version where
-    /// this replica holds unused ones, one whose pod was given one already, or any claim
-    /// beside an unclaim (which may give one back).
-    fn may_hand_out(&self, queue: &Queue, batch: &[Pending]) -> bool {
-        if self.reserving.is_none() {
-            return false;
+    /// Confirms the placeholders this attempt took for `batch` (unconfirmed, on
+    /// `object`) once a read begun now shows `object`'s spec is the stored one; else —
+    /// an edit since, a failed read, no answer before `deadline` — withdraws them and
+    /// turns their outcomes into [`Applied1::Again`].
+    async fn confirm_takes(
+        &self,
+        key: &QueueKey,
+        queue: &Queue,
+        object: &DynamicObject,
+        batch: &[Pending],
+        outcomes: &mut [Applied1],
+        deadline: tokio::time::Instant,
+    ) {
+        let taken: Vec<(usize, String, String)> = {
+            let shared = lock(&queue.shared);
+            batch
+                .iter()
+                .zip(outcomes.iter())
+                .enumerate()
+                .filter_map(|(i, (p, o))| {
+                    let (Work::Op(Op::Claim(c)), Applied1::Now(Answer::Claim(a))) = (&p.work, o)
+                    else {
+                        return None;
+                    };
+                    let h = shared.pool.handed(super::claim_key(c))?;
+                    let placeholder = a.reservation.as_deref()?;
+                    (!h.confirmed && h.placeholder == placeholder)
+                        .then(|| (i, super::claim_key(c).to_string(), placeholder.to_string()))
+                })
+                .collect()
+        };
+        if taken.is_empty() {
+            return;
         }
-        let shared = lock(&queue.shared);
-        // An unclaim ahead of a claim may put a placeholder back for it to take.
-        let gives_back = batch
-            .iter()
-            .any(|p| matches!(&p.work, Work::Op(Op::Unclaim(_))));
-        batch.iter().any(|p| match &p.work {
-            Work::Op(Op::Claim(c)) => {
-                gives_back
-                    || shared.pool.handed(super::claim_key(c)).is_some()
-                    || !shared.pool.unused(&c.pod.version).is_empty()
+        let spec = SpecId::of(&object.metadata);
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let confirm = self.spec_unchanged(key, queue, &spec, Instant::now());
+        let same = matches!(tokio::time::timeout(left, confirm).await, Ok(true));
+        let mut shared = lock(&queue.shared);
+        for (i, claim_key, placeholder) in taken {
+            // Still this hand-out (the pool forgets a recreated object's)?
+            let held = shared
+                .pool
+                .handed(&claim_key)
+                .is_some_and(|h| h.placeholder == placeholder);
+            if same && held {
+                shared.pool.confirm(&claim_key);
+            } else {
+                shared.pool.withdraw(&claim_key, &placeholder);
+                outcomes[i] = Applied1::Again;
             }
-            _ => false,
-        })
+        }
     }
 
     /// The stale placeholders of `ws` for this replica (seen for longer than the TTL on
@@ -402,6 +425,7 @@ impl Committer {
                     }
                     carried.push(Pending { waited: true, ..p });
                 }
+                Applied1::Again => carried.push(p),
                 _ => rest.push(p),
             }
         }

@@ -29,7 +29,7 @@ impl Committer {
     ) -> Option<Reserved> {
         self.reserving?;
         let queue = lock(&self.queues).get(key).cloned()?;
-        let (refill, spec) = {
+        let (refill, spec, placeholder) = {
             let mut shared = lock(&queue.shared);
             // A retried request for a pod given a placeholder gets it again once that
             // hand-out is confirmed; until then the queue waits for it to be confirmed
@@ -71,6 +71,7 @@ impl Committer {
                 now: (self.clock)(),
                 departed: &none,
                 overdue: None,
+                confirm_takes: false,
             };
             let decision = decide_claim(&ws, &mut status, c, &shared.pool, facts, true);
             let Decision::Take { subset, key } = decision else {
@@ -79,13 +80,17 @@ impl Committer {
             let taken = (subset, key.as_str());
             let answer = take(&mut shared.pool, c, (&ws, &status), taken, (&none, false))?;
             let refill = self.claimed(&ws, &mut shared.pool, c, &answer);
-            (refill, spec)
+            (refill, spec, answer.reservation)
         };
         self.metrics.reservation(ReservationEvent::Taken, 1);
         if let Some(work) = refill {
             self.send(key, work, None);
         }
-        Some(Reserved::Taken { queue, spec })
+        Some(Reserved::Taken {
+            queue,
+            spec,
+            placeholder: placeholder.unwrap_or_default(),
+        })
     }
 }
 
@@ -95,7 +100,11 @@ pub(super) enum Reserved {
     Confirmed(ClaimResponse),
     /// A placeholder taken on the copy whose spec is `spec`, held unconfirmed in
     /// `queue`'s pool: not answered before a read shows that spec is the stored one.
-    Taken { queue: Queue, spec: SpecId },
+    Taken {
+        queue: Queue,
+        spec: SpecId,
+        placeholder: String,
+    },
 }
 
 /// Whether `version` records a pod's deletion in any subset.

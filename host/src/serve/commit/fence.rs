@@ -72,28 +72,35 @@ pub(super) struct Fence {
 pub(super) struct Unconfirmed {
     queue: Queue,
     key: String,
+    placeholder: String,
     resolved: bool,
 }
 
 impl Unconfirmed {
-    pub(super) fn new(queue: Queue, key: &str) -> Self {
+    /// The hand-out of `placeholder` to the pod with claim key `key`.
+    pub(super) fn new(queue: Queue, key: &str, placeholder: String) -> Self {
         Unconfirmed {
             queue,
             key: key.to_string(),
+            placeholder,
             resolved: false,
         }
     }
 
     /// Confirms the hand-out when `same` (its spec is the stored one) and gives its
     /// answer; otherwise withdraws it: its placeholder is unused again, and `None`.
+    /// `None` too when the pool no longer holds this hand-out (the object recreated).
     pub(super) fn resolve(mut self, same: bool) -> Option<ClaimResponse> {
         self.resolved = true;
         let mut shared = lock(&self.queue.shared);
-        let confirmed = shared.pool.handed(&self.key)?.confirmed;
-        if confirmed || same {
+        let h = shared.pool.handed(&self.key)?;
+        if h.placeholder != self.placeholder {
+            return None;
+        }
+        if h.confirmed || same {
             return shared.pool.confirm(&self.key);
         }
-        shared.pool.withdraw(&self.key);
+        shared.pool.withdraw(&self.key, &self.placeholder);
         None
     }
 }
@@ -101,7 +108,8 @@ impl Unconfirmed {
 impl Drop for Unconfirmed {
     fn drop(&mut self) {
         if !self.resolved {
-            lock(&self.queue.shared).pool.withdraw(&self.key);
+            let mut shared = lock(&self.queue.shared);
+            shared.pool.withdraw(&self.key, &self.placeholder);
         }
     }
 }
@@ -153,8 +161,15 @@ impl Committer {
                 break found;
             }
         };
-        let same = match &found {
-            Ok(Some(stored)) => decided_on == stored,
+        match found {
+            Ok(Some(stored)) => {
+                let same = *decided_on == stored;
+                if !same {
+                    self.metrics.reservation(ReservationEvent::SpecMoved, 1);
+                }
+                lock(&queue.shared).fence.saw(stored);
+                same
+            }
             Ok(None) => false,
             Err(e) => {
                 tracing::warn!(
@@ -163,14 +178,7 @@ impl Committer {
                 );
                 false
             }
-        };
-        if let Ok(Some(stored)) = found {
-            lock(&queue.shared).fence.saw(stored);
         }
-        if !same {
-            self.metrics.reservation(ReservationEvent::SpecMoved, 1);
-        }
-        same
     }
 
     /// One metadata read of `key`, abandoned after [`CALL_TIMEOUT`].

@@ -157,6 +157,9 @@ enum Applied1 {
     Now(Answer),
     /// Placeholders in the way: try again later.
     Wait,
+    /// A placeholder taken and withdrawn (the copy's spec was not the stored one):
+    /// decided again by the next batch, on the stored spec (`fence.rs`).
+    Again,
     /// Reservation work, done with the write: the placeholders reserved, stamped.
     Reserved(Vec<(String, Timestamp)>),
     Done,
@@ -320,10 +323,14 @@ impl Committer {
                     self.record(&op, Some(&answer));
                     return Ok(answer);
                 }
-                Some(fast::Reserved::Taken { queue, spec }) => {
+                Some(fast::Reserved::Taken {
+                    queue,
+                    spec,
+                    placeholder,
+                }) => {
                     // Answered only once a read shows the copy's spec is the stored one;
                     // else withdrawn, and decided again on the stored spec below.
-                    let pending = fence::Unconfirmed::new(queue.clone(), claim_key(c));
+                    let pending = fence::Unconfirmed::new(queue.clone(), claim_key(c), placeholder);
                     let decided = Instant::now();
                     let same = self
                         .spec_unchanged(&queue_key, &queue, &spec, decided)

@@ -564,3 +564,62 @@ fn nothing_to_release_writes_nothing() {
 }
 
 mod batching;
+
+/// A placeholder taken without a write on a copy whose spec is not confirmed
+/// (`fence.rs`): answered once confirmed; withdrawn — unused again — when the spec moved
+/// or when its caller goes away before the read answers; and a stale guard for another
+/// hand-out of the same pod touches nothing.
+#[test]
+fn an_unconfirmed_hand_out_is_confirmed_withdrawn_or_given_back_when_dropped() {
+    use super::fence::Unconfirmed;
+    let mut pool = pool();
+    let slot: SlotKey = ("versionIgnored".into(), "a".into());
+    pool.claimed(&slot, scale_of(&claim_request("p0")), Instant::now());
+    let keys = pool.new_keys(2);
+    let t0 = (Timestamp::now(), Timestamp::now());
+    pool.reserved(&slot, keys.iter().map(|k| (k.clone(), t0.0)).collect());
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let queue = Queue {
+        tx,
+        shared: Arc::new(Mutex::new(Shared::new(pool))),
+    };
+    let take = |pod: &str, placeholder: &str| {
+        let answer = ClaimResponse {
+            subset: Some("a".into()),
+            ..Default::default()
+        };
+        let scale = scale_of(&claim_request(pod));
+        lock(&queue.shared)
+            .pool
+            .take_unconfirmed(&slot, placeholder, pod, scale, answer)
+            .expect("unused")
+    };
+    let unused = || lock(&queue.shared).pool.unused("versionIgnored").len();
+    assert_eq!(unused(), 2);
+    // The caller went away while the read was in flight.
+    take("p1", &keys[0]);
+    assert_eq!(unused(), 1);
+    drop(Unconfirmed::new(queue.clone(), "p1", keys[0].clone()));
+    assert_eq!(unused(), 2, "given back when its caller went away");
+    // The spec moved: withdrawn.
+    take("p1", &keys[0]);
+    assert!(Unconfirmed::new(queue.clone(), "p1", keys[0].clone())
+        .resolve(false)
+        .is_none());
+    assert_eq!(unused(), 2);
+    assert!(lock(&queue.shared).pool.handed("p1").is_none());
+    // Confirmed: answered with its placeholder, and settled from now on.
+    take("p2", &keys[1]);
+    let stale_guard = Unconfirmed::new(queue.clone(), "p2", keys[0].clone());
+    assert!(stale_guard.resolve(false).is_none());
+    assert!(
+        lock(&queue.shared).pool.handed("p2").is_some(),
+        "another hand-out's guard leaves p2's alone"
+    );
+    let answer = Unconfirmed::new(queue.clone(), "p2", keys[1].clone())
+        .resolve(true)
+        .expect("confirmed");
+    assert_eq!(answer.reservation.as_deref(), Some(keys[1].as_str()));
+    assert_eq!(lock(&queue.shared).pool.settles().len(), 1);
+    assert_eq!(unused(), 1);
+}

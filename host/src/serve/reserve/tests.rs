@@ -267,7 +267,11 @@ fn an_unconfirmed_hand_out_is_settled_once_confirmed_or_withdrawn() {
     assert!(p.unused("v1").is_empty(), "held for pod-1 meanwhile");
     assert!(p.settles().is_empty(), "not settled before it is confirmed");
     // The spec moved: withdrawn, the placeholder is unused again.
-    assert!(p.withdraw("pod-1"));
+    assert!(
+        !p.withdraw("pod-1", "~h1.2"),
+        "another hand-out's placeholder"
+    );
+    assert!(p.withdraw("pod-1", "~h1.1"));
     assert!(p.handed("pod-1").is_none());
     assert_eq!(p.unused("v1"), [("a".to_string(), "~h1.1".to_string())]);
     // Taken again and confirmed: answered, settled, and no longer withdrawn.
@@ -275,7 +279,10 @@ fn an_unconfirmed_hand_out_is_settled_once_confirmed_or_withdrawn() {
         .unwrap();
     let got = p.confirm("pod-2").unwrap();
     assert_eq!(got.reservation.as_deref(), Some("~h1.1"));
-    assert!(!p.withdraw("pod-2"), "a confirmed hand-out may be answered");
+    assert!(
+        !p.withdraw("pod-2", "~h1.1"),
+        "a confirmed hand-out may be answered"
+    );
     assert_eq!(p.settles().len(), 1);
     assert!(p.confirm("pod-3").is_none());
 }
