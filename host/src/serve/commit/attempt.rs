@@ -4,7 +4,7 @@
 //! re-reads and re-applies, until the batch's deadline.
 
 use super::apply::{apply_decoded, decode, updated_object, Facts, Resolution};
-use super::fence::SpecId;
+use super::fence::{SpecId, Unconfirmed};
 use super::queue::still_awaited;
 use super::{
     internal, lock, Answer, Applied1, Committer, Listed, Op, Pending, Queue, QueueKey, Shared,
@@ -287,17 +287,9 @@ impl Committer {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let confirm = self.spec_unchanged(key, queue, &spec, Instant::now());
         let same = matches!(tokio::time::timeout(left, confirm).await, Ok(true));
-        let mut shared = lock(&queue.shared);
         for (i, claim_key, placeholder) in taken {
-            // Still this hand-out (the pool forgets a recreated object's)?
-            let held = shared
-                .pool
-                .handed(&claim_key)
-                .is_some_and(|h| h.placeholder == placeholder);
-            if same && held {
-                shared.pool.confirm(&claim_key);
-            } else {
-                shared.pool.withdraw(&claim_key, &placeholder);
+            let pending = Unconfirmed::new(queue.clone(), &claim_key, placeholder);
+            if pending.resolve(same).is_none() {
                 outcomes[i] = Applied1::Again;
             }
         }

@@ -457,7 +457,9 @@ fn spawn_reflector(
     let delay = watch_delay(&resource.kind);
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
-        .then(move |event| async move {
+        // Each change waits `delay` from its own arrival, in order (a serial wait would
+        // add up the delays of every change in the cluster).
+        .map(move |event| async move {
             let changed = matches!(
                 event,
                 Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))
@@ -467,6 +469,7 @@ fn spawn_reflector(
             }
             event
         })
+        .buffered(1024)
         .map(move |event| {
             if let Ok(e) = &event {
                 if let Some(t) = &followers.targets {
