@@ -37,19 +37,30 @@ const READ_TIMEOUT: Duration = Duration::from_secs(3);
 /// answers unknown: the timers decide, nothing is moved into the subset).
 const READ_BUDGET: Duration = Duration::from_secs(5);
 
+/// Why a capacity read gave no answer.
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    #[error("the reconcile's capacity read budget is spent")]
+    BudgetSpent,
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+}
+
 /// One read within [`READ_TIMEOUT`] and what is left of the reconcile's budget.
 async fn read_within<T>(
     deadline: Instant,
     call: impl std::future::Future<Output = Result<T, kube::Error>>,
-) -> Result<T, String> {
+) -> Result<T, ReadError> {
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
-        return Err("the reconcile's capacity read budget is spent".into());
+        return Err(ReadError::BudgetSpent);
     }
-    match tokio::time::timeout(left.min(READ_TIMEOUT), call).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer within {:?}", left.min(READ_TIMEOUT))),
+    let wait = left.min(READ_TIMEOUT);
+    match tokio::time::timeout(wait, call).await {
+        Ok(answer) => Ok(answer?),
+        Err(_) => Err(ReadError::Timeout(wait)),
     }
 }
 

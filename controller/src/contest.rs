@@ -6,7 +6,7 @@
 //! spread, the other manager and what to do), until the spread is deleted or the
 //! controller restarts.
 
-use crate::reconciler::Context;
+use crate::context::Context;
 use crate::writes::publish_events;
 use kube::api::DynamicObject;
 use kube::ResourceExt;

@@ -3,8 +3,8 @@
 //! and rebalancing (`core::controller::rebalance`, applied by `crate::rebalance`).
 //! Each decision is `core`'s; this module gathers its inputs.
 
+use crate::context::{Context, Error};
 use crate::inputs::WorkloadView;
-use crate::reconciler::{Context, Error};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::DynamicObject;
 use serde_json::Value;

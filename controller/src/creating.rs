@@ -5,7 +5,7 @@
 //! status, and an entry past its window that a live pod carries means the cache is
 //! behind: the reconcile waits for it instead of freeing a slot the pod holds.
 
-use crate::reconciler::{bounded, Context, Error};
+use crate::context::{bounded, Context, Error};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::SignedDuration;
 use kube::runtime::reflector::Store;

@@ -4,6 +4,7 @@
 
 mod capacity;
 mod contest;
+mod context;
 mod converge;
 mod creating;
 mod inputs;

@@ -24,6 +24,11 @@ pub struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CauseLabels {
     pub cause: &'static str,
 }
@@ -58,7 +63,8 @@ pub struct Patches {
 pub struct Metrics {
     registry: Registry,
     pub reconcile_duration: Histogram,
-    pub reconcile_errors: Counter,
+    /// Failed reconciles by kind (`context::Error::metric_label`).
+    pub reconcile_errors: Family<KindLabels, Counter>,
     pub subset_pods: Family<SubsetLabels, Gauge>,
     pub patches: Patches,
     pub rescheduled: Counter,
@@ -103,7 +109,13 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("workloadspread_controller");
         let reconcile_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
-        let reconcile_errors = Counter::default();
+        let reconcile_errors = Family::<KindLabels, Counter>::default();
+        // Every kind exported from the start (0): rate() and alerts see the series.
+        for kind in crate::context::Error::METRIC_LABELS {
+            reconcile_errors
+                .get_or_create(&KindLabels { kind })
+                .inc_by(0);
+        }
         let subset_pods = Family::<SubsetLabels, Gauge>::default();
         let patches = Patches::default();
         let rescheduled = Counter::default();
@@ -140,7 +152,7 @@ impl Metrics {
         );
         registry.register(
             "reconcile_errors",
-            "Failed reconciles",
+            "Failed reconciles by kind: Api (an API call failed), Timeout (one did not answer in time), Conflicts (the status kept conflicting), CachesNotSynced, NotLeader (the Lease was not renewed in time: nothing written), PodMetadata (a deletion-cost or pending-label patch failed), Evict (a rebalancing eviction failed), Input (the workload or its pods could not be read), Decode",
             reconcile_errors.clone(),
         );
         registry.register(
@@ -326,10 +338,13 @@ impl Metrics {
             .clone()
     }
 
-    pub fn observe_reconcile(&self, took: Duration, failed: bool) {
+    /// A reconcile that took `took` and failed with an error of kind `failed`, if it did.
+    pub fn observe_reconcile(&self, took: Duration, failed: Option<&'static str>) {
         self.reconcile_duration.observe(took.as_secs_f64());
-        if failed {
-            self.reconcile_errors.inc();
+        if let Some(kind) = failed {
+            self.reconcile_errors
+                .get_or_create(&KindLabels { kind })
+                .inc();
         }
     }
 

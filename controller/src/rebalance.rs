@@ -4,8 +4,8 @@
 //! most `--rebalance-max-evictions` per WorkloadSpread per `--rebalance-interval-seconds`.
 //! Each eviction is an Event on the WorkloadSpread and a metric.
 
+use crate::context::{Context, Error};
 use crate::metrics::Metrics;
-use crate::reconciler::{Context, Error};
 use crate::writes::publish_event;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::EvictParams;
@@ -121,7 +121,7 @@ pub async fn apply(
     }
     let pods: Api<Pod> = Api::namespaced(ctx.evictions.clone(), ws.namespace());
     for eviction in &plan.evictions {
-        crate::reconciler::ensure_leading(ctx)?;
+        crate::context::ensure_leading(ctx)?;
         let outcome = evict(&pods, &eviction.pod).await?;
         ctx.limiter.record(key.clone());
         let event = match &outcome {

@@ -1,10 +1,11 @@
 //! Online mode: watches, leader election, the kube-runtime Controller and the
 //! metrics/health endpoint.
 
+use crate::context::{workloadspread_resource, Context};
 use crate::leader::{LeaderElector, Leadership, Timing};
 use crate::metrics::Metrics;
 use crate::pod_caches::{self, PodCaches};
-use crate::reconciler::{self, workloadspread_resource, Context};
+use crate::reconciler;
 use crate::workloads::Workloads;
 use crate::RunArgs;
 use anyhow::Result;

@@ -1,7 +1,7 @@
 //! What a reconcile writes besides the status: adoption patches, deletion costs and
 //! pending-label changes, deletions of pods stuck unschedulable, and events.
 
-use crate::reconciler::{bounded, Context, Error};
+use crate::context::{bounded, Context, Error};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType};

@@ -2,7 +2,7 @@
 //! section, as `kwctl annotate` does (metadata.yml as JSON plus the `protocolVersion`
 //! the module reports, and the README as `io.kubewarden.policy.usage`).
 
-use crate::capabilities::Capabilities;
+use crate::capabilities::{Capabilities, HostCallError};
 use crate::engine::PolicyEngine;
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
@@ -16,8 +16,8 @@ const USAGE_ANNOTATION: &str = "io.kubewarden.policy.usage";
 /// A host that grants nothing (`protocol_version` needs no capability).
 struct NoCapabilities;
 impl Capabilities for NoCapabilities {
-    fn call(&self, binding: &str, _: &str, _: &str, _: &[u8]) -> Result<Vec<u8>, String> {
-        Err(format!("unknown binding {binding}"))
+    fn call(&self, binding: &str, _: &str, _: &str, _: &[u8]) -> Result<Vec<u8>, HostCallError> {
+        Err(HostCallError::unknown_binding(binding))
     }
 }
 

@@ -4,8 +4,8 @@
 //! throughput.
 
 use crate::capabilities::{AllowList, Capabilities};
+use crate::engine::evaluate::AdmissionResponse;
 use crate::engine::PolicyEngine;
-use crate::run::AdmissionResponse;
 use crate::state::ClusterState;
 use serde_json::Value;
 use std::sync::Arc;
@@ -90,7 +90,7 @@ pub fn wasm_and_native(input: &BenchInput<'_>) -> (Summary, Summary) {
     let mut native = Vec::with_capacity(input.iterations);
     for _ in 0..input.iterations {
         wasm.push(timed(input, &wasm_state, |state| {
-            crate::run::evaluate(input.engine, input.request, input.settings, state)
+            crate::engine::evaluate::evaluate(input.engine, input.request, input.settings, state)
         }));
         native.push(timed(input, &native_state, |state| {
             native_evaluate(input, state)
@@ -113,18 +113,18 @@ fn timed(
 }
 
 fn native_evaluate(input: &BenchInput<'_>, state: Arc<ClusterState>) -> AdmissionResponse {
-    let call = |b: &str, n: &str, o: &str, p: &[u8]| state.call(b, n, o, p);
+    let call =
+        |b: &str, n: &str, o: &str, p: &[u8]| state.call(b, n, o, p).map_err(|e| e.guest_text());
     let host = CallHost(&call);
-    crate::run::evaluate_with(input.request, input.settings, |bytes| {
+    crate::engine::evaluate::evaluate_with(input.request, input.settings, |bytes| {
         workloadspread_policy::validate_payload(bytes, &host, crate::now())
-            .map_err(|e| e.to_string())
     })
 }
 
 /// Both sides answer alike (else their timings compare different work): one evaluation
 /// each, on fresh states, and the answers compared.
 pub fn same_answers(input: &BenchInput<'_>) -> anyhow::Result<()> {
-    let wasm = crate::run::evaluate(
+    let wasm = crate::engine::evaluate::evaluate(
         input.engine,
         input.request,
         input.settings,

@@ -2,9 +2,13 @@
 //! `tracing/log`, and this project's `workloadspread/counter/*` (see
 //! `docs/counter-protocol.md`), with an allow-list like Kubewarden's.
 
+mod error;
+
+pub use error::{HostCallError, ProviderError};
 use serde_json::Value;
 
-/// Answers a guest's host call with bytes, or an error text for `__host_error`.
+/// Answers a guest's host call with bytes, or why it failed (the guest gets
+/// [`HostCallError::guest_text`] through `__host_error`).
 pub trait Capabilities: Send + Sync {
     fn call(
         &self,
@@ -12,7 +16,7 @@ pub trait Capabilities: Send + Sync {
         namespace: &str,
         operation: &str,
         payload: &[u8],
-    ) -> Result<Vec<u8>, String>;
+    ) -> Result<Vec<u8>, HostCallError>;
 
     /// `__console_log` output.
     fn log(&self, message: &str) {
@@ -44,11 +48,13 @@ pub enum KubeRead {
 
 impl KubeRead {
     /// Parses `kubernetes/get_resource`, `list_resources_by_namespace`, `list_resources_all`.
-    pub fn parse(operation: &str, payload: &[u8]) -> Result<Self, String> {
+    pub fn parse(operation: &str, payload: &[u8]) -> Result<Self, HostCallError> {
         let v: Value = serde_json::from_slice(payload)
-            .map_err(|e| format!("invalid {operation} request: {e}"))?;
+            .map_err(|e| HostCallError::Invalid(format!("invalid {operation} request: {e}")))?;
         let s = |k: &str| v[k].as_str().map(str::to_owned);
-        let required = |k: &str| s(k).ok_or_else(|| format!("{operation}: missing {k}"));
+        let required = |k: &str| {
+            s(k).ok_or_else(|| HostCallError::Invalid(format!("{operation}: missing {k}")))
+        };
         let field_masks: Vec<String> = v["field_masks"]
             .as_array()
             .into_iter()
@@ -79,7 +85,9 @@ impl KubeRead {
                 field_selector: s("field_selector"),
                 field_masks,
             }),
-            other => Err(format!("unknown operation kubernetes/{other}")),
+            other => Err(HostCallError::Unknown(format!(
+                "operation kubernetes/{other}"
+            ))),
         }
     }
 
@@ -157,11 +165,6 @@ impl AllowList {
     }
 }
 
-/// Error text matching Kubewarden's for a denied capability.
-pub fn denied(namespace: &str, operation: &str) -> String {
-    format!("Policy has not been granted access to the '{namespace}/{operation}' host capability")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,9 +179,11 @@ mod tests {
         assert_eq!(get.resource(), ("apps/v1", "ReplicaSet"));
         assert!(KubeRead::parse("get_resource", br#"{"kind":"X"}"#)
             .unwrap_err()
+            .to_string()
             .contains("missing api_version"));
         assert!(KubeRead::parse("can_i", b"{}")
             .unwrap_err()
+            .to_string()
             .contains("unknown operation"));
     }
 

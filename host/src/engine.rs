@@ -8,7 +8,7 @@
 //! [`REUSE_CALLS`] evaluations. A trapping or runaway guest yields an error; the engine
 //! stays usable.
 
-use crate::capabilities::Capabilities;
+use crate::capabilities::{Capabilities, HostCallError};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -134,7 +134,7 @@ impl PolicyEngine {
     fn link(engine: Engine, module: &Module, options: EngineOptions) -> anyhow::Result<Self> {
         let mut linker: Linker<State> = Linker::new(&engine);
         p1::add_to_linker_sync(&mut linker, |s: &mut State| &mut s.wasi)?;
-        crate::wapc::add_to_linker(&mut linker)?;
+        wapc::add_to_linker(&mut linker)?;
         let pre = linker.instantiate_pre(module)?;
         spawn_epoch_ticker(&engine);
         Ok(PolicyEngine {
@@ -294,8 +294,10 @@ impl PolicyEngine {
 struct Idle;
 
 impl Capabilities for Idle {
-    fn call(&self, b: &str, n: &str, o: &str, _: &[u8]) -> Result<Vec<u8>, String> {
-        Err(format!("host call {b}/{n}/{o} outside an evaluation"))
+    fn call(&self, b: &str, n: &str, o: &str, _: &[u8]) -> Result<Vec<u8>, HostCallError> {
+        Err(HostCallError::Internal(format!(
+            "host call {b}/{n}/{o} outside an evaluation"
+        )))
     }
 }
 
@@ -370,7 +372,7 @@ impl State {
                 true
             }
             Err(e) => {
-                self.host_error = Some(e);
+                self.host_error = Some(e.guest_text());
                 false
             }
         }
@@ -398,7 +400,9 @@ pub(crate) fn memory(caller: &mut Caller<'_, State>) -> wasmtime::Result<wasmtim
 }
 
 pub mod baseline;
+pub mod evaluate;
 pub mod precompiled;
+mod wapc;
 
 #[cfg(test)]
 mod tests;

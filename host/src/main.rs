@@ -6,19 +6,18 @@
 mod annotate;
 mod bench;
 mod capabilities;
+mod clock;
 mod commands;
 mod engine;
 mod oci;
 mod replay;
-mod run;
 mod serve;
 mod state;
-mod wapc;
 
 use clap::{Parser, Subcommand};
+pub(crate) use clock::now;
 use commands::annotate::AnnotateArgs;
 use commands::bench::BenchArgs;
-pub(crate) use commands::now;
 use commands::openkruise::OpenKruiseArgs;
 use commands::precompile::PrecompileArgs;
 use commands::pull::PullArgs;

@@ -2,7 +2,7 @@
 //! reads from a kwctl session file, in order; each recorded request must equal the
 //! live one (kwctl's rule). The counter capability is not offered (kwctl has none).
 
-use crate::capabilities::Capabilities;
+use crate::capabilities::{Capabilities, HostCallError};
 use anyhow::{Context, Result};
 use serde::Deserialize;
 use serde_json::Value;
@@ -102,7 +102,7 @@ impl Capabilities for Replay {
         namespace: &str,
         operation: &str,
         payload: &[u8],
-    ) -> Result<Vec<u8>, String> {
+    ) -> Result<Vec<u8>, HostCallError> {
         if (binding, namespace) == ("kubewarden", "tracing") {
             return Ok(vec![]);
         }
@@ -110,25 +110,29 @@ impl Capabilities for Replay {
             ("kubewarden", "kubernetes") => tag_of(operation),
             _ => None,
         }
-        .ok_or_else(|| format!("unknown binding {binding}"))?;
-        let live: Value =
-            serde_json::from_slice(payload).map_err(|e| format!("invalid request: {e}"))?;
+        .ok_or_else(|| HostCallError::unknown_binding(binding))?;
+        let live: Value = serde_json::from_slice(payload)
+            .map_err(|e| HostCallError::Invalid(format!("invalid request: {e}")))?;
         let mut queue = self
             .exchanges
             .lock()
-            .map_err(|_| "replay state poisoned".to_string())?;
-        let (recorded, response) = queue
-            .pop_front()
-            .ok_or_else(|| format!("Replay error: no recorded exchange left for {tag} {live}"))?;
+            .map_err(|_| HostCallError::Internal("replay state poisoned".into()))?;
+        let (recorded, response) = queue.pop_front().ok_or_else(|| {
+            HostCallError::Internal(format!(
+                "Replay error: no recorded exchange left for {tag} {live}"
+            ))
+        })?;
         if recorded.tag != tag || !same_fields(&recorded.fields, &live) {
-            return Err(format!(
+            return Err(HostCallError::Internal(format!(
                 "Replay error: unexpected request {tag} {live}, the session expected {} {}",
                 recorded.tag, recorded.fields
-            ));
+            )));
         }
         match response.type_.as_str() {
             "Success" => Ok(response.payload.unwrap_or_default().into_bytes()),
-            _ => Err(response.message.unwrap_or_else(|| "recorded error".into())),
+            _ => Err(HostCallError::Recorded(
+                response.message.unwrap_or_else(|| "recorded error".into()),
+            )),
         }
     }
 }
@@ -173,13 +177,14 @@ mod tests {
             )
         };
         assert_eq!(get("team-a").unwrap(), br#"{"kind":"Namespace"}"#);
-        let err = get("other").unwrap_err();
+        let err = get("other").unwrap_err().to_string();
         assert!(err.contains("unexpected request"), "{err}");
         assert_eq!(r.leftovers(), 0);
         let r = Replay::load(SESSION).unwrap();
         assert!(r
             .call("workloadspread", "counter", "v1/hello", b"{}")
             .unwrap_err()
+            .to_string()
             .contains("unknown binding"));
     }
 }

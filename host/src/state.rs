@@ -1,7 +1,7 @@
 //! Cluster state from files: an in-memory API that answers the policy's reads and
 //! keeps WorkloadSpread counters (the counter capability) for offline `run`.
 
-use crate::capabilities::{denied, AllowList, Capabilities, KubeRead};
+use crate::capabilities::{AllowList, Capabilities, HostCallError, KubeRead};
 use anyhow::Context as _;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -10,7 +10,6 @@ use std::sync::Mutex;
 use workloadspread_core::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
 use workloadspread_core::counter;
 use workloadspread_core::fields::FieldSelector;
-use workloadspread_core::hostcall;
 use workloadspread_core::manifests::objects_from_yaml;
 use workloadspread_core::workload::{parse_group, TARGET_NAME_FIELD};
 use workloadspread_core::Timestamp;
@@ -97,13 +96,11 @@ impl ClusterState {
         self.objects.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn read(&self, operation: &str, payload: &[u8]) -> Result<Vec<u8>, String> {
+    fn read(&self, operation: &str, payload: &[u8]) -> Result<Vec<u8>, HostCallError> {
         let read = KubeRead::parse(operation, payload)?;
         let (api_version, kind) = read.resource();
         if !self.allow.permits_resource(api_version, kind) {
-            return Err(format!(
-                "Policy has not been granted access to Kubernetes resource {api_version} {kind}"
-            ));
+            return Err(HostCallError::resource_denied(api_version, kind));
         }
         let objects = self.lock();
         let mask = if self.ignore_field_masks {
@@ -123,12 +120,7 @@ impl ClusterState {
                 .named(api_version, kind, namespace.as_deref(), name)
                 .map(|i| mask.apply(&objects[i]))
                 .ok_or_else(|| {
-                    let ns = namespace
-                        .as_deref()
-                        .map(|n| format!("{n}/"))
-                        .unwrap_or_default();
-                    let message = format!("{api_version} {kind} {ns}{name} not found");
-                    hostcall::coded(hostcall::ErrorCode::NotFound, &message)
+                    HostCallError::not_found(api_version, kind, namespace.as_deref(), name)
                 })?,
             KubeRead::List {
                 api_version,
@@ -139,7 +131,8 @@ impl ClusterState {
                 ..
             } => {
                 let selector = parse_selector(label_selector.as_deref())?;
-                let fields = FieldSelector::parse(field_selector.as_deref())?;
+                let fields = FieldSelector::parse(field_selector.as_deref())
+                    .map_err(HostCallError::Invalid)?;
                 // Written straight from the stored objects: nothing pruned is copied.
                 let items: Vec<_> = self
                     .index
@@ -150,14 +143,16 @@ impl ClusterState {
                     .map(|o| mask.masked(o))
                     .collect();
                 let list = json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}});
-                return serde_json::to_vec(&ListAnswer { list, items }).map_err(|e| e.to_string());
+                return Ok(serde_json::to_vec(&ListAnswer { list, items })?);
             }
         };
-        serde_json::to_vec(&answer).map_err(|e| e.to_string())
+        Ok(serde_json::to_vec(&answer)?)
     }
 
-    fn counter_call(&self, operation: &str, payload: &[u8]) -> Result<Vec<u8>, String> {
-        let answer = match counter::Call::parse(operation, payload).map_err(|e| e.to_string())? {
+    fn counter_call(&self, operation: &str, payload: &[u8]) -> Result<Vec<u8>, HostCallError> {
+        let call = counter::Call::parse(operation, payload)
+            .map_err(|e| HostCallError::Invalid(e.to_string()))?;
+        let answer = match call {
             counter::Call::Hello => json!(counter::Hello {
                 protocol: counter::PROTOCOL_VERSION
             }),
@@ -180,7 +175,7 @@ impl ClusterState {
                 json!(answer)
             }
         };
-        serde_json::to_vec(&answer).map_err(|e| e.to_string())
+        Ok(serde_json::to_vec(&answer)?)
     }
 
     /// Applies `f` to a WorkloadSpread's status and stores the result; `f` also gets the
@@ -190,7 +185,7 @@ impl ClusterState {
         &self,
         key: &counter::WorkloadSpreadKey,
         f: impl FnOnce(&WorkloadSpread, Timestamp, &BTreeSet<String>) -> (WorkloadSpreadStatus, R),
-    ) -> Result<R, String> {
+    ) -> Result<R, HostCallError> {
         let mut objects = self.lock();
         let position = self.index.named(
             workloadspread_core::api::v1beta1::API_VERSION,
@@ -206,25 +201,23 @@ impl ClusterState {
         }
         let (i, stored) = position
             .and_then(|i| Some((i, objects.get(i)?)))
-            .ok_or_else(|| {
-                let message = format!("WorkloadSpread {}/{} not found", key.namespace, key.name);
-                hostcall::coded(hostcall::ErrorCode::NotFound, &message)
+            .ok_or_else(|| HostCallError::NotFound {
+                what: format!("WorkloadSpread {}/{}", key.namespace, key.name),
             })?;
         let ws: WorkloadSpread = serde_json::from_value(stored.clone())
-            .map_err(|e| format!("WorkloadSpread {}: {e}", key.name))?;
+            .map_err(|e| HostCallError::Internal(format!("WorkloadSpread {}: {e}", key.name)))?;
         if key
             .uid
             .as_ref()
             .is_some_and(|u| ws.metadata.uid.as_ref() != Some(u))
         {
-            return Err(format!(
-                "WorkloadSpread {}/{} was recreated (uid changed)",
-                key.namespace, key.name
-            ));
+            return Err(HostCallError::Recreated {
+                what: format!("WorkloadSpread {}/{}", key.namespace, key.name),
+            });
         }
         let departed = self.departed(&objects, &ws, &key.namespace);
         let (status, result) = f(&ws, self.now, &departed);
-        objects[i]["status"] = serde_json::to_value(&status).map_err(|e| e.to_string())?;
+        objects[i]["status"] = serde_json::to_value(&status)?;
         Ok(result)
     }
 }
@@ -269,19 +262,19 @@ impl Capabilities for ClusterState {
         namespace: &str,
         operation: &str,
         payload: &[u8],
-    ) -> Result<Vec<u8>, String> {
+    ) -> Result<Vec<u8>, HostCallError> {
         match (binding, namespace) {
             ("kubewarden", "tracing") => Ok(vec![]),
             ("kubewarden", "kubernetes")
                 if !self.allow.permits_capability(namespace, operation) =>
             {
-                Err(denied(namespace, operation))
+                Err(HostCallError::capability_denied(namespace, operation))
             }
             ("kubewarden", "kubernetes") => self.read(operation, payload),
             (counter::BINDING, counter::NAMESPACE) if self.counter => {
                 self.counter_call(operation, payload)
             }
-            _ => Err(format!("unknown binding {binding}")),
+            _ => Err(HostCallError::unknown_binding(binding)),
         }
     }
 }
@@ -327,7 +320,10 @@ fn stored(object: Value) -> anyhow::Result<Value> {
             object["metadata"]["name"]
         );
     }
-    crate::serve::convert::convert(&object, v1beta1::API_VERSION).map_err(anyhow::Error::msg)
+    Ok(crate::serve::convert::convert(
+        &object,
+        v1beta1::API_VERSION,
+    )?)
 }
 
 /// Object positions by (API group, kind), then namespace (`default` for objects without
@@ -454,7 +450,7 @@ impl LabelEquality {
 }
 
 /// Parses `a=b,c=d` (`==` too); any other selector is refused with the reason.
-pub(crate) fn parse_selector(s: Option<&str>) -> Result<Option<LabelEquality>, String> {
+pub(crate) fn parse_selector(s: Option<&str>) -> Result<Option<LabelEquality>, HostCallError> {
     let Some(s) = s.filter(|s| !s.trim().is_empty()) else {
         return Ok(None);
     };
@@ -462,14 +458,18 @@ pub(crate) fn parse_selector(s: Option<&str>) -> Result<Option<LabelEquality>, S
     for part in s.split(',') {
         let (k, v) = part
             .split_once('=')
-            .ok_or_else(|| format!("unsupported label selector {s:?}: only k=v pairs"))?;
+            .ok_or_else(|| unsupported_selector(s))?;
         let (k, v) = (k.trim(), v.trim_start_matches('=').trim());
         if k.is_empty() || k.ends_with('!') {
-            return Err(format!("unsupported label selector {s:?}: only k=v pairs"));
+            return Err(unsupported_selector(s));
         }
         pairs.push((k.to_string(), v.to_string()));
     }
     Ok(Some(LabelEquality(pairs)))
+}
+
+fn unsupported_selector(s: &str) -> HostCallError {
+    HostCallError::Invalid(format!("unsupported label selector {s:?}: only k=v pairs"))
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! `run`: one admission request offline, kwctl run compatible.
 
-use super::{now, read_input, Offline, PolicyArgs};
-use crate::capabilities::{AllowList, Capabilities};
+use super::{read_input, Offline, PolicyArgs};
+use crate::capabilities::{AllowList, Capabilities, HostCallError};
+use crate::clock::now;
 use crate::state::ClusterState;
 use anyhow::{Context, Result};
 use clap::Args;
@@ -80,8 +81,8 @@ pub fn run(args: RunArgs) -> Result<()> {
     if let Some(session) = &args.replay_host_capabilities_interactions {
         let replay = Arc::new(crate::replay::Replay::load(&read_input(session)?)?);
         let logged = Arc::new(LoggedFailures(replay.clone()));
-        crate::run::validate_settings(&engine, &settings, logged.clone())?;
-        let response = crate::run::evaluate(&engine, &request, &settings, logged);
+        crate::engine::evaluate::validate_settings(&engine, &settings, logged.clone())?;
+        let response = crate::engine::evaluate::evaluate(&engine, &request, &settings, logged);
         println!("{}", serde_json::to_string(&response)?);
         if replay.leftovers() > 0 {
             eprintln!(
@@ -93,8 +94,8 @@ pub fn run(args: RunArgs) -> Result<()> {
     }
     let state = Arc::new(ClusterState::new(objects, allow, !args.no_counter, now()));
     let logged = Arc::new(LoggedFailures(state.clone()));
-    crate::run::validate_settings(&engine, &settings, logged.clone())?;
-    let response = crate::run::evaluate(&engine, &request, &settings, logged);
+    crate::engine::evaluate::validate_settings(&engine, &settings, logged.clone())?;
+    let response = crate::engine::evaluate::evaluate(&engine, &request, &settings, logged);
     println!("{}", serde_json::to_string(&response)?);
     if let Some(out) = &args.output_state {
         let docs: Vec<String> = state
@@ -119,10 +120,13 @@ impl<C: Capabilities> Capabilities for LoggedFailures<C> {
         namespace: &str,
         operation: &str,
         payload: &[u8],
-    ) -> Result<Vec<u8>, String> {
+    ) -> Result<Vec<u8>, HostCallError> {
         let answer = self.0.call(binding, namespace, operation, payload);
         if let Err(e) = &answer {
-            eprintln!("ERROR host call {binding}/{namespace}/{operation} failed: {e}");
+            eprintln!(
+                "ERROR host call {binding}/{namespace}/{operation} failed: {}",
+                e.guest_text()
+            );
         }
         answer
     }

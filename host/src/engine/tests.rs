@@ -3,9 +3,11 @@ use super::*;
 /// Answers every host call with the payload reversed.
 struct Reverse;
 impl Capabilities for Reverse {
-    fn call(&self, b: &str, n: &str, o: &str, p: &[u8]) -> Result<Vec<u8>, String> {
+    fn call(&self, b: &str, n: &str, o: &str, p: &[u8]) -> Result<Vec<u8>, HostCallError> {
         if (b, n, o) != ("b", "n", "op") {
-            return Err(format!("unexpected call {b}/{n}/{o}"));
+            return Err(HostCallError::Internal(format!(
+                "unexpected call {b}/{n}/{o}"
+            )));
         }
         Ok(p.iter().rev().copied().collect())
     }
@@ -138,7 +140,7 @@ fn instances_are_reused_until_they_fail_or_grow() {
 fn a_kept_instance_calls_the_current_capabilities() {
     struct Fixed(&'static [u8]);
     impl Capabilities for Fixed {
-        fn call(&self, _: &str, _: &str, _: &str, _: &[u8]) -> Result<Vec<u8>, String> {
+        fn call(&self, _: &str, _: &str, _: &str, _: &[u8]) -> Result<Vec<u8>, HostCallError> {
             Ok(self.0.to_vec())
         }
     }

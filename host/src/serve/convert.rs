@@ -10,6 +10,23 @@ use kube::{Api, Client};
 use serde_json::{json, Value};
 use workloadspread_core::api::{v1alpha1, v1beta1, CRD_PROVIDER, CRD_PROVIDER_ANNOTATION, GROUP};
 
+/// Why a WorkloadSpread could not be converted (the `ConversionReview`'s failure message).
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    #[error("converting WorkloadSpread {name} from {from}: {source}")]
+    Invalid {
+        name: String,
+        from: String,
+        source: serde_json::Error,
+    },
+    #[error("cannot convert WorkloadSpread {name} from {from:?} to {desired:?}")]
+    Unsupported {
+        name: String,
+        from: String,
+        desired: String,
+    },
+}
+
 const V1ALPHA1: &str = "apps.kruise.io/v1alpha1";
 const V1BETA1: &str = "apps.kruise.io/v1beta1";
 
@@ -19,23 +36,27 @@ pub fn review(review: &Value) -> Value {
     let uid = request["uid"].clone();
     let desired = request["desiredAPIVersion"].as_str().unwrap_or_default();
     let objects = request["objects"].as_array().cloned().unwrap_or_default();
-    let converted: Result<Vec<Value>, String> =
+    let converted: Result<Vec<Value>, ConvertError> =
         objects.iter().map(|o| convert(o, desired)).collect();
     let response = match converted {
         Ok(objects) => {
             json!({"uid": uid, "convertedObjects": objects, "result": {"status": "Success"}})
         }
-        Err(message) => json!({"uid": uid, "convertedObjects": [],
-            "result": {"status": "Failure", "message": message}}),
+        Err(e) => json!({"uid": uid, "convertedObjects": [],
+            "result": {"status": "Failure", "message": e.to_string()}}),
     };
     json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview", "response": response})
 }
 
 /// Converts one WorkloadSpread to `desired`; metadata is kept as sent.
-pub fn convert(object: &Value, desired: &str) -> Result<Value, String> {
+pub fn convert(object: &Value, desired: &str) -> Result<Value, ConvertError> {
     let from = object["apiVersion"].as_str().unwrap_or_default();
     let name = object["metadata"]["name"].as_str().unwrap_or("<unnamed>");
-    let fail = |e: serde_json::Error| format!("converting WorkloadSpread {name} from {from}: {e}");
+    let fail = |source| ConvertError::Invalid {
+        name: name.into(),
+        from: from.into(),
+        source,
+    };
     let mut out = match (from, desired) {
         (a, b) if a == b => return Ok(object.clone()),
         (V1ALPHA1, V1BETA1) => {
@@ -49,9 +70,11 @@ pub fn convert(object: &Value, desired: &str) -> Result<Value, String> {
             serde_json::to_value(v1alpha1::WorkloadSpread::from(beta)).map_err(fail)?
         }
         _ => {
-            return Err(format!(
-                "cannot convert WorkloadSpread {name} from {from:?} to {desired:?}"
-            ))
+            return Err(ConvertError::Unsupported {
+                name: name.into(),
+                from: from.into(),
+                desired: desired.into(),
+            })
         }
     };
     // The API server requires the metadata back unchanged (typed decoding drops fields).

@@ -164,6 +164,25 @@ pub fn worst_case_mib(concurrency: usize, max_memory_mib: usize, max_request_byt
         + RESERVE_MIB
 }
 
+/// A configuration whose worst case exceeds the container's memory limit.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "--max-concurrency {concurrency} evaluations with --max-memory-mib {max_memory_mib} and \
+     --max-request-bytes {max_request_bytes} need {need} MiB at their worst (guests at \
+     their cap, bodies decoded {BODY_COPIES} times, {RESERVE_MIB} MiB for the rest), over \
+     the memory limit of {limit_mib} MiB: lower --max-concurrency (at most {fits} fit), \
+     --max-memory-mib or --max-request-bytes, or raise the container's memory limit"
+)]
+pub struct MemoryMisfit {
+    limit_mib: u64,
+    concurrency: usize,
+    max_memory_mib: usize,
+    max_request_bytes: usize,
+    need: u64,
+    /// The most evaluations that would fit.
+    fits: usize,
+}
+
 /// Refuses a configuration whose worst case exceeds the container's memory limit: the
 /// kernel would kill the host under load (and with `failurePolicy: Fail`, pods with it).
 pub fn check_memory_fit(
@@ -171,7 +190,7 @@ pub fn check_memory_fit(
     concurrency: usize,
     max_memory_mib: usize,
     max_request_bytes: usize,
-) -> Result<(), String> {
+) -> Result<(), MemoryMisfit> {
     let need = worst_case_mib(concurrency, max_memory_mib, max_request_bytes);
     if need <= limit_mib {
         return Ok(());
@@ -180,13 +199,14 @@ pub fn check_memory_fit(
         .rev()
         .find(|&c| worst_case_mib(c, max_memory_mib, max_request_bytes) <= limit_mib)
         .unwrap_or(0);
-    Err(format!(
-        "--max-concurrency {concurrency} evaluations with --max-memory-mib {max_memory_mib} and \
-         --max-request-bytes {max_request_bytes} need {need} MiB at their worst (guests at \
-         their cap, bodies decoded {BODY_COPIES} times, {RESERVE_MIB} MiB for the rest), over \
-         the memory limit of {limit_mib} MiB: lower --max-concurrency (at most {fits} fit), \
-         --max-memory-mib or --max-request-bytes, or raise the container's memory limit"
-    ))
+    Err(MemoryMisfit {
+        limit_mib,
+        concurrency,
+        max_memory_mib,
+        max_request_bytes,
+        need,
+        fits,
+    })
 }
 
 #[cfg(test)]
@@ -224,7 +244,9 @@ mod tests {
     #[test]
     fn memory_fit_is_checked_with_what_to_change() {
         // The old defaults: 256 evaluations of up to 256 MiB under a 1 GiB limit.
-        let err = check_memory_fit(1024, 256, 256, 8 << 20).unwrap_err();
+        let err = check_memory_fit(1024, 256, 256, 8 << 20)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("at most 2 fit") && err.contains("--max-concurrency"),
             "{err}"

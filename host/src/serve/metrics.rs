@@ -157,6 +157,12 @@ pub struct CompiledLabels {
     pub reason: String,
 }
 
+/// A failed host call's kind (`capabilities::HostCallError::metric_label`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HostCallErrorLabels {
+    pub kind: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HolderLabels {
     pub holder: String,
@@ -215,6 +221,8 @@ pub struct Metrics {
     pub policy_load_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// Re-invocations of the pod webhook answered as the first invocation, without a claim.
     pub reinvocations: Counter,
+    /// Failed host calls of the policy, by kind.
+    pub host_call_errors: Family<HostCallErrorLabels, Counter>,
 }
 
 impl Metrics {
@@ -318,6 +326,12 @@ impl Metrics {
             "Re-invocations of the pod webhook (a later webhook changed the pod) answered as the first invocation was: the same subset injected again, no second claim",
             reinvocations.clone(),
         );
+        let host_call_errors = Family::<HostCallErrorLabels, Counter>::default();
+        registry.register(
+            "host_call_errors",
+            "Host calls of the policy that failed, by kind: NotFound (the object does not exist: normal for a deleted owner), Denied (not granted by the policy's capabilities), Invalid/Unknown (a request the host cannot serve), Api (the API server failed or did not answer in time), the counter's (Gone, Recreated, Conflict, Write, Read, Timeout, NoAnswer, Stopped, Internal: see the counter's log), Internal",
+            host_call_errors.clone(),
+        );
         let contested = Gauge::default();
         registry.register(
             "contested_workloadspreads",
@@ -411,6 +425,7 @@ impl Metrics {
             policy_compiled,
             policy_load_seconds,
             reinvocations,
+            host_call_errors,
             ca_bundle_stale,
             reservations,
             counter_queues,

@@ -21,8 +21,8 @@ pub mod tls;
 pub mod webhooks;
 
 use crate::capabilities::{AllowList, Capabilities};
+use crate::engine::evaluate::{self, AdmissionResponse};
 use crate::engine::PolicyEngine;
-use crate::run::{self, AdmissionResponse};
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -162,7 +162,7 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
             .get::<PeerCertificate>()
             .and_then(|p| p.0.clone());
         if let Err(why) = client_allowed(&app, presented.as_deref()) {
-            return (StatusCode::FORBIDDEN, why).into_response();
+            return (StatusCode::FORBIDDEN, why.to_string()).into_response();
         }
     }
     // The body first, then a slot: a slow sender holds no evaluation slot.
@@ -245,25 +245,38 @@ async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response 
     .into_response()
 }
 
+/// Why a caller may not use the webhook routes (the 403's body).
+#[derive(Debug, thiserror::Error)]
+enum ClientRefused {
+    #[error(
+        "this webhook answers only the API server: present a client certificate of \
+         the CA given to --client-ca-file (the API server's admission configuration names it \
+         in a kubeConfigFile; docs/operations.md, Security)"
+    )]
+    NoCertificate,
+    #[error(
+        "the client certificate names {names:?}, none of the identities this webhook answers \
+         (--client-cert-identity {pinned:?}; chart tls.clientCertIdentities)"
+    )]
+    NotPinned {
+        names: Vec<String>,
+        pinned: Vec<String>,
+    },
+}
+
 /// Whether a caller presenting a certificate that goes by `names` (`None`: none) may use
 /// the webhook routes: one of the CA's, naming a pinned identity when there are any.
-fn client_allowed(app: &App, names: Option<&[String]>) -> Result<(), String> {
+fn client_allowed(app: &App, names: Option<&[String]>) -> Result<(), ClientRefused> {
     let Some(names) = names else {
-        return Err(
-            "this webhook answers only the API server: present a client certificate of \
-             the CA given to --client-ca-file (the API server's admission configuration names it \
-             in a kubeConfigFile; docs/operations.md, Security)"
-                .into(),
-        );
+        return Err(ClientRefused::NoCertificate);
     };
     if app.client_identities.is_empty() || names.iter().any(|n| app.client_identities.contains(n)) {
         return Ok(());
     }
-    Err(format!(
-        "the client certificate names {names:?}, none of the identities this webhook answers \
-         (--client-cert-identity {:?}; chart tls.clientCertIdentities)",
-        app.client_identities
-    ))
+    Err(ClientRefused::NotPinned {
+        names: names.to_vec(),
+        pinned: app.client_identities.clone(),
+    })
 }
 
 async fn evaluate(app: &Arc<App>, request: Value) -> AdmissionResponse {
@@ -286,13 +299,13 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
         .is_err()
     {
         let why = app.capabilities.not_ready_reason().unwrap_or_default();
-        return run::rejection(uid, format!("the host is not ready ({why}); retry"), 503);
+        return evaluate::rejection(uid, format!("the host is not ready ({why}); retry"), 503);
     }
     // A WorkloadSpread created a moment ago may not be in the cache yet (`kube_state::lookup`).
     if let Some(namespace) = owned_pod_create(&request) {
         if let Err(e) = app.capabilities.catch_up(namespace).await {
             tracing::warn!(namespace, "{e}");
-            return run::rejection(uid, e.to_string(), 503);
+            return evaluate::rejection(uid, e.to_string(), 503);
         }
     }
     // A re-invocation (a later webhook changed the pod): the first answer again, no claim.
@@ -323,19 +336,19 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
                     namespace: namespace.to_string(),
                 })
                 .inc();
-            return run::rejection(uid, app.claims.refusal(namespace), 429);
+            return evaluate::rejection(uid, app.claims.refusal(namespace), 429);
         }
     }
     let worker = app.clone();
     let evaluation = tokio::task::spawn_blocking(move || {
         let caps: Arc<dyn Capabilities> = worker.capabilities.clone();
-        let mut response = run::evaluate(&worker.engine, &request, &worker.settings, caps);
+        let mut response = evaluate::evaluate(&worker.engine, &request, &worker.settings, caps);
         reinvoke::sign(&request, &mut response, &worker.tokens, tls::unix_now());
         response
     });
     match evaluation.await {
         Ok(r) => r,
-        Err(e) => run::rejection(uid, format!("policy evaluation failed: {e}"), 500),
+        Err(e) => evaluate::rejection(uid, format!("policy evaluation failed: {e}"), 500),
     }
 }
 
@@ -372,7 +385,7 @@ fn unrelated_pod_answer(app: &App, request: &Value) -> Option<AdmissionResponse>
     if create && request["object"].is_object() {
         let mut clean = request["object"].clone();
         if !workloadspread_core::pods::strip_system_metadata(&mut clean).is_empty() {
-            run::patch_to(&mut answer, &request["object"], &clean);
+            evaluate::patch_to(&mut answer, &request["object"], &clean);
         }
     }
     Some(answer)

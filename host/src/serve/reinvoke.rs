@@ -12,7 +12,7 @@
 //! than [`MAX_AGE_SECONDS`]) is ignored: the pod is evaluated as any other.
 
 use crate::capabilities::Capabilities;
-use crate::run::AdmissionResponse;
+use crate::engine::evaluate::AdmissionResponse;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};

@@ -82,6 +82,15 @@ async fn a_hung_status_write_does_not_stall_the_queue() -> Result<()> {
         answered < Duration::from_secs(8),
         "answered after {answered:?}"
     );
+    // Counted by kind: the batch gave up on its deadline (CommitError::GaveUp).
+    let timeouts = s
+        .host
+        .metric_with(
+            "workloadspread_host_host_call_errors_total",
+            "kind=\"Timeout\"",
+        )
+        .await?;
+    ensure!(timeouts >= 1.0, "{hung:?} not counted as a counter timeout");
     let started = Instant::now();
     let subset = wait_for("fleet-2 admitted", Duration::from_secs(20), || async {
         Ok(s.create_pod("fleet-2").await.ok())

@@ -238,7 +238,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
 }
 
 async fn serve_main(args: ServeArgs) -> Result<()> {
-    super::set_clock_offset(args.clock_offset_seconds);
+    crate::clock::set_clock_offset(args.clock_offset_seconds);
     crate::serve::commit::set_late_reserve_answers(args.late_reserve_answers);
     crate::serve::commit::set_settle_delay(args.settle_delay_ms);
     crate::serve::kube_state::set_watch_delay(args.watch_delay_ms);
@@ -253,8 +253,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
             args.max_concurrency,
             args.policy_args.max_memory_mib,
             args.max_request_bytes,
-        )
-        .map_err(anyhow::Error::msg)?,
+        )?,
         None => tracing::info!(
             "no --memory-limit-mib: evaluations may use up to {worst} MiB at their worst"
         ),
@@ -314,7 +313,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
                 ..Default::default()
             }),
             metrics.clone(),
-            super::skewed_now,
+            crate::clock::skewed_now,
             crate::serve::commit::Lifetimes {
                 idle: Duration::from_secs(args.counter_idle_seconds.max(1)),
                 expiry: Duration::from_secs(args.counter_expiry_seconds.max(5)),
@@ -341,7 +340,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
     {
         let (engine, settings, caps) = (engine.clone(), settings.clone(), caps.clone());
         tokio::task::spawn_blocking(move || {
-            crate::run::validate_settings(&engine, &settings, caps)
+            crate::engine::evaluate::validate_settings(&engine, &settings, caps)
         })
         .await??;
     }

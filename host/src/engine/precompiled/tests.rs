@@ -1,13 +1,15 @@
 use super::*;
-use crate::capabilities::Capabilities;
+use crate::capabilities::{Capabilities, HostCallError};
 use crate::engine::{EngineOptions, PolicyEngine};
 use std::sync::Arc;
 
 /// Answers every host call with an error (the test module makes none).
 struct NoCalls;
 impl Capabilities for NoCalls {
-    fn call(&self, b: &str, n: &str, o: &str, _: &[u8]) -> Result<Vec<u8>, String> {
-        Err(format!("unexpected call {b}/{n}/{o}"))
+    fn call(&self, b: &str, n: &str, o: &str, _: &[u8]) -> Result<Vec<u8>, HostCallError> {
+        Err(HostCallError::Internal(format!(
+            "unexpected call {b}/{n}/{o}"
+        )))
     }
 }
 

@@ -3,7 +3,7 @@
 //! then returns and settles, then the policy's operations, then reservations. Each
 //! claim is decided once, by `workloadspread_core::admission::reserve::decide`.
 
-use super::{Answer, Applied1, Op, Pending, Work, MAX_WAIT};
+use super::{Answer, Applied1, CommitError, Op, Pending, Work, MAX_WAIT};
 use crate::serve::reserve::Pool;
 use kube::api::DynamicObject;
 use std::collections::BTreeSet;
@@ -58,7 +58,7 @@ pub(super) fn apply_batch(
     now: Timestamp,
     pool: Option<&mut Pool>,
     resolution: &mut Resolution,
-) -> Result<Applied, String> {
+) -> Result<Applied, CommitError> {
     let mut ws = decode(object)?;
     let departed = BTreeSet::new();
     let facts = Facts {
@@ -71,12 +71,14 @@ pub(super) fn apply_batch(
     Ok((updated_object(object, &ws, changed)?, outcomes))
 }
 
-pub(super) fn decode(object: &DynamicObject) -> Result<WorkloadSpread, String> {
-    serde_json::from_value(to_json(object)?).map_err(|e| format!("decoding WorkloadSpread: {e}"))
+pub(super) fn decode(object: &DynamicObject) -> Result<WorkloadSpread, CommitError> {
+    serde_json::from_value(to_json(object)?)
+        .map_err(|e| CommitError::Codec(format!("decoding WorkloadSpread: {e}")))
 }
 
-pub(super) fn to_json(object: &DynamicObject) -> Result<serde_json::Value, String> {
-    let mut v = serde_json::to_value(object).map_err(|e| e.to_string())?;
+pub(super) fn to_json(object: &DynamicObject) -> Result<serde_json::Value, CommitError> {
+    let mut v = serde_json::to_value(object)
+        .map_err(|e| CommitError::Codec(format!("encoding WorkloadSpread: {e}")))?;
     v["apiVersion"] = "apps.kruise.io/v1beta1".into();
     v["kind"] = "WorkloadSpread".into();
     Ok(v)
@@ -87,12 +89,13 @@ pub(super) fn updated_object(
     object: &DynamicObject,
     ws: &WorkloadSpread,
     changed: bool,
-) -> Result<Option<DynamicObject>, String> {
+) -> Result<Option<DynamicObject>, CommitError> {
     if !changed {
         return Ok(None);
     }
     let mut updated = object.clone();
-    let status = serde_json::to_value(&ws.status).map_err(|e| e.to_string())?;
+    let status = serde_json::to_value(&ws.status)
+        .map_err(|e| CommitError::Codec(format!("encoding WorkloadSpread status: {e}")))?;
     if let Some(map) = updated.data.as_object_mut() {
         map.insert("status".into(), status);
     }
@@ -195,10 +198,9 @@ fn apply_op(
     let now = facts.now;
     if let Some(uid) = &op.key().uid {
         if ws.metadata.uid.as_ref() != Some(uid) {
-            return Applied1::Written(Err(format!(
-                "WorkloadSpread {} was recreated (uid changed)",
-                op.key().name
-            )));
+            return Applied1::Written(Err(CommitError::Recreated {
+                name: op.key().name.clone(),
+            }));
         }
     }
     let mut pool = pool;

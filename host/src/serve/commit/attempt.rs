@@ -7,8 +7,8 @@ use super::apply::{apply_decoded, decode, updated_object, Facts, Resolution};
 use super::fence::{SpecId, Unconfirmed};
 use super::queue::still_awaited;
 use super::{
-    internal, lock, Answer, Applied1, Committer, Listed, Op, Pending, Queue, QueueKey, Shared,
-    Work, ANSWER_BUDGET, CALL_TIMEOUT, COMMIT_DEADLINE, DONE, LIST_EVERY, MAX_ATTEMPTS,
+    internal, lock, Answer, Applied1, CommitError, Committer, Listed, Op, Pending, Queue, QueueKey,
+    Shared, Work, ANSWER_BUDGET, CALL_TIMEOUT, COMMIT_DEADLINE, DONE, LIST_EVERY, MAX_ATTEMPTS,
     SETTLE_GIVE_UP,
 };
 use crate::serve::metrics::ReservationEvent;
@@ -17,23 +17,6 @@ use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::Api;
 use std::time::{Duration, Instant};
 use workloadspread_core::admission::reserve::stale::{self, Naming, Stale};
-
-/// Why a batch failed for good.
-#[derive(Debug)]
-enum Failure {
-    /// The WorkloadSpread is gone (or was recreated): nothing of it is worth retrying.
-    Gone(String),
-    /// Anything else: the queue's own work is tried again.
-    Other(String),
-}
-
-impl Failure {
-    fn message(&self) -> &str {
-        match self {
-            Failure::Gone(m) | Failure::Other(m) => m,
-        }
-    }
-}
 
 impl Committer {
     /// Applies `batch` to the WorkloadSpread and writes the status once; on 409
@@ -54,7 +37,7 @@ impl Committer {
         }
         self.metrics.batch_size.observe(batch.len() as f64);
         let mut carried = vec![];
-        let mut failure = Failure::Other(String::new());
+        let mut failure = CommitError::NotAttempted;
         let deadline = answer_deadline(&batch);
         // Set when a copy's uid differs from an operation's: read the object live once
         // (a recreated WorkloadSpread) before answering "recreated".
@@ -66,17 +49,12 @@ impl Committer {
                 // the next batch with the time they have left.
                 let (expired, rest) = past_their_time(batch);
                 if !rest.is_empty() {
-                    let message =
-                        format!("{} (gave up after {ANSWER_BUDGET:?})", failure.message());
-                    self.failed(queue, expired, &Failure::Other(message));
+                    self.failed(queue, expired, &failure.gave_up(ANSWER_BUDGET));
                     carried.extend(rest);
                     return carried;
                 }
                 batch = expired;
-                failure = Failure::Other(format!(
-                    "{} (gave up after {COMMIT_DEADLINE:?})",
-                    failure.message()
-                ));
+                failure = failure.gave_up(COMMIT_DEADLINE);
                 break;
             }
             let budget = left.min(CALL_TIMEOUT);
@@ -101,12 +79,12 @@ impl Committer {
                         lock(&queue.shared).fence.saw(SpecId::of(&o.metadata));
                         o
                     }
-                    Err(Read::Gone(e)) => {
-                        failure = Failure::Gone(e);
+                    Err(e) if e.is_gone() => {
+                        failure = e;
                         break;
                     }
-                    Err(Read::Retry(e)) => {
-                        failure = Failure::Other(e);
+                    Err(e) => {
+                        failure = e;
                         read_live = true;
                         backoff(attempt).await;
                         continue;
@@ -127,7 +105,7 @@ impl Committer {
             let mut ws = match decode(&object) {
                 Ok(ws) => ws,
                 Err(e) => {
-                    failure = Failure::Other(e);
+                    failure = e;
                     break;
                 }
             };
@@ -163,7 +141,7 @@ impl Committer {
             let updated = match updated_object(&object, &ws, changed) {
                 Ok(u) => u,
                 Err(e) => {
-                    failure = Failure::Other(e);
+                    failure = e;
                     break;
                 }
             };
@@ -181,9 +159,7 @@ impl Committer {
             // answers what is due and carries the rest.
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
-                failure = Failure::Other(format!(
-                    "reading WorkloadSpread {name} and the pods it names left no time to write its status"
-                ));
+                failure = CommitError::NoTimeToWrite { name: name.into() };
                 read_live = true;
                 continue;
             }
@@ -202,9 +178,10 @@ impl Committer {
             let Ok(written) = tokio::time::timeout(budget, write).await else {
                 // It may have landed: the next attempt reads the object again.
                 self.metrics.unanswered_writes.inc();
-                failure = Failure::Other(format!(
-                    "writing WorkloadSpread {name} status: no answer in {budget:?}"
-                ));
+                failure = CommitError::Write {
+                    name: name.into(),
+                    reason: format!("no answer in {budget:?}"),
+                };
                 read_live = true;
                 continue;
             };
@@ -217,24 +194,26 @@ impl Committer {
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     // Someone wrote meanwhile; the reflector may not have seen it yet.
                     self.metrics.conflicts.inc();
-                    failure =
-                        Failure::Other(format!("conflict writing WorkloadSpread {name} status"));
+                    failure = CommitError::Conflict { name: name.into() };
                     read_live = true;
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => {
-                    failure = Failure::Gone(format!("WorkloadSpread {name} was deleted"));
+                    failure = CommitError::Deleted { name: name.into() };
                     break;
                 }
                 // Invalid, Forbidden, ...: retrying cannot help.
                 Err(kube::Error::Api(s)) if s.code < 500 && s.code != 429 => {
-                    failure = Failure::Other(format!(
-                        "writing WorkloadSpread {name} status: {}",
-                        s.message
-                    ));
+                    failure = CommitError::Write {
+                        name: name.into(),
+                        reason: s.message,
+                    };
                     break;
                 }
                 Err(e) => {
-                    failure = Failure::Other(format!("writing WorkloadSpread {name} status: {e}"));
+                    failure = CommitError::Write {
+                        name: name.into(),
+                        reason: e.to_string(),
+                    };
                     read_live = true;
                     backoff(attempt).await;
                 }
@@ -242,8 +221,8 @@ impl Committer {
         }
         tracing::warn!(
             workloadspread = name,
-            "counter batch failed: {}",
-            failure.message()
+            kind = failure.kind(),
+            "counter batch failed: {failure}"
         );
         self.failed(queue, batch, &failure);
         carried
@@ -306,7 +285,7 @@ impl Committer {
         ws: &workloadspread_core::api::v1beta1::WorkloadSpread,
         budget: Duration,
     ) -> Resolution {
-        let now = crate::commands::monotonic_now();
+        let now = crate::clock::monotonic_now();
         let (stale, scale, listed): (Vec<Stale>, _, _) = {
             let mut shared = lock(&queue.shared);
             let status = ws.status.clone().unwrap_or_default();
@@ -470,7 +449,7 @@ impl Committer {
                 }
                 (work, outcome) => {
                     tracing::error!(?work, ?outcome, "counter work and outcome disagree");
-                    Err("internal error: counter work and outcome disagree".to_string())
+                    Err(CommitError::Internal("counter work and outcome disagree"))
                 }
             };
             if let Some(reply) = reply {
@@ -485,10 +464,10 @@ impl Committer {
     /// placeholders are not held (one that did land is resolved once stale); settles are
     /// retried by the next write unless the object is gone (a handed-out placeholder
     /// stays this replica's to settle until its pod is recorded).
-    fn failed(&self, queue: &Queue, batch: Vec<Pending>, failure: &Failure) {
+    fn failed(&self, queue: &Queue, batch: Vec<Pending>, failure: &CommitError) {
         let mut shared = lock(&queue.shared);
+        let gone = failure.is_gone();
         for p in batch {
-            let gone = matches!(failure, Failure::Gone(_));
             match &p.work {
                 Work::Op(op) => self.record(op, None),
                 Work::Reserve { slot, .. } if gone => shared.pool.reserved(slot, vec![]),
@@ -506,7 +485,7 @@ impl Committer {
                 Work::Return(r) => shared.pool.return_failed(r.clone(), Instant::now()),
             }
             if let Some(reply) = p.reply {
-                let _ = reply.send(Err(failure.message().to_string()));
+                let _ = reply.send(Err(failure.clone()));
             }
         }
     }
@@ -545,27 +524,22 @@ fn answer_deadline(batch: &[Pending]) -> tokio::time::Instant {
     by_arrival.map_or(by_now, |t| t.min(by_now))
 }
 
-/// Why a live read gave no object.
-enum Read {
-    /// The WorkloadSpread does not exist.
-    Gone(String),
-    /// An error or no answer in time: worth another attempt.
-    Retry(String),
-}
-
-/// One GET of the WorkloadSpread, abandoned after `budget`.
+/// One GET of the WorkloadSpread, abandoned after `budget`: [`CommitError::NotFound`]
+/// when it does not exist, else a [`CommitError::Read`] worth another attempt.
 async fn read(
     api: &Api<DynamicObject>,
     name: &str,
     budget: Duration,
-) -> Result<DynamicObject, Read> {
+) -> Result<DynamicObject, CommitError> {
+    let failed = |reason: String| CommitError::Read {
+        name: name.into(),
+        reason,
+    };
     match tokio::time::timeout(budget, api.get_opt(name)).await {
         Ok(Ok(Some(o))) => Ok(o),
-        Ok(Ok(None)) => Err(Read::Gone(format!("WorkloadSpread {name} not found"))),
-        Ok(Err(e)) => Err(Read::Retry(format!("reading WorkloadSpread {name}: {e}"))),
-        Err(_) => Err(Read::Retry(format!(
-            "reading WorkloadSpread {name}: no answer in {budget:?}"
-        ))),
+        Ok(Ok(None)) => Err(CommitError::NotFound { name: name.into() }),
+        Ok(Err(e)) => Err(failed(e.to_string())),
+        Err(_) => Err(failed(format!("no answer in {budget:?}"))),
     }
 }
 

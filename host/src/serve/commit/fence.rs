@@ -21,7 +21,7 @@
 //! after a claim's write: the pod was admitted under the spec stored when it was
 //! decided.
 
-use super::{lock, Committer, Queue, QueueKey, CALL_TIMEOUT};
+use super::{lock, CommitError, Committer, Queue, QueueKey, CALL_TIMEOUT};
 use crate::serve::metrics::ReservationEvent;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -54,7 +54,7 @@ impl SpecId {
 }
 
 /// What a read found: the stored spec, `None` for a deleted object.
-type Found = Result<Option<SpecId>, String>;
+type Found = Result<Option<SpecId>, CommitError>;
 
 /// The last read a queue began, and when: hand-outs decided before that wait for it.
 #[derive(Default)]
@@ -189,10 +189,14 @@ impl Committer {
         async move {
             match tokio::time::timeout(CALL_TIMEOUT, api.get_metadata_opt(&name)).await {
                 Ok(Ok(found)) => Ok(found.map(|m| SpecId::of(&m.metadata))),
-                Ok(Err(e)) => Err(format!("reading WorkloadSpread {name}: {e}")),
-                Err(_) => Err(format!(
-                    "reading WorkloadSpread {name}: no answer in {CALL_TIMEOUT:?}"
-                )),
+                Ok(Err(e)) => Err(CommitError::Read {
+                    name,
+                    reason: e.to_string(),
+                }),
+                Err(_) => Err(CommitError::Read {
+                    name,
+                    reason: format!("no answer in {CALL_TIMEOUT:?}"),
+                }),
             }
         }
     }

@@ -23,10 +23,13 @@ mod apply;
 mod attempt;
 mod departed;
 mod departures;
+mod error;
 mod fast;
 mod fence;
 mod overdue;
 mod queue;
+
+pub use error::CommitError;
 
 use super::metrics::{CounterLabels, CounterOp, CounterResult, Metrics};
 use super::reserve::{Handed, Pool, ReservePolicy, Return, SlotKey};
@@ -152,7 +155,7 @@ enum Work {
 #[derive(Debug)]
 enum Applied1 {
     /// Answered with the batch's write (or without one when nothing changed).
-    Written(Result<Answer, String>),
+    Written(Result<Answer, CommitError>),
     /// Answered already, whatever the write does (a placeholder taken or put back).
     Now(Answer),
     /// Placeholders in the way: try again later.
@@ -168,7 +171,7 @@ enum Applied1 {
 struct Pending {
     work: Work,
     /// `None` for the queue's own work.
-    reply: Option<oneshot::Sender<Result<Answer, String>>>,
+    reply: Option<oneshot::Sender<Result<Answer, CommitError>>>,
     since: Instant,
     /// Has waited for placeholders in its way (counted once).
     waited: bool,
@@ -312,7 +315,7 @@ impl Committer {
 
     /// Answers `op` from a reserved slot when it can, else queues it on its
     /// WorkloadSpread's queue and waits for the committed answer.
-    pub async fn submit(self: &Arc<Self>, op: Op) -> Result<Answer, String> {
+    pub async fn submit(self: &Arc<Self>, op: Op) -> Result<Answer, CommitError> {
         let key = op.key();
         let queue_key = (key.namespace.clone(), key.name.clone());
         let arrived = Instant::now();
@@ -353,12 +356,10 @@ impl Committer {
         queue_key: &QueueKey,
         op: Op,
         arrived: Instant,
-    ) -> Result<Answer, String> {
+    ) -> Result<Answer, CommitError> {
         let (reply, answer) = oneshot::channel();
         self.send_since(queue_key, Work::Op(op), Some(reply), arrived);
-        answer
-            .await
-            .map_err(|_| "the counter queue stopped before answering".to_string())?
+        answer.await.map_err(|_| CommitError::Stopped)?
     }
 
     /// Records a claim answered into a tracked subset; the reserve work to queue if its

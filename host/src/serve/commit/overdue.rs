@@ -86,7 +86,7 @@ impl Committer {
         budget: Duration,
     ) -> Option<(Overdue, PodFacts)> {
         let status = ws.status.as_ref()?;
-        let now = crate::commands::monotonic_now();
+        let now = crate::clock::monotonic_now();
         let overdue = {
             let mut shared = lock(&queue.shared);
             let overdue = shared.entries.overdue(status, now, self.lifetimes.expiry);

@@ -16,7 +16,7 @@ impl Committer {
         self: &Arc<Self>,
         key: &QueueKey,
         work: Work,
-        reply: Option<oneshot::Sender<Result<super::Answer, String>>>,
+        reply: Option<oneshot::Sender<Result<super::Answer, super::CommitError>>>,
     ) {
         self.send_since(key, work, reply, Instant::now());
     }
@@ -27,7 +27,7 @@ impl Committer {
         self: &Arc<Self>,
         key: &QueueKey,
         work: Work,
-        reply: Option<oneshot::Sender<Result<super::Answer, String>>>,
+        reply: Option<oneshot::Sender<Result<super::Answer, super::CommitError>>>,
         since: Instant,
     ) {
         let mut pending = Pending {
@@ -165,7 +165,7 @@ impl Committer {
             // Waiting claims are placed now (no later attempt) or fail.
             for p in self.commit(&api, &key, &queue, rest).await {
                 if let Some(reply) = p.reply {
-                    let _ = reply.send(Err("the counter queue stopped".into()));
+                    let _ = reply.send(Err(super::CommitError::Stopped));
                 }
             }
         }

@@ -524,7 +524,10 @@ fn a_recreated_workloadspread_fails_only_that_operation() {
     )
     .unwrap();
     assert!(
-        matches!(&answers[0], Applied1::Written(Err(e)) if e.contains("recreated")),
+        matches!(
+            &answers[0],
+            Applied1::Written(Err(CommitError::Recreated { .. }))
+        ),
         "{answers:?}"
     );
     assert_eq!(subset(&answers[1]), Some("a".into()));

@@ -15,9 +15,11 @@
 //! (the WorkloadSpread CRD, any built-in kind) the host is not ready and says why:
 //! admitting pods without the WorkloadSpread watch would pass them unspread.
 
-use super::commit::{Answer, Committer, Op};
-use super::metrics::{CacheLabels, KindLabels, LookupLabels, LookupResult, Metrics};
-use crate::capabilities::{denied, AllowList, Capabilities, KubeRead};
+use super::commit::{Answer, CommitError, Committer, Op};
+use super::metrics::{
+    CacheLabels, HostCallErrorLabels, KindLabels, LookupLabels, LookupResult, Metrics,
+};
+use crate::capabilities::{AllowList, Capabilities, HostCallError, KubeRead};
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::discovery::{pinned_kind, Scope};
@@ -337,16 +339,18 @@ impl KubeCapabilities {
         }
     }
 
-    fn counter_call(&self, operation: &str, payload: &[u8]) -> Result<Vec<u8>, String> {
+    fn counter_call(&self, operation: &str, payload: &[u8]) -> Result<Vec<u8>, HostCallError> {
         let Some(committer) = &self.committer else {
-            return Err(format!("unknown binding {}", counter::BINDING));
+            return Err(HostCallError::unknown_binding(counter::BINDING));
         };
-        let op = match counter::Call::parse(operation, payload).map_err(|e| e.to_string())? {
+        let call = counter::Call::parse(operation, payload)
+            .map_err(|e| HostCallError::Invalid(e.to_string()))?;
+        let op = match call {
             counter::Call::Hello => {
                 let hello = counter::Hello {
                     protocol: counter::PROTOCOL_VERSION,
                 };
-                return serde_json::to_vec(&hello).map_err(|e| e.to_string());
+                return Ok(serde_json::to_vec(&hello)?);
             }
             counter::Call::Claim(c) => Op::Claim(c),
             counter::Call::Release(r) => Op::Release(r),
@@ -355,12 +359,12 @@ impl KubeCapabilities {
         let answer = self
             .handle
             .block_on(tokio::time::timeout(COUNTER_WAIT, committer.submit(op)))
-            .map_err(|_| format!("counter did not answer within {COUNTER_WAIT:?}"))??;
-        match answer {
+            .unwrap_or(Err(CommitError::NoAnswer(COUNTER_WAIT)))
+            .map_err(|e| HostCallError::Counter(Box::new(e)))?;
+        Ok(match answer {
             Answer::Claim(c) => serde_json::to_vec(&c),
             Answer::Release(r) => serde_json::to_vec(&r),
-        }
-        .map_err(|e| e.to_string())
+        }?)
     }
 }
 
@@ -371,7 +375,29 @@ impl Capabilities for KubeCapabilities {
         namespace: &str,
         operation: &str,
         payload: &[u8],
-    ) -> Result<Vec<u8>, String> {
+    ) -> Result<Vec<u8>, HostCallError> {
+        let answer = self.answer(binding, namespace, operation, payload);
+        if let Err(e) = &answer {
+            self.metrics
+                .host_call_errors
+                .get_or_create(&HostCallErrorLabels {
+                    kind: e.metric_label(),
+                })
+                .inc();
+        }
+        answer
+    }
+}
+
+impl KubeCapabilities {
+    /// [`Capabilities::call`], uncounted.
+    fn answer(
+        &self,
+        binding: &str,
+        namespace: &str,
+        operation: &str,
+        payload: &[u8],
+    ) -> Result<Vec<u8>, HostCallError> {
         match (binding, namespace) {
             ("kubewarden", "tracing") => {
                 tracing::info!(target: "policy", "{}", String::from_utf8_lossy(payload));
@@ -380,11 +406,11 @@ impl Capabilities for KubeCapabilities {
             ("kubewarden", "kubernetes")
                 if !self.allow.permits_capability(namespace, operation) =>
             {
-                Err(denied(namespace, operation))
+                Err(HostCallError::capability_denied(namespace, operation))
             }
             ("kubewarden", "kubernetes") => self.read(operation, payload),
             (counter::BINDING, counter::NAMESPACE) => self.counter_call(operation, payload),
-            _ => Err(format!("unknown binding {binding}")),
+            _ => Err(HostCallError::unknown_binding(binding)),
         }
     }
 }

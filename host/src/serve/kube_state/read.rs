@@ -6,13 +6,11 @@ use workloadspread_core::fields::FieldSelector;
 use workloadspread_core::workload::TARGET_NAME_FIELD;
 
 impl KubeCapabilities {
-    pub(super) fn read(&self, operation: &str, payload: &[u8]) -> Result<Vec<u8>, String> {
+    pub(super) fn read(&self, operation: &str, payload: &[u8]) -> Result<Vec<u8>, HostCallError> {
         let read = KubeRead::parse(operation, payload)?;
         let (api_version, kind) = read.resource();
         if !self.allow.permits_resource(api_version, kind) {
-            return Err(format!(
-                "Policy has not been granted access to Kubernetes resource {api_version} {kind}"
-            ));
+            return Err(HostCallError::resource_denied(api_version, kind));
         }
         let reflected = self.reflected(api_version, kind);
         let mask = read.mask();
@@ -59,7 +57,14 @@ impl KubeCapabilities {
                 None,
             ) => match self.discover(api_version, kind)? {
                 Some(r) => mask.apply(&self.live_get(&r, namespace.as_deref(), name)?),
-                None => return Err(not_found(api_version, kind, namespace.as_deref(), name)),
+                None => {
+                    return Err(HostCallError::not_found(
+                        api_version,
+                        kind,
+                        namespace.as_deref(),
+                        name,
+                    ))
+                }
             },
             (
                 KubeRead::List {
@@ -80,7 +85,7 @@ impl KubeCapabilities {
                 }
             },
         };
-        serde_json::to_vec(&answer).map_err(|e| e.to_string())
+        Ok(serde_json::to_vec(&answer)?)
     }
 
     /// One object, pruned to `mask` (a cached one without serialising what it drops).
@@ -90,14 +95,14 @@ impl KubeCapabilities {
         namespace: Option<&str>,
         name: &str,
         mask: &Mask,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, HostCallError> {
         let mut key = ObjectRef::new_with(name, r.resource.clone());
         if let (true, Some(ns)) = (r.namespaced, namespace) {
             key = key.within(ns);
         }
         if let Some(o) = store_for(r, namespace).and_then(|s| s.get(&key)) {
             if r.contests.as_ref().is_some_and(|c| c.is_contested(&o)) {
-                return Err(not_found(
+                return Err(HostCallError::not_found(
                     &r.resource.api_version,
                     &r.resource.kind,
                     namespace,
@@ -163,7 +168,7 @@ impl KubeCapabilities {
 
     /// The API resource of a kind that is readable but not reflected (custom
     /// workloads), discovered once.
-    fn discover(&self, api_version: &str, kind: &str) -> Result<Option<Discovered>, String> {
+    fn discover(&self, api_version: &str, kind: &str) -> Result<Option<Discovered>, HostCallError> {
         let key = (api_version.to_string(), kind.to_string());
         let mut cache = self.discovered.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(d) = cache.get(&key) {
@@ -186,8 +191,14 @@ impl KubeCapabilities {
                 Ok(Some(d))
             }
             Ok(Err(kube::Error::Discovery(_))) => Ok(None),
-            Ok(Err(e)) => Err(format!("discovering {api_version} {kind}: {e}")),
-            Err(_) => Err(format!("discovering {api_version} {kind}: timed out")),
+            Ok(Err(e)) => Err(HostCallError::api(
+                format!("discovering {api_version} {kind}"),
+                e,
+            )),
+            Err(_) => Err(HostCallError::api(
+                format!("discovering {api_version} {kind}"),
+                "timed out",
+            )),
         }
     }
 
@@ -198,7 +209,7 @@ impl KubeCapabilities {
         r: &Discovered,
         namespace: Option<&str>,
         selector: Option<&str>,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, HostCallError> {
         let api: Api<DynamicObject> = match (r.namespaced, namespace) {
             (true, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &r.resource),
             _ => Api::all_with(self.client.clone(), &r.resource),
@@ -212,8 +223,13 @@ impl KubeCapabilities {
         let listed = self
             .handle
             .block_on(tokio::time::timeout(LIVE_READ, api.list(&params)))
-            .map_err(|_| format!("listing {api_version} {kind}: timed out after {LIVE_READ:?}"))?
-            .map_err(|e| format!("listing {api_version} {kind}: {e}"))?;
+            .map_err(|_| {
+                HostCallError::api(
+                    format!("listing {api_version} {kind}"),
+                    format!("timed out after {LIVE_READ:?}"),
+                )
+            })?
+            .map_err(|e| HostCallError::api(format!("listing {api_version} {kind}"), e))?;
         let items: Vec<Value> = listed
             .items
             .iter()
@@ -229,7 +245,7 @@ impl KubeCapabilities {
         r: &Discovered,
         namespace: Option<&str>,
         name: &str,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, HostCallError> {
         let api: Api<DynamicObject> = match (r.namespaced, namespace) {
             (true, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &r.resource),
             _ => Api::all_with(self.client.clone(), &r.resource),
@@ -241,10 +257,14 @@ impl KubeCapabilities {
         let (api_version, kind) = (&r.resource.api_version, &r.resource.kind);
         match live {
             Ok(Ok(Some(o))) => Ok(with_type(&o, &r.resource)),
-            Ok(Ok(None)) => Err(not_found(api_version, kind, namespace, name)),
-            Ok(Err(e)) => Err(format!("reading {api_version} {kind} {name}: {e}")),
-            Err(_) => Err(format!(
-                "reading {api_version} {kind} {name}: timed out after {LIVE_READ:?}"
+            Ok(Ok(None)) => Err(HostCallError::not_found(api_version, kind, namespace, name)),
+            Ok(Err(e)) => Err(HostCallError::api(
+                format!("reading {api_version} {kind} {name}"),
+                e,
+            )),
+            Err(_) => Err(HostCallError::api(
+                format!("reading {api_version} {kind} {name}"),
+                format!("timed out after {LIVE_READ:?}"),
             )),
         }
     }
@@ -260,10 +280,10 @@ fn list(
     namespace: Option<&str>,
     (labels, fields): (Option<&str>, Option<&str>),
     mask: &Mask,
-) -> Result<Value, String> {
+) -> Result<Value, HostCallError> {
     let resource = &r.resource;
     let selector = crate::state::parse_selector(labels)?;
-    let fields = FieldSelector::parse(fields)?;
+    let fields = FieldSelector::parse(fields).map_err(HostCallError::Invalid)?;
     // One equality on a WorkloadSpread's target name: the few objects the index names.
     let indexed = match (&r.targets, namespace, fields.equality_on(TARGET_NAME_FIELD)) {
         (Some(index), Some(ns), Some(target)) => Some(
@@ -358,8 +378,8 @@ fn masked_metadata(meta: &ObjectMeta, keep: &Mask) -> Value {
 
 /// Every item of a List pruned to `mask`.
 /// A live list's items `fields` selects, masked.
-fn masked_list(mut list: Value, fields: Option<&str>, mask: &Mask) -> Result<Value, String> {
-    let fields = FieldSelector::parse(fields)?;
+fn masked_list(mut list: Value, fields: Option<&str>, mask: &Mask) -> Result<Value, HostCallError> {
+    let fields = FieldSelector::parse(fields).map_err(HostCallError::Invalid)?;
     if let Some(items) = list["items"].as_array_mut() {
         items.retain(|item| fields.matches_object(item));
         for item in items {
@@ -385,15 +405,6 @@ fn with_type(o: &DynamicObject, resource: &ApiResource) -> Value {
     v["apiVersion"] = resource.api_version.clone().into();
     v["kind"] = resource.kind.clone().into();
     v
-}
-
-fn not_found(api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> String {
-    let ns = namespace.map(|n| format!("{n}/")).unwrap_or_default();
-    let message = format!("{api_version} {kind} {ns}{name} not found");
-    workloadspread_core::hostcall::coded(
-        workloadspread_core::hostcall::ErrorCode::NotFound,
-        &message,
-    )
 }
 
 #[cfg(test)]

@@ -1,13 +1,16 @@
 use super::*;
+use crate::capabilities::HostCallError;
 use serde_json::json;
 
 /// Answers `get_resource` with the WorkloadSpread it holds.
 struct Cache(Value);
 impl Capabilities for Cache {
-    fn call(&self, b: &str, n: &str, o: &str, _: &[u8]) -> Result<Vec<u8>, String> {
+    fn call(&self, b: &str, n: &str, o: &str, _: &[u8]) -> Result<Vec<u8>, HostCallError> {
         match (b, n, o) {
             ("kubewarden", "kubernetes", "get_resource") => Ok(self.0.to_string().into_bytes()),
-            _ => Err(format!("unexpected call {b}/{n}/{o}")),
+            _ => Err(HostCallError::Internal(format!(
+                "unexpected call {b}/{n}/{o}"
+            ))),
         }
     }
 }

@@ -1,5 +1,7 @@
-//! `run`: evaluate one admission request offline, printing the AdmissionResponse on
-//! one line exactly like `kwctl run`.
+//! One evaluation as every command makes it (`run`, `bench`, the webhook): the
+//! AdmissionRequest built, the policy's settings validated, the guest's answer turned into
+//! the AdmissionResponse (JSON patch computed here, as Kubewarden's host does), printed by
+//! `run` on one line exactly like `kwctl run`.
 
 use crate::capabilities::Capabilities;
 use crate::engine::PolicyEngine;
@@ -74,19 +76,17 @@ pub fn evaluate(
     caps: Arc<dyn Capabilities>,
 ) -> AdmissionResponse {
     evaluate_with(request, settings, |bytes| {
-        engine
-            .call("validate", bytes, caps)
-            .map_err(|e| e.to_string())
+        engine.call("validate", bytes, caps)
     })
 }
 
 /// One evaluation as `serve` makes it around any implementation of the guest's `validate`
 /// (the module, or the policy crate compiled natively): the payload encoded, the answer
 /// decoded, the patch computed.
-pub fn evaluate_with(
+pub fn evaluate_with<E: std::fmt::Display>(
     request: &Value,
     settings: &Value,
-    validate: impl FnOnce(&[u8]) -> Result<Vec<u8>, String>,
+    validate: impl FnOnce(&[u8]) -> Result<Vec<u8>, E>,
 ) -> AdmissionResponse {
     let uid = request["uid"].as_str().unwrap_or_default().to_string();
     // Serialised from borrows: a large request is not copied into a second JSON tree.
@@ -95,16 +95,17 @@ pub fn evaluate_with(
         request: &'a Value,
         settings: &'a Value,
     }
-    let answer = serde_json::to_vec(&Payload { request, settings })
-        .map_err(|e| e.to_string())
-        .and_then(|bytes| validate(&bytes))
-        .and_then(|bytes| {
-            serde_json::from_slice::<Value>(&bytes)
-                .map_err(|e| format!("invalid policy answer: {e}"))
-        });
-    match answer {
+    let payload = match serde_json::to_vec(&Payload { request, settings }) {
+        Ok(bytes) => bytes,
+        Err(e) => return rejection(uid, format!("encoding the policy's payload: {e}"), 500),
+    };
+    let answer = match validate(&payload) {
+        Ok(bytes) => bytes,
+        Err(e) => return rejection(uid, e.to_string(), 500),
+    };
+    match serde_json::from_slice::<Value>(&answer) {
         Ok(v) => to_admission_response(uid, request, &v),
-        Err(e) => rejection(uid, e, 500),
+        Err(e) => rejection(uid, format!("invalid policy answer: {e}"), 500),
     }
 }
 

@@ -1,7 +1,7 @@
 //! The nine `wapc.*` imports (waPC protocol as implemented by `wapc-guest` 1.x).
 //! Every guest pointer is bounds-checked by wasmtime; a bad one traps the instance.
 
-use crate::engine::{memory, State};
+use super::{memory, State};
 use wasmtime::{Caller, Linker};
 
 use wasmtime::{bail, format_err, Result};

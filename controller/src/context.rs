@@ -1,0 +1,271 @@
+//! What every reconcile shares: the [`Context`] (clients, caches, settings, the Lease),
+//! the [`Error`] a reconcile fails with (counted by kind), and the bounds of its API calls.
+
+use crate::inputs::InputError;
+use crate::leader::Leadership;
+use crate::metrics::Metrics;
+use crate::placeholders::Placeholders;
+use crate::pod_caches::PodCaches;
+use crate::workloads::Workloads;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::SignedDuration;
+use kube::api::ApiResource;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::Store;
+use kube::Client;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use workloadspread_core::controller::ReconcileOptions;
+use workloadspread_core::version::VersionedKinds;
+use workloadspread_core::workload::WorkloadKinds;
+use workloadspread_core::Timestamp;
+
+/// Bound of every API call a reconcile makes.
+const API_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default spacing of one WorkloadSpread's status writes (`--status-interval-ms`).
+pub const STATUS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Shared state of the reconciler.
+pub struct Context {
+    pub client: Client,
+    /// Pods of the namespaces that have a WorkloadSpread (`crate::pod_caches`).
+    pub pods: Arc<PodCaches>,
+    pub nodes: Store<Node>,
+    /// Cached workloads and ReplicaSets (`crate::workloads`).
+    pub workloads: Arc<Workloads>,
+    pub kinds: WorkloadKinds,
+    pub versioned: VersionedKinds,
+    pub options: ReconcileOptions,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    pub clock: fn() -> Timestamp,
+    /// Fences every write: false once the Lease was not renewed within its deadline.
+    pub leadership: Arc<Leadership>,
+    /// When each placeholder was first seen, per WorkloadSpread.
+    pub placeholders: Placeholders,
+    /// Rebalancing's default and rate limit (`crate::rebalance`).
+    pub limiter: crate::rebalance::Limiter,
+    /// The client evictions go through (no retry of 429: `crate::rebalance`).
+    pub evictions: Client,
+    /// API resources discovered, by (apiVersion, kind).
+    pub(crate) resources: Mutex<HashMap<(String, String), ApiResource>>,
+    /// Adaptive rescheduling may delete pods (`--no-reschedule` turns it off).
+    pub reschedule: bool,
+    /// Drop creatingPods entries whose pod is confirmed absent after this long.
+    pub early_drop: Option<SignedDuration>,
+    /// Status writes per WorkloadSpread at most once per interval (`crate::pacing`).
+    pub pacing: crate::pacing::StatusPacing,
+    /// Provisioner signals and node room (`crate::capacity`; off by default).
+    pub capacity: crate::capacity::Reader,
+    /// Spreads another manager writes too: left alone (`crate::contest`).
+    pub standing: Arc<crate::contest::Standing>,
+}
+
+impl Context {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        client: Client,
+        pods: Arc<PodCaches>,
+        nodes: Store<Node>,
+        workloads: Arc<Workloads>,
+        kinds: WorkloadKinds,
+        versioned: VersionedKinds,
+        options: ReconcileOptions,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+        clock: fn() -> Timestamp,
+        leadership: Arc<Leadership>,
+    ) -> Self {
+        Context {
+            leadership,
+            evictions: client.clone(),
+            client,
+            pods,
+            nodes,
+            workloads,
+            kinds,
+            versioned,
+            options,
+            recorder,
+            metrics,
+            clock,
+            placeholders: Placeholders::default(),
+            limiter: crate::rebalance::Limiter::new(Default::default()),
+            resources: Mutex::new(HashMap::new()),
+            reschedule: true,
+            early_drop: None,
+            pacing: crate::pacing::StatusPacing::new(STATUS_INTERVAL),
+            capacity: crate::capacity::Reader::new(Default::default()),
+            standing: Arc::default(),
+        }
+    }
+
+    /// Sharing what is contested with `/readyz` (`crate::contest`).
+    pub fn with_standing(mut self, standing: Arc<crate::contest::Standing>) -> Self {
+        self.standing = standing;
+        self
+    }
+
+    /// Reading provisioner signals and node room with `settings` (#42).
+    pub fn with_capacity(mut self, settings: crate::capacity::Settings) -> Self {
+        self.capacity = crate::capacity::Reader::new(settings);
+        self
+    }
+
+    /// Status writes per WorkloadSpread at most once per `interval` (zero: no pacing).
+    pub fn with_status_interval(mut self, interval: Duration) -> Self {
+        self.pacing = crate::pacing::StatusPacing::new(interval);
+        self
+    }
+
+    /// With rebalancing's default and rate limit, evicting through `evictions`.
+    pub fn with_rebalancing(
+        mut self,
+        settings: crate::rebalance::Settings,
+        evictions: Client,
+    ) -> Self {
+        self.limiter = crate::rebalance::Limiter::new(settings);
+        self.evictions = evictions;
+        self
+    }
+
+    pub fn with_safety(mut self, reschedule: bool, early_drop: Option<SignedDuration>) -> Self {
+        self.reschedule = reschedule;
+        self.early_drop = early_drop;
+        self
+    }
+}
+
+/// Why a reconcile failed (it is retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] Box<kube::Error>),
+    #[error("decoding {what}: {source}")]
+    Decode {
+        what: String,
+        source: serde_json::Error,
+    },
+    #[error(transparent)]
+    Input(#[from] InputError),
+    #[error("patching the deletion cost or pending label of pod {pod}: {source}")]
+    PodMetadata {
+        pod: String,
+        source: Box<kube::Error>,
+    },
+    #[error("the pod, node or workload caches are not synced yet")]
+    CachesNotSynced,
+    #[error("the API server did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("status of {0} kept conflicting")]
+    Conflicts(String),
+    #[error("not the leader (the Lease was not renewed in time): nothing written")]
+    NotLeader,
+    #[error("evicting pod {pod} to rebalance: {source}")]
+    Evict {
+        pod: String,
+        source: Box<kube::Error>,
+    },
+}
+
+impl Error {
+    /// Every [`Error::metric_label`].
+    pub const METRIC_LABELS: [&'static str; 9] = [
+        "Api",
+        "Decode",
+        "Input",
+        "PodMetadata",
+        "CachesNotSynced",
+        "Timeout",
+        "Conflicts",
+        "NotLeader",
+        "Evict",
+    ];
+
+    /// The `kind` label a failed reconcile is counted under
+    /// (`workloadspread_controller_reconcile_errors_total`).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "Api",
+            Error::Decode { .. } => "Decode",
+            Error::Input(_) => "Input",
+            Error::PodMetadata { .. } => "PodMetadata",
+            Error::CachesNotSynced => "CachesNotSynced",
+            Error::Timeout(_) => "Timeout",
+            Error::Conflicts(_) => "Conflicts",
+            Error::NotLeader => "NotLeader",
+            Error::Evict { .. } => "Evict",
+        }
+    }
+}
+
+/// `apps.kruise.io/v1beta1` `workloadspreads`.
+pub fn workloadspread_resource() -> ApiResource {
+    ApiResource {
+        group: "apps.kruise.io".into(),
+        version: "v1beta1".into(),
+        api_version: "apps.kruise.io/v1beta1".into(),
+        kind: "WorkloadSpread".into(),
+        plural: "workloadspreads".into(),
+    }
+}
+
+impl From<kube::Error> for Error {
+    fn from(e: kube::Error) -> Self {
+        Error::Kube(Box::new(e))
+    }
+}
+
+/// A replica whose Lease renewal is overdue writes nothing (it may be paused or cut off
+/// while another replica has taken over).
+pub(crate) fn ensure_leading(ctx: &Context) -> Result<(), Error> {
+    if ctx.leadership.holds() {
+        Ok(())
+    } else {
+        Err(Error::NotLeader)
+    }
+}
+
+/// Every API call of a reconcile is abandoned after API_TIMEOUT (and retried).
+pub(crate) async fn bounded<T>(call: impl std::future::Future<Output = T>) -> Result<T, Error> {
+    tokio::time::timeout(API_TIMEOUT, call)
+        .await
+        .map_err(|_| Error::Timeout(API_TIMEOUT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kind a reconcile fails with is exported from the start.
+    #[test]
+    fn every_failure_kind_is_a_known_label() {
+        let decode = serde_json::from_str::<u8>("x").unwrap_err();
+        let failures = [
+            Error::from(kube::Error::Discovery(
+                kube::error::DiscoveryError::MissingResource("x".into()),
+            )),
+            Error::Decode {
+                what: "status".into(),
+                source: decode,
+            },
+            Error::CachesNotSynced,
+            Error::Timeout(API_TIMEOUT),
+            Error::Conflicts("ns/web".into()),
+            Error::NotLeader,
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for e in &failures {
+            let label = e.metric_label();
+            assert!(
+                Error::METRIC_LABELS.contains(&label),
+                "{label} not exported"
+            );
+            seen.insert(label);
+        }
+        assert_eq!(seen.len(), failures.len(), "two kinds share a label");
+        let unique: std::collections::BTreeSet<_> = Error::METRIC_LABELS.iter().collect();
+        assert_eq!(unique.len(), Error::METRIC_LABELS.len());
+    }
+}
