@@ -3,8 +3,10 @@
 //! `docs/counter-protocol.md`), with an allow-list like Kubewarden's.
 
 mod error;
+mod selector;
 
 pub use error::{HostCallError, ProviderError};
+pub(crate) use selector::parse_selector;
 use serde_json::Value;
 
 /// Answers a guest's host call with bytes, or why it failed (the guest gets

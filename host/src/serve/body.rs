@@ -4,8 +4,8 @@
 //! [`LARGE_BODY`] (or of unknown length) also need one of [`LARGE_SLOTS`] first, so a
 //! few large reviews cannot hold the whole budget.
 
-use super::limits::Refusal;
 use super::App;
+use crate::metrics::Refusal;
 use axum::body::Bytes;
 use axum::extract::Request;
 use axum::http::{header, StatusCode};

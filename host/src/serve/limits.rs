@@ -3,10 +3,6 @@
 //! request may take to arrive, and whether the worst case of all of it fits the
 //! container's memory limit (checked at start).
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::registry::Registry;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -19,59 +15,6 @@ pub const RESERVE_MIB: u64 = 192;
 pub const BODY_COPIES: u64 = 4;
 /// Most namespaces whose claim buckets are kept; idle full buckets are dropped first.
 const MAX_BUCKETS: usize = 4096;
-
-/// Why the host refused a request before evaluating it.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum Refusal {
-    /// The namespace's pod creations exceeded `--claim-rate`/`--claim-burst`.
-    ClaimRate,
-    /// Every evaluation slot stayed busy for the whole wait.
-    Busy,
-    /// The body did not arrive within `--request-read-timeout-seconds`.
-    BodyTimeout,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RefusalLabels {
-    pub reason: Refusal,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NamespaceLabels {
-    pub namespace: String,
-}
-
-/// Counters of the limits (registered with the host's metrics).
-#[derive(Clone, Default)]
-pub struct LimitMetrics {
-    pub refused: Family<RefusalLabels, Counter>,
-    pub claims_limited: Family<NamespaceLabels, Counter>,
-}
-
-impl LimitMetrics {
-    pub fn register(&self, registry: &mut Registry) {
-        // Every reason exported from the start (0): rate() and alerts see the series.
-        for reason in [Refusal::ClaimRate, Refusal::Busy, Refusal::BodyTimeout] {
-            self.refused
-                .get_or_create(&RefusalLabels { reason })
-                .inc_by(0);
-        }
-        registry.register(
-            "refused_requests",
-            "Requests refused before evaluation: claim rate, all slots busy, body too slow",
-            self.refused.clone(),
-        );
-        registry.register(
-            "claims_rate_limited",
-            "Pod creations refused per namespace by the claim rate limit (--claim-rate)",
-            self.claims_limited.clone(),
-        );
-    }
-
-    pub fn refuse(&self, reason: Refusal) {
-        self.refused.get_or_create(&RefusalLabels { reason }).inc();
-    }
-}
 
 /// A token bucket per namespace: `burst` claims at once, refilled at `per_second`.
 pub struct ClaimLimiter {

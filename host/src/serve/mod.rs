@@ -4,16 +4,12 @@
 pub mod body;
 pub mod certs;
 pub mod client_auth;
-pub mod commit;
 pub mod convert;
 pub mod file_bundle;
 pub mod guard;
-pub mod kube_state;
 pub mod limits;
 pub mod listener;
-pub mod metrics;
 pub mod reinvoke;
-pub mod reserve;
 pub mod rotation;
 pub mod staleness;
 pub mod startup;
@@ -23,14 +19,16 @@ pub mod webhooks;
 use crate::capabilities::{AllowList, Capabilities};
 use crate::engine::evaluate::{self, AdmissionResponse};
 use crate::engine::PolicyEngine;
+use crate::index::KubeCapabilities;
+use crate::metrics::{
+    Endpoint, EndpointLabels, EvalLabels, Metrics, NamespaceLabels, Outcome, Refusal,
+};
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use kube_state::KubeCapabilities;
-use limits::{ClaimLimiter, Refusal};
-use metrics::{Endpoint, EndpointLabels, EvalLabels, Metrics, Outcome};
+use limits::ClaimLimiter;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -332,7 +330,7 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
             app.metrics
                 .limits
                 .claims_limited
-                .get_or_create(&limits::NamespaceLabels {
+                .get_or_create(&NamespaceLabels {
                     namespace: namespace.to_string(),
                 })
                 .inc();

@@ -3,8 +3,8 @@
 //! still in (and, once it serves, what it waits for), and `/metrics` is scraped from the
 //! start.
 
-use super::metrics::Metrics;
 use super::App;
+use crate::metrics::Metrics;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -239,9 +239,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
 
 async fn serve_main(args: ServeArgs) -> Result<()> {
     crate::clock::set_clock_offset(args.clock_offset_seconds);
-    crate::serve::commit::set_late_reserve_answers(args.late_reserve_answers);
-    crate::serve::commit::set_settle_delay(args.settle_delay_ms);
-    crate::serve::kube_state::set_watch_delay(args.watch_delay_ms);
+    crate::counter::set_late_reserve_answers(args.late_reserve_answers);
+    crate::counter::set_settle_delay(args.settle_delay_ms);
+    crate::index::set_watch_delay(args.watch_delay_ms);
     let worst = crate::serve::limits::worst_case_mib(
         args.max_concurrency,
         args.policy_args.max_memory_mib,
@@ -271,7 +271,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         .as_deref()
         .map(crate::serve::webhooks::Definitions::read)
         .transpose()?;
-    let metrics = Arc::new(crate::serve::metrics::Metrics::new());
+    let metrics = Arc::new(crate::metrics::Metrics::new());
     let startup = crate::serve::startup::Startup::new(metrics.clone());
     let options = crate::serve::ServeOptions {
         header_timeout: Duration::from_secs(args.request_read_timeout_seconds.max(1)),
@@ -302,19 +302,19 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
     startup.step("connecting to the API server");
     let client = kube_client(args.kubeconfig.as_ref()).await?;
     let committer = (!args.no_counter).then(|| {
-        crate::serve::commit::Committer::new(
+        crate::counter::Committer::new(
             client.clone(),
-            crate::serve::commit::BatchPolicy {
+            crate::counter::BatchPolicy {
                 window: Duration::from_millis(args.batch_window_ms),
                 max_batch: usize::from(args.max_batch),
             },
-            Some(crate::serve::reserve::ReservePolicy {
+            Some(crate::counter::reserve::ReservePolicy {
                 max_block: usize::from(args.reserve_max),
                 ..Default::default()
             }),
             metrics.clone(),
             crate::clock::skewed_now,
-            crate::serve::commit::Lifetimes {
+            crate::counter::Lifetimes {
                 idle: Duration::from_secs(args.counter_idle_seconds.max(1)),
                 expiry: Duration::from_secs(args.counter_expiry_seconds.max(5)),
             },
@@ -328,7 +328,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
     // Settings that do not parse watch pods; the policy's validation below refuses them.
     let counting = serde_json::from_value::<workloadspread_policy::Settings>(settings.clone())
         .is_ok_and(|s| s.counts_with_counter(committer.is_some()));
-    let caps = crate::serve::kube_state::KubeCapabilities::start(
+    let caps = crate::index::KubeCapabilities::start(
         client.clone(),
         allow,
         (committer.clone(), counting),

@@ -248,7 +248,7 @@ pub fn policy_metadata(path: Option<&PathBuf>, module: &std::path::Path) -> Resu
 /// CPU limit) and `workloadspread_host_policy_compiled_at_start`.
 pub(super) async fn load_policy(
     args: &ServeArgs,
-    metrics: &crate::serve::metrics::Metrics,
+    metrics: &crate::metrics::Metrics,
 ) -> Result<PolicyEngine> {
     use crate::engine::precompiled::{Fallback, Loaded};
     let policy = args.policy.clone().unwrap_or_else(default_policy);
@@ -274,7 +274,7 @@ pub(super) async fn load_policy(
         Loaded::Compiled(why) => {
             metrics
                 .policy_compiled
-                .get_or_create(&crate::serve::metrics::CompiledLabels {
+                .get_or_create(&crate::metrics::CompiledLabels {
                     reason: why.reason().to_string(),
                 })
                 .set(1);

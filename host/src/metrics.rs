@@ -211,7 +211,7 @@ pub struct Metrics {
     /// This replica's placeholder prefix (1 for its id).
     pub holder: Family<HolderLabels, Gauge>,
     /// Requests refused by the host's limits (`serve::limits`).
-    pub limits: super::limits::LimitMetrics,
+    pub limits: LimitMetrics,
     /// Seconds the CA bundle has not reached a target (`serve::staleness`); 0 when current.
     pub ca_bundle_stale: Gauge,
     /// 1 (per reason) when this process compiled the policy module instead of loading it
@@ -283,7 +283,7 @@ impl Metrics {
                 .get_or_create(&ReservationLabels { event })
                 .inc_by(0);
         }
-        let limits = super::limits::LimitMetrics::default();
+        let limits = LimitMetrics::default();
         limits.register(&mut registry);
         registry.register(
             "reservations",
@@ -470,6 +470,59 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Why the host refused a request before evaluating it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Refusal {
+    /// The namespace's pod creations exceeded `--claim-rate`/`--claim-burst`.
+    ClaimRate,
+    /// Every evaluation slot stayed busy for the whole wait.
+    Busy,
+    /// The body did not arrive within `--request-read-timeout-seconds`.
+    BodyTimeout,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabels {
+    pub reason: Refusal,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NamespaceLabels {
+    pub namespace: String,
+}
+
+/// Counters of the limits (registered with the host's metrics).
+#[derive(Clone, Default)]
+pub struct LimitMetrics {
+    pub refused: Family<RefusalLabels, Counter>,
+    pub claims_limited: Family<NamespaceLabels, Counter>,
+}
+
+impl LimitMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        // Every reason exported from the start (0): rate() and alerts see the series.
+        for reason in [Refusal::ClaimRate, Refusal::Busy, Refusal::BodyTimeout] {
+            self.refused
+                .get_or_create(&RefusalLabels { reason })
+                .inc_by(0);
+        }
+        registry.register(
+            "refused_requests",
+            "Requests refused before evaluation: claim rate, all slots busy, body too slow",
+            self.refused.clone(),
+        );
+        registry.register(
+            "claims_rate_limited",
+            "Pod creations refused per namespace by the claim rate limit (--claim-rate)",
+            self.claims_limited.clone(),
+        );
+    }
+
+    pub fn refuse(&self, reason: Refusal) {
+        self.refused.get_or_create(&RefusalLabels { reason }).inc();
     }
 }
 

@@ -15,11 +15,11 @@
 //! (the WorkloadSpread CRD, any built-in kind) the host is not ready and says why:
 //! admitting pods without the WorkloadSpread watch would pass them unspread.
 
-use super::commit::{Answer, CommitError, Committer, Op};
-use super::metrics::{
+use crate::capabilities::{AllowList, Capabilities, HostCallError, KubeRead};
+use crate::counter::{Answer, CommitError, Committer, Op};
+use crate::metrics::{
     CacheLabels, HostCallErrorLabels, KindLabels, LookupLabels, LookupResult, Metrics,
 };
-use crate::capabilities::{AllowList, Capabilities, HostCallError, KubeRead};
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::discovery::{pinned_kind, Scope};

@@ -7,7 +7,7 @@
 //! them with the batch's write, so the status stays as large as the pods are.
 
 use super::{lock, Committer, Queue};
-use crate::serve::metrics::{ExpiredAction, ExpiredLabels};
+use crate::metrics::{ExpiredAction, ExpiredLabels};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::Api;

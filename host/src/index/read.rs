@@ -282,7 +282,7 @@ fn list(
     mask: &Mask,
 ) -> Result<Value, HostCallError> {
     let resource = &r.resource;
-    let selector = crate::state::parse_selector(labels)?;
+    let selector = crate::capabilities::parse_selector(labels)?;
     let fields = FieldSelector::parse(fields).map_err(HostCallError::Invalid)?;
     // One equality on a WorkloadSpread's target name: the few objects the index names.
     let indexed = match (&r.targets, namespace, fields.equality_on(TARGET_NAME_FIELD)) {

@@ -11,7 +11,7 @@ use super::{
     Shared, Work, ANSWER_BUDGET, CALL_TIMEOUT, COMMIT_DEADLINE, DONE, LIST_EVERY, MAX_ATTEMPTS,
     SETTLE_GIVE_UP,
 };
-use crate::serve::metrics::ReservationEvent;
+use crate::metrics::ReservationEvent;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::Api;

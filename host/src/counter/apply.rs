@@ -4,7 +4,7 @@
 //! claim is decided once, by `workloadspread_core::admission::reserve::decide`.
 
 use super::{Answer, Applied1, CommitError, Op, Pending, Work, MAX_WAIT};
-use crate::serve::reserve::Pool;
+use crate::counter::reserve::Pool;
 use kube::api::DynamicObject;
 use std::collections::BTreeSet;
 use workloadspread_core::admission::expire::{expire, Expired, Overdue, PodFacts};

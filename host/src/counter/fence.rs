@@ -22,7 +22,7 @@
 //! decided.
 
 use super::{lock, CommitError, Committer, Queue, QueueKey, CALL_TIMEOUT};
-use crate::serve::metrics::ReservationEvent;
+use crate::metrics::ReservationEvent;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::DynamicObject;
@@ -68,7 +68,7 @@ pub(super) struct Fence {
 /// A hand-out taken and not confirmed yet ([`Pool::take_unconfirmed`]): withdrawn if
 /// dropped unresolved (its caller went away while the read was in flight).
 ///
-/// [`Pool::take_unconfirmed`]: crate::serve::reserve::Pool::take_unconfirmed
+/// [`Pool::take_unconfirmed`]: crate::counter::reserve::Pool::take_unconfirmed
 pub(super) struct Unconfirmed {
     queue: Queue,
     key: String,

@@ -11,7 +11,7 @@
 //! pod being deleted for the claims of that moment, and nothing otherwise.
 
 use super::{Committer, Op, Pending, Work};
-use crate::serve::metrics::{DepartureLabels, DepartureResult};
+use crate::metrics::{DepartureLabels, DepartureResult};
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;

@@ -9,8 +9,8 @@
 use super::apply::{decide_claim, take, Facts};
 use super::fence::SpecId;
 use super::{lock, Committer, Queue, QueueKey};
-use crate::serve::metrics::ReservationEvent;
-use crate::serve::reserve::Pool;
+use crate::counter::reserve::Pool;
+use crate::metrics::ReservationEvent;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use workloadspread_core::admission::reserve::{held_by, Decision};

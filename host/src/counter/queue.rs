@@ -4,7 +4,7 @@
 use super::{
     internal, lock, settle_delay, Committer, Pending, Queue, QueueKey, Shared, Work, TICK,
 };
-use crate::serve::reserve::Pool;
+use crate::counter::reserve::Pool;
 use kube::api::DynamicObject;
 use kube::Api;
 use std::sync::{Arc, Mutex};

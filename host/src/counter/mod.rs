@@ -28,11 +28,12 @@ mod fast;
 mod fence;
 mod overdue;
 mod queue;
+pub mod reserve;
 
 pub use error::CommitError;
 
-use super::metrics::{CounterLabels, CounterOp, CounterResult, Metrics};
-use super::reserve::{Handed, Pool, ReservePolicy, Return, SlotKey};
+use self::reserve::{Handed, Pool, ReservePolicy, Return, SlotKey};
+use crate::metrics::{CounterLabels, CounterOp, CounterResult, Metrics};
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::Client;
@@ -282,7 +283,7 @@ impl Committer {
         lifetimes: Lifetimes,
     ) -> Arc<Self> {
         let holder = holder_id();
-        let labels = super::metrics::HolderLabels {
+        let labels = crate::metrics::HolderLabels {
             holder: holder.clone(),
         };
         metrics.holder.get_or_create(&labels).set(1);
