@@ -200,17 +200,6 @@ impl Error {
     }
 }
 
-/// `apps.kruise.io/v1beta1` `workloadspreads`.
-pub fn workloadspread_resource() -> ApiResource {
-    ApiResource {
-        group: "apps.kruise.io".into(),
-        version: "v1beta1".into(),
-        api_version: "apps.kruise.io/v1beta1".into(),
-        kind: "WorkloadSpread".into(),
-        plural: "workloadspreads".into(),
-    }
-}
-
 impl From<kube::Error> for Error {
     fn from(e: kube::Error) -> Self {
         Error::Kube(Box::new(e))

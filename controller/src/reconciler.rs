@@ -5,7 +5,7 @@
 //! so counter entries the admission host wrote meanwhile are kept), then deletion of
 //! pods stuck unschedulable, then events.
 
-use crate::context::{bounded, ensure_leading, workloadspread_resource, Context, Error};
+use crate::context::{bounded, ensure_leading, Context, Error};
 use crate::inputs::{node_infos, workload_view};
 use crate::workloads::Lookup;
 use k8s_openapi::api::core::v1::Pod;
@@ -25,6 +25,7 @@ use workloadspread_core::controller::view::status_view;
 use workloadspread_core::controller::{
     reconcile, Event, PlaceholderView, ReconcileInput, ReconcileOutput,
 };
+use workloadspread_kube::resource::workloadspread_resource;
 
 /// Status write attempts per reconcile (each after a fresh read).
 const STATUS_ATTEMPTS: usize = 5;
@@ -311,13 +312,7 @@ async fn after_status(
 }
 
 pub(crate) fn decode(object: &DynamicObject) -> Result<WorkloadSpread, Error> {
-    let mut v = serde_json::to_value(object).map_err(|e| Error::Decode {
-        what: object.name_any(),
-        source: e,
-    })?;
-    v["apiVersion"] = "apps.kruise.io/v1beta1".into();
-    v["kind"] = "WorkloadSpread".into();
-    serde_json::from_value(v).map_err(|e| Error::Decode {
+    workloadspread_kube::resource::decode_workloadspread(object).map_err(|e| Error::Decode {
         what: format!("WorkloadSpread {}", object.name_any()),
         source: e,
     })

@@ -85,7 +85,7 @@ pub async fn render(args: &StatusArgs) -> Result<String> {
     let spreads: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         &ns,
-        &crate::context::workloadspread_resource(),
+        &workloadspread_kube::resource::workloadspread_resource(),
     );
     let object = bounded(
         &format!("reading WorkloadSpread {ns}/{}", args.name),

@@ -1,7 +1,7 @@
 //! Online mode: watches, leader election, the kube-runtime Controller and the
 //! metrics/health endpoint.
 
-use crate::context::{workloadspread_resource, Context};
+use crate::context::Context;
 use crate::leader::{LeaderElector, Leadership, Timing};
 use crate::metrics::Metrics;
 use crate::pod_caches::{self, PodCaches};
@@ -20,6 +20,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use workloadspread_kube::resource::workloadspread_resource;
 
 /// The client of every call, and one for evictions: kube-rs retries 429 answers by
 /// default (up to 15 times, after the server's Retry-After), but a 429 to an eviction is

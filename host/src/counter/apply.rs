@@ -72,16 +72,8 @@ pub(super) fn apply_batch(
 }
 
 pub(super) fn decode(object: &DynamicObject) -> Result<WorkloadSpread, CommitError> {
-    serde_json::from_value(to_json(object)?)
+    workloadspread_kube::resource::decode_workloadspread(object)
         .map_err(|e| CommitError::Codec(format!("decoding WorkloadSpread: {e}")))
-}
-
-pub(super) fn to_json(object: &DynamicObject) -> Result<serde_json::Value, CommitError> {
-    let mut v = serde_json::to_value(object)
-        .map_err(|e| CommitError::Codec(format!("encoding WorkloadSpread: {e}")))?;
-    v["apiVersion"] = "apps.kruise.io/v1beta1".into();
-    v["kind"] = "WorkloadSpread".into();
-    Ok(v)
 }
 
 /// `object` with `ws`'s status when `changed`.

@@ -289,7 +289,7 @@ impl Committer {
         metrics.holder.get_or_create(&labels).set(1);
         Arc::new(Committer {
             client,
-            resource: workloadspread_resource(),
+            resource: workloadspread_kube::resource::workloadspread_resource(),
             batching,
             reserving: reserving.filter(|r| r.max_block > 0),
             holder,
@@ -433,7 +433,7 @@ impl Shared {
             Some(r) => r,
             None => self.cached.as_ref()?,
         };
-        let ws: WorkloadSpread = serde_json::from_value(apply::to_json(object).ok()?).ok()?;
+        let ws = workloadspread_kube::resource::decode_workloadspread(object).ok()?;
         let ws = Arc::new(ws);
         self.decoded = Some((version, ws.clone()));
         Some(ws)
@@ -486,17 +486,6 @@ impl Op {
             Op::Release(r) => &r.workload_spread,
             Op::Unclaim(u) => &u.workload_spread,
         }
-    }
-}
-
-/// `apps.kruise.io/v1beta1` `workloadspreads`.
-pub fn workloadspread_resource() -> ApiResource {
-    ApiResource {
-        group: "apps.kruise.io".into(),
-        version: "v1beta1".into(),
-        api_version: "apps.kruise.io/v1beta1".into(),
-        kind: "WorkloadSpread".into(),
-        plural: "workloadspreads".into(),
     }
 }
 

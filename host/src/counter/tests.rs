@@ -1,4 +1,4 @@
-use super::apply::{apply_batch, to_json, Resolution};
+use super::apply::{apply_batch, Resolution};
 use super::attempt::{newer, stale_for};
 use super::*;
 use serde_json::{json, Value};
@@ -155,7 +155,7 @@ fn claims_take_reserved_slots_without_a_write_and_settle_later() {
     .unwrap();
     let o = o.expect("p1 written");
     assert_eq!(subset(&out[0]), Some("a".into()));
-    let ws: WorkloadSpread = serde_json::from_value(to_json(&o).unwrap()).unwrap();
+    let ws = workloadspread_kube::resource::decode_workloadspread(&o).unwrap();
     let Some(Work::Reserve {
         slot, keys, scale, ..
     }) = refill(&ws, &mut pool, &claim_request("p1"), "a")
