@@ -3,7 +3,7 @@
 
 use crate::inputs::InputError;
 use crate::leader::Leadership;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ReconcileFailure};
 use crate::placeholders::Placeholders;
 use crate::pod_caches::PodCaches;
 use crate::workloads::Workloads;
@@ -170,32 +170,19 @@ pub enum Error {
 }
 
 impl Error {
-    /// Every [`Error::metric_label`].
-    pub const METRIC_LABELS: [&'static str; 9] = [
-        "Api",
-        "Decode",
-        "Input",
-        "PodMetadata",
-        "CachesNotSynced",
-        "Timeout",
-        "Conflicts",
-        "NotLeader",
-        "Evict",
-    ];
-
     /// The `kind` label a failed reconcile is counted under
     /// (`workloadspread_controller_reconcile_errors_total`).
-    pub fn metric_label(&self) -> &'static str {
+    pub fn metric_label(&self) -> ReconcileFailure {
         match self {
-            Error::Kube(_) => "Api",
-            Error::Decode { .. } => "Decode",
-            Error::Input(_) => "Input",
-            Error::PodMetadata { .. } => "PodMetadata",
-            Error::CachesNotSynced => "CachesNotSynced",
-            Error::Timeout(_) => "Timeout",
-            Error::Conflicts(_) => "Conflicts",
-            Error::NotLeader => "NotLeader",
-            Error::Evict { .. } => "Evict",
+            Error::Kube(_) => ReconcileFailure::Api,
+            Error::Decode { .. } => ReconcileFailure::Decode,
+            Error::Input(_) => ReconcileFailure::Input,
+            Error::PodMetadata { .. } => ReconcileFailure::PodMetadata,
+            Error::CachesNotSynced => ReconcileFailure::CachesNotSynced,
+            Error::Timeout(_) => ReconcileFailure::Timeout,
+            Error::Conflicts(_) => ReconcileFailure::Conflicts,
+            Error::NotLeader => ReconcileFailure::NotLeader,
+            Error::Evict { .. } => ReconcileFailure::Evict,
         }
     }
 }
@@ -244,17 +231,17 @@ mod tests {
             Error::Conflicts("ns/web".into()),
             Error::NotLeader,
         ];
-        let mut seen = std::collections::BTreeSet::new();
+        let mut seen = std::collections::HashSet::new();
         for e in &failures {
             let label = e.metric_label();
             assert!(
-                Error::METRIC_LABELS.contains(&label),
-                "{label} not exported"
+                ReconcileFailure::ALL.contains(&label),
+                "{label:?} not exported"
             );
             seen.insert(label);
         }
         assert_eq!(seen.len(), failures.len(), "two kinds share a label");
-        let unique: std::collections::BTreeSet<_> = Error::METRIC_LABELS.iter().collect();
-        assert_eq!(unique.len(), Error::METRIC_LABELS.len());
+        let unique: std::collections::HashSet<_> = ReconcileFailure::ALL.iter().collect();
+        assert_eq!(unique.len(), ReconcileFailure::ALL.len());
     }
 }

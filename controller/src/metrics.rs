@@ -1,6 +1,6 @@
 //! Prometheus metrics of the controller.
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -23,9 +23,45 @@ pub struct ResultLabels {
     pub result: &'static str,
 }
 
+/// Why a reconcile failed, as counted (`context::Error::metric_label`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum ReconcileFailure {
+    /// An API call failed.
+    Api,
+    Decode,
+    /// The workload or its pods could not be read.
+    Input,
+    /// A deletion-cost or pending-label patch failed.
+    PodMetadata,
+    CachesNotSynced,
+    /// An API call did not answer in time.
+    Timeout,
+    /// The status kept conflicting.
+    Conflicts,
+    /// The Lease was not renewed in time: nothing written.
+    NotLeader,
+    /// A rebalancing eviction failed.
+    Evict,
+}
+
+impl ReconcileFailure {
+    /// Every kind, exported from the start.
+    pub const ALL: [ReconcileFailure; 9] = [
+        ReconcileFailure::Api,
+        ReconcileFailure::Decode,
+        ReconcileFailure::Input,
+        ReconcileFailure::PodMetadata,
+        ReconcileFailure::CachesNotSynced,
+        ReconcileFailure::Timeout,
+        ReconcileFailure::Conflicts,
+        ReconcileFailure::NotLeader,
+        ReconcileFailure::Evict,
+    ];
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabels {
-    pub kind: &'static str,
+pub struct FailureLabels {
+    pub kind: ReconcileFailure,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -64,7 +100,7 @@ pub struct Metrics {
     registry: Registry,
     pub reconcile_duration: Histogram,
     /// Failed reconciles by kind (`context::Error::metric_label`).
-    pub reconcile_errors: Family<KindLabels, Counter>,
+    pub reconcile_errors: Family<FailureLabels, Counter>,
     pub subset_pods: Family<SubsetLabels, Gauge>,
     pub patches: Patches,
     pub rescheduled: Counter,
@@ -109,11 +145,11 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("workloadspread_controller");
         let reconcile_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
-        let reconcile_errors = Family::<KindLabels, Counter>::default();
+        let reconcile_errors = Family::<FailureLabels, Counter>::default();
         // Every kind exported from the start (0): rate() and alerts see the series.
-        for kind in crate::context::Error::METRIC_LABELS {
+        for kind in ReconcileFailure::ALL {
             reconcile_errors
-                .get_or_create(&KindLabels { kind })
+                .get_or_create(&FailureLabels { kind })
                 .inc_by(0);
         }
         let subset_pods = Family::<SubsetLabels, Gauge>::default();
@@ -339,11 +375,11 @@ impl Metrics {
     }
 
     /// A reconcile that took `took` and failed with an error of kind `failed`, if it did.
-    pub fn observe_reconcile(&self, took: Duration, failed: Option<&'static str>) {
+    pub fn observe_reconcile(&self, took: Duration, failed: Option<ReconcileFailure>) {
         self.reconcile_duration.observe(took.as_secs_f64());
         if let Some(kind) = failed {
             self.reconcile_errors
-                .get_or_create(&KindLabels { kind })
+                .get_or_create(&FailureLabels { kind })
                 .inc();
         }
     }

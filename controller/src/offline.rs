@@ -1,8 +1,8 @@
 //! Support tools: `reconcile --offline` (one reconcile from files, as JSON) and
 //! `plan` (per-subset counts and scale-in order for a series of replica counts).
 
+use crate::args::RuleArgs;
 use crate::inputs::{node_infos, workload_view};
-use crate::RuleArgs;
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -53,7 +53,7 @@ pub struct PlanArgs {
     #[arg(short, long, default_value = "text", value_parser = ["text", "json"])]
     output: String,
     /// Admission and deletion-cost rules: "planned" (default) or "reference" (OpenKruise's).
-    #[arg(long, default_value = "planned", value_parser = crate::parse_rules)]
+    #[arg(long, default_value = "planned", value_parser = crate::args::parse_rules)]
     rules: workloadspread_core::rules::Rules,
     /// The WorkloadSpread (YAML/JSON).
     file: PathBuf,

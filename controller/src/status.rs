@@ -5,8 +5,8 @@
 //! subset; the next pods a scale-in removes; on plan or not
 //! (`workloadspread_core::controller::view`).
 
+use crate::args::RuleArgs;
 use crate::inputs::workload_view;
-use crate::RuleArgs;
 use anyhow::{Context as _, Result};
 use clap::Args;
 use k8s_openapi::api::apps::v1::ReplicaSet;

@@ -1,13 +1,13 @@
 //! Online mode: watches, leader election, the kube-runtime Controller and the
 //! metrics/health endpoint.
 
+use crate::args::RunArgs;
 use crate::context::Context;
 use crate::leader::{LeaderElector, Leadership, Timing};
 use crate::metrics::Metrics;
 use crate::pod_caches::{self, PodCaches};
 use crate::reconciler;
 use crate::workloads::Workloads;
-use crate::RunArgs;
 use anyhow::Result;
 use axum::routing::get;
 use futures::{FutureExt as _, StreamExt};
