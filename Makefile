@@ -16,7 +16,7 @@ POLICY_WASM := policy/policy.wasm
 
 .PHONY: all build policy annotated-policy fmt fmt-check lint supply-chain unit integration kwctl-suite takeover test test-integration \
         cluster-up cluster-down cluster-status demo bench clean playground playground-serve \
-        playground-test fuzz images push-images image-test release chart-e2e
+        playground-test fuzz images push-images image-test release chart-e2e prebuild prebuild-wait
 
 all: build policy
 
@@ -80,23 +80,26 @@ kwctl-suite: annotated-policy
 # The crates' version: image tags and the chart's appVersion follow it.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n 1)
 IMAGES_DIR ?= dist/images
-PRECOMPILED_DIR := $(TARGET_DIR)/precompiled-policy
+## Where the release binaries are built (CI keeps them apart: `prebuild` builds them while
+## the integration tests hold the other directory's cargo lock).
+RELEASE_TARGET_DIR ?= $(TARGET_DIR)
+PRECOMPILED_DIR := $(RELEASE_TARGET_DIR)/precompiled-policy
 ## OCI image layouts of the host (with the annotated policy module, and that module
 ## precompiled for the host's engine: the host starts without compiling it) and the
 ## controller, built from the release binaries and Debian packages without a container
 ## engine (reproducible).
 images: annotated-policy
-	$(CARGO) build --release --locked -p workloadspread-host -p workloadspread-controller
+	CARGO_TARGET_DIR=$(RELEASE_TARGET_DIR) $(CARGO) build --release --locked -p workloadspread-host -p workloadspread-controller
 	rm -rf $(PRECOMPILED_DIR)
-	$(TARGET_DIR)/release/workloadspread-host precompile --cache-dir none \
+	$(RELEASE_TARGET_DIR)/release/workloadspread-host precompile --cache-dir none \
 	  -o $(PRECOMPILED_DIR) policy/annotated-policy.wasm
 	python3 scripts/build_image.py --name workloadspread-host --version $(VERSION) \
-	  --binary $(TARGET_DIR)/release/workloadspread-host \
+	  --binary $(RELEASE_TARGET_DIR)/release/workloadspread-host \
 	  --file policy/annotated-policy.wasm:/policy/policy.wasm \
 	  $$(for f in $(PRECOMPILED_DIR)/*.cwasm; do printf -- '--file %s:/policy/precompiled/%s ' "$$f" "$${f##*/}"; done) \
 	  --description "WorkloadSpread admission host (webhook, exact counters)" --out $(IMAGES_DIR)/host
 	python3 scripts/build_image.py --name workloadspread-controller --version $(VERSION) \
-	  --binary $(TARGET_DIR)/release/workloadspread-controller \
+	  --binary $(RELEASE_TARGET_DIR)/release/workloadspread-controller \
 	  --description "WorkloadSpread controller (status, deletion costs, rescheduling)" \
 	  --out $(IMAGES_DIR)/controller
 
@@ -114,7 +117,7 @@ push-images: images
 ## Everything a release publishes into dist/release (policy module, image archives, packaged
 ## chart, metadata, SHA256SUMS); REGISTRY=... also pushes images and policy (PLAIN_HTTP=1).
 release: images
-	bash scripts/release.sh
+	HOST_BIN=$(RELEASE_TARGET_DIR)/release/workloadspread-host bash scripts/release.sh
 
 ## The chart installed for real: a cluster with a real kubelet node and a loopback registry
 ## (own state dir, stopped afterwards), the released images pushed, helm install/upgrade/uninstall.
@@ -152,8 +155,18 @@ FUZZ_SECONDS ?= 20
 fuzz:
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
-test: fmt-check lint supply-chain unit image-test integration chart-e2e playground-test fuzz
+test: fmt-check lint supply-chain unit image-test prebuild integration prebuild-wait chart-e2e playground-test fuzz
 	@echo "make test: all checks passed"
+
+## The compile-heavy work of the steps after the integration tests (release binaries when
+## RELEASE_TARGET_DIR is set apart, the fuzz targets, wasm-bindgen) runs in the background at
+## the lowest priority while those tests wait on the cluster; `prebuild-wait` says how it went
+## (scripts/prebuild.sh). Nothing is skipped: the later steps run as before and find it built.
+prebuild:
+	bash scripts/prebuild.sh start
+
+prebuild-wait:
+	bash scripts/prebuild.sh wait
 
 cluster-up:
 	bash $(CLUSTER) up

@@ -5,6 +5,9 @@
 # into ~/.cache/workloadspread/tools), plus the static page.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+# `--tools-only` installs the wasm-bindgen CLI and stops (`scripts/prebuild.sh`).
+tools_only=false
+if [ "${1:-}" = --tools-only ]; then tools_only=true; shift; fi
 out="${1:-$root/playground/dist}"
 cache="${WS_CACHE_DIR:-$HOME/.cache/workloadspread}"
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
@@ -22,6 +25,7 @@ if ! [ -x "$bindgen" ] || [ "$("$bindgen" --version)" != "wasm-bindgen $version"
       cargo install --quiet wasm-bindgen-cli --version "=$version" --root "$tools"; }
 fi
 
+if $tools_only; then exit 0; fi
 wasm="$target_dir/playground/playground.wasm"
 "$root/scripts/build-wasm.sh" workloadspread-playground wasm32-unknown-unknown "$wasm" playground
 rm -rf "$out"

@@ -4,8 +4,12 @@
 # kept under fuzz/artifacts/). cargo-fuzz needs nightly compiler features (sanitizers,
 # -Z flags): the stable toolchain provides them with RUSTC_BOOTSTRAP=1 (its sanitizer
 # runtimes ship with it), so no nightly toolchain is needed and nothing is skipped.
+# `--build-only` installs cargo-fuzz and builds the targets, nothing more
+# (`scripts/prebuild.sh`).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+build_only=false
+if [ "${1:-}" = --build-only ]; then build_only=true; shift; fi
 seconds="${1:-20}"
 cache="${WS_CACHE_DIR:-$HOME/.cache/workloadspread}"
 tools="$cache/tools/cargo-fuzz"
@@ -22,6 +26,7 @@ target_dir="$cache/fuzz-target"
 cd "$root"
 log "building the targets (sanitizer build; the first one takes ~7 minutes)"
 cargo +"$toolchain" fuzz build --target-dir "$target_dir" 2>&1 | grep -E "^(error|warning)" -A5 || true
+if $build_only; then exit 0; fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 python3 scripts/fuzz-seeds.py "$work/seeds" >/dev/null

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# CI's wall time (`make test`): the compile-heavy work of the steps that follow the
+# integration tests starts in the background, at the lowest CPU and I/O priority, when
+# those tests start — they mostly wait on the cluster, and on 2 cores the builds would
+# otherwise run one after the other at the end. What it builds:
+#   * the release binaries the images are made of, into RELEASE_TARGET_DIR (only when set
+#     apart from CARGO_TARGET_DIR: the tests' cargo calls need that directory's lock);
+#   * the fuzz targets' sanitizer build (`scripts/fuzz.sh --build-only`);
+#   * the playground's wasm-bindgen CLI (`scripts/build-playground.sh --tools-only`).
+# The later steps run exactly as they would without it and find the work done. A failure
+# here fails nothing: the step that needs the work does it again and fails on its own.
+#   prebuild.sh start   launch (no-op when one is running)
+#   prebuild.sh wait    wait for it and say how it went
+#   prebuild.sh stop    stop it (CI's exit trap: no build outlives the run)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cache="${WS_CACHE_DIR:-$HOME/.cache/workloadspread}"
+state="$cache/prebuild"
+log() { echo "[prebuild] $*" >&2; }
+running() { [ -f "$state/pid" ] && kill -0 "$(cat "$state/pid")" 2>/dev/null; }
+
+work() {
+  set +e
+  local started status=0
+  started=$(date +%s)
+  local tests_dir="${CARGO_TARGET_DIR:-$root/target}"
+  if [ -n "${RELEASE_TARGET_DIR:-}" ] && [ "$RELEASE_TARGET_DIR" != "$tests_dir" ]; then
+    echo "release binaries into $RELEASE_TARGET_DIR"
+    CARGO_TARGET_DIR="$RELEASE_TARGET_DIR" cargo build --release --locked \
+      -p workloadspread-host -p workloadspread-controller || status=1
+  fi
+  echo "fuzz targets"
+  bash "$root/scripts/fuzz.sh" --build-only || status=1
+  echo "wasm-bindgen"
+  bash "$root/scripts/build-playground.sh" --tools-only || status=1
+  echo "$status $(( $(date +%s) - started ))" > "$state/done"
+}
+
+case "${1:-}" in
+  start)
+    mkdir -p "$state"
+    if running; then log "already running (pid $(cat "$state/pid"))"; exit 0; fi
+    rm -f "$state/done"
+    cd "$root"
+    # Detached, its output in a file: make does not wait for it, nor a closed terminal stop it.
+    prio=(nice -n 19)
+    if command -v ionice >/dev/null; then prio+=(ionice -c3); fi
+    # Its own process group (setsid), so that `stop` ends its cargo and rustc too.
+    setsid nohup "${prio[@]}" bash "$0" work > "$state/log" 2>&1 < /dev/null &
+    echo $! > "$state/pid"
+    log "started in the background (pid $!, log $state/log)"
+    ;;
+  work) work ;;
+  wait)
+    [ -f "$state/pid" ] || { log "was not started"; exit 0; }
+    waited=$(date +%s)
+    while running; do sleep 5; done
+    if ! [ -f "$state/done" ]; then
+      log "stopped before it finished; the steps that need its work do it themselves"
+      exit 0
+    fi
+    read -r status seconds < "$state/done"
+    if [ "$status" = 0 ]; then
+      log "done in ${seconds}s (waited $(( $(date +%s) - waited ))s for it here)"
+    else
+      log "a part failed after ${seconds}s; the step that needs it will do it again. Its log:"
+      tail -30 "$state/log" >&2
+    fi
+    ;;
+  stop)
+    if running; then
+      pid=$(cat "$state/pid")
+      kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+      log "stopped (pid $pid)"
+    fi
+    ;;
+  *) echo "usage: $0 start|wait|stop" >&2; exit 2 ;;
+esac
