@@ -81,7 +81,7 @@ kwctl-suite: annotated-policy
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n 1)
 IMAGES_DIR ?= dist/images
 ## Where the release binaries are built (CI keeps them apart: `prebuild` builds them while
-## the integration tests hold the other directory's cargo lock).
+## the integration tests build and run theirs).
 RELEASE_TARGET_DIR ?= $(TARGET_DIR)
 PRECOMPILED_DIR := $(RELEASE_TARGET_DIR)/precompiled-policy
 ## OCI image layouts of the host (with the annotated policy module, and that module

@@ -184,7 +184,7 @@ $(grep '^\* ' <<<"$footprint")
 as \`serve\` does (\`--reuse-instances 8\`), vs the same policy crate compiled natively, both
 answering host calls from the same in-memory cluster state and doing the same work around
 the policy: the request encoded into the waPC payload, \`validate\` on those bytes, the
-answer decoded and the JSON patch computed (\`run::evaluate_with\`); before timing, both
+answer decoded and the JSON patch computed (\`engine::evaluate::evaluate_with\`); before timing, both
 sides' answers to the request are checked equal, and the two are timed interleaved (one
 evaluation of each per round, 2 000 rounds) so the machine's load weighs on both alike. Goal:
 wasm ≤ 1.5× native.

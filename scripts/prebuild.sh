@@ -3,8 +3,10 @@
 # integration tests starts in the background, at the lowest CPU and I/O priority, when
 # those tests start — they mostly wait on the cluster, and on 2 cores the builds would
 # otherwise run one after the other at the end. What it builds:
+#   * the real node's kubelet and kube-proxy (`e2e/cluster/cluster.sh install-node`, Go);
 #   * the release binaries the images are made of, into RELEASE_TARGET_DIR (only when set
-#     apart from CARGO_TARGET_DIR: the tests' cargo calls need that directory's lock);
+#     apart from CARGO_TARGET_DIR: a cargo that locks a whole target dir would otherwise
+#     make the tests' builds wait for it);
 #   * the fuzz targets' sanitizer build (`scripts/fuzz.sh --build-only`);
 #   * the playground's wasm-bindgen CLI (`scripts/build-playground.sh --tools-only`).
 # The later steps run exactly as they would without it and find the work done. A failure
@@ -17,12 +19,21 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cache="${WS_CACHE_DIR:-$HOME/.cache/workloadspread}"
 state="$cache/prebuild"
 log() { echo "[prebuild] $*" >&2; }
-running() { [ -f "$state/pid" ] && kill -0 "$(cat "$state/pid")" 2>/dev/null; }
+# Whether the recorded process runs and is this script's `work` (a pid file left by an
+# earlier run may name a process that reused the number).
+running() {
+  local pid cmd
+  pid=$(cat "$state/pid" 2>/dev/null) || return 1
+  cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null) || return 1
+  [[ $cmd == *"prebuild.sh work"* ]]
+}
 
 work() {
   set +e
   local started status=0
   started=$(date +%s)
+  echo "the real node's kubelet and kube-proxy (Go)"
+  bash "$root/e2e/cluster/cluster.sh" install-node || status=1
   local tests_dir="${CARGO_TARGET_DIR:-$root/target}"
   if [ -n "${RELEASE_TARGET_DIR:-}" ] && [ "$RELEASE_TARGET_DIR" != "$tests_dir" ]; then
     echo "release binaries into $RELEASE_TARGET_DIR"
@@ -34,27 +45,32 @@ work() {
   echo "wasm-bindgen"
   bash "$root/scripts/build-playground.sh" --tools-only || status=1
   echo "$status $(( $(date +%s) - started ))" > "$state/done"
+  rm -f "$state/pid"
 }
 
 case "${1:-}" in
   start)
     mkdir -p "$state"
     if running; then log "already running (pid $(cat "$state/pid"))"; exit 0; fi
-    rm -f "$state/done"
+    rm -f "$state/done" "$state/pid"
     cd "$root"
     # Detached, its output in a file: make does not wait for it, nor a closed terminal stop it.
     prio=(nice -n 19)
     if command -v ionice >/dev/null; then prio+=(ionice -c3); fi
-    # Its own process group (setsid), so that `stop` ends its cargo and rustc too.
-    setsid nohup "${prio[@]}" bash "$0" work > "$state/log" 2>&1 < /dev/null &
+    # Its own process group (job control), so that `stop` ends its cargo and rustc too —
+    # in this session, not a new one (setsid): with the kernel's autogroup, sessions share
+    # the CPU equally and `nice` would count only within its own.
+    set -m
+    nohup "${prio[@]}" bash "$0" work > "$state/log" 2>&1 < /dev/null &
     echo $! > "$state/pid"
+    set +m
     log "started in the background (pid $!, log $state/log)"
     ;;
   work) work ;;
   wait)
-    [ -f "$state/pid" ] || { log "was not started"; exit 0; }
+    [ -f "$state/pid" ] || [ -f "$state/done" ] || { log "was not started"; exit 0; }
     waited=$(date +%s)
-    while running; do sleep 5; done
+    while ! [ -f "$state/done" ] && running; do sleep 5; done
     if ! [ -f "$state/done" ]; then
       log "stopped before it finished; the steps that need its work do it themselves"
       exit 0
@@ -70,9 +86,10 @@ case "${1:-}" in
   stop)
     if running; then
       pid=$(cat "$state/pid")
-      kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+      kill -TERM -- "-$pid" 2>/dev/null || true
       log "stopped (pid $pid)"
     fi
+    rm -f "$state/pid"
     ;;
   *) echo "usage: $0 start|wait|stop" >&2; exit 2 ;;
 esac

@@ -16,7 +16,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 out="${RELEASE_DIR:-dist/release}"
 images="${IMAGES_DIR:-dist/images}"
-host_bin="${HOST_BIN:-${CARGO_TARGET_DIR:-target}/release/workloadspread-host}"
+host_bin="${HOST_BIN:-${RELEASE_TARGET_DIR:-${CARGO_TARGET_DIR:-target}}/release/workloadspread-host}"
 version="$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)"
 [ -n "$version" ] || { echo "release: no workspace version in Cargo.toml" >&2; exit 1; }
 

@@ -94,14 +94,14 @@ pub enum ReservationEvent {
     /// write (or, given up, by whoever finds them stale).
     SettleFailed,
     /// Reads of a WorkloadSpread's uid and generation that confirm hand-outs (one read
-    /// serves every hand-out decided before it began: `commit::fence`).
+    /// serves every hand-out decided before it began: `counter::fence`).
     SpecRead,
     /// Hand-outs withdrawn because the stored spec had moved past the copy they were
     /// decided on (an edit the watch had not brought yet); the claims were decided again.
     SpecMoved,
 }
 
-/// How a live list of a namespace's WorkloadSpreads ended (`kube_state::lookup`).
+/// How a live list of a namespace's WorkloadSpreads ended (`index::lookup`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum LookupResult {
     /// Listed (one request to the API server).
@@ -116,7 +116,7 @@ pub enum LookupResult {
 }
 
 /// What a read of a pod whose deletion the status records found
-/// (`commit::departures`).
+/// (`counter::departures`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum DepartureResult {
     /// Deleted, finished or gone: its slot is free.
@@ -127,7 +127,7 @@ pub enum DepartureResult {
     Failed,
 }
 
-/// What resolving an overdue entry did (`commit::overdue`).
+/// What resolving an overdue entry did (`counter::overdue`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum ExpiredAction {
     /// Moved into (or out of) the subset's `replicas`.
@@ -204,7 +204,7 @@ pub struct Metrics {
     pub reservations: Family<ReservationLabels, Counter>,
     /// Counter queues alive (one per WorkloadSpread with recent counter work).
     pub counter_queues: Gauge,
-    /// WorkloadSpreads another manager writes too, left alone (`kube_state::contests`).
+    /// WorkloadSpreads another manager writes too, left alone (`index::contests`).
     pub contested: Gauge,
     /// 1 while the host can decide (its caches listed, every required kind served).
     pub ready: Gauge,

@@ -83,7 +83,7 @@ pub struct Handed {
     /// (whoever finds the placeholder stale settles it to the pod that names it).
     pub at: Instant,
     /// Whether a read has shown that the spec it was decided on is the stored one
-    /// (`commit::fence`): only then is it answered, and settled.
+    /// (`counter::fence`): only then is it answered, and settled.
     pub confirmed: bool,
 }
 

@@ -282,7 +282,7 @@ async fn evaluate(app: &Arc<App>, request: Value) -> AdmissionResponse {
     let response = decide(app, request).await;
     // A WorkloadSpread this host lets through is stored next: the namespace's remembered
     // list no longer holds. One it refuses, or a dry run, is never stored: forgetting
-    // there would only make the namespace's next pods list again (`kube_state::lookup`).
+    // there would only make the namespace's next pods list again (`index::lookup`).
     if let (Some(namespace), true) = (created, response.allowed) {
         app.capabilities.forget_lookup(&namespace).await;
     }
@@ -299,7 +299,7 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
         let why = app.capabilities.not_ready_reason().unwrap_or_default();
         return evaluate::rejection(uid, format!("the host is not ready ({why}); retry"), 503);
     }
-    // A WorkloadSpread created a moment ago may not be in the cache yet (`kube_state::lookup`).
+    // A WorkloadSpread created a moment ago may not be in the cache yet (`index::lookup`).
     if let Some(namespace) = owned_pod_create(&request) {
         if let Err(e) = app.capabilities.catch_up(namespace).await {
             tracing::warn!(namespace, "{e}");

@@ -252,7 +252,7 @@ fn failed_returns_back_off() {
     );
 }
 
-/// A hand-out on a copy whose spec is not confirmed yet (`commit::fence`) is held for
+/// A hand-out on a copy whose spec is not confirmed yet (`counter::fence`) is held for
 /// its pod but neither settled nor withdrawn once confirmed; withdrawn unconfirmed, its
 /// placeholder is unused again for the next claim.
 #[test]
