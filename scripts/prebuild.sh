@@ -24,7 +24,7 @@ log() { echo "[prebuild] $*" >&2; }
 running() {
   local pid cmd
   pid=$(cat "$state/pid" 2>/dev/null) || return 1
-  cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null) || return 1
+  cmd=$(tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline") || return 1
   [[ $cmd == *"prebuild.sh work"* ]]
 }
 
