@@ -279,7 +279,7 @@ def check_placement(name, docs, values):
         fail(f"{name}: expected one placement policy and binding, got {len(policies)}/{len(bindings)}")
     spec, binding = policies[0]["spec"], bindings[0]["spec"]
     if spec["paramKind"] != {"apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread"} \
-            or spec["failurePolicy"] != "Fail":
+            or spec["failurePolicy"] != "Ignore":
         fail(f"{name}: placement policy {spec}")
     want = ["Deny"] if action == "Deny" else ["Warn", "Audit"]
     if binding["validationActions"] != want or binding["policyName"] != policies[0]["metadata"]["name"] \
