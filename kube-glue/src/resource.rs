@@ -19,7 +19,7 @@ pub fn workloadspread_resource() -> ApiResource {
 
 /// `object` as JSON with its type: objects from a list or watch carry no
 /// apiVersion/kind, which `core`'s type requires.
-pub fn typed_json(object: &DynamicObject) -> Result<Value, serde_json::Error> {
+fn typed_json(object: &DynamicObject) -> Result<Value, serde_json::Error> {
     let mut v = serde_json::to_value(object)?;
     v["apiVersion"] = API_VERSION.into();
     v["kind"] = KIND.into();

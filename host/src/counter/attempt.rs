@@ -11,6 +11,7 @@ use super::{
     Shared, Work, ANSWER_BUDGET, CALL_TIMEOUT, COMMIT_DEADLINE, DONE, LIST_EVERY, MAX_ATTEMPTS,
     SETTLE_GIVE_UP,
 };
+use crate::capabilities::ProviderError as _;
 use crate::metrics::ReservationEvent;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DynamicObject, ListParams, PostParams};
@@ -221,7 +222,7 @@ impl Committer {
         }
         tracing::warn!(
             workloadspread = name,
-            kind = failure.kind(),
+            kind = failure.metric_label(),
             "counter batch failed: {failure}"
         );
         self.failed(queue, batch, &failure);

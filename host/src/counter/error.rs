@@ -75,9 +75,19 @@ impl CommitError {
             after,
         }
     }
+}
 
-    /// The kind this failure is counted under.
-    pub fn kind(&self) -> &'static str {
+impl ProviderError for CommitError {
+    fn code(&self) -> Option<ErrorCode> {
+        match self {
+            CommitError::NotFound { .. } | CommitError::Deleted { .. } => Some(ErrorCode::NotFound),
+            CommitError::GaveUp { cause, .. } => cause.code(),
+            _ => None,
+        }
+    }
+
+    /// The kind this failure is counted (and logged) under.
+    fn metric_label(&self) -> &'static str {
         match self {
             CommitError::NotFound { .. } | CommitError::Deleted { .. } => "Gone",
             CommitError::Recreated { .. } => "Recreated",
@@ -91,20 +101,6 @@ impl CommitError {
             CommitError::NoAnswer(_) => "NoAnswer",
             CommitError::Codec(_) | CommitError::Internal(_) => "Internal",
         }
-    }
-}
-
-impl ProviderError for CommitError {
-    fn code(&self) -> Option<ErrorCode> {
-        match self {
-            CommitError::NotFound { .. } | CommitError::Deleted { .. } => Some(ErrorCode::NotFound),
-            CommitError::GaveUp { cause, .. } => cause.code(),
-            _ => None,
-        }
-    }
-
-    fn metric_label(&self) -> &'static str {
-        self.kind()
     }
 }
 
@@ -122,7 +118,7 @@ mod tests {
             "conflict writing WorkloadSpread web status (gave up after 7s)"
         );
         assert!(!late.is_gone());
-        assert_eq!(late.kind(), "Timeout");
+        assert_eq!(late.metric_label(), "Timeout");
         let deleted = CommitError::Deleted { name: name() }.gave_up(Duration::from_secs(6));
         assert!(
             deleted.is_gone(),
