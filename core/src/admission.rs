@@ -21,10 +21,12 @@ use crate::rules::Rules;
 use crate::version::{pod_version, VersionedKinds};
 use crate::workload::{owned_by_target, ObjectRef, OwnerLookupError, WorkloadKinds};
 use crate::Timestamp;
+use choose::choose_subset;
+pub use choose::{chosen_subset, Free};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use room::{has_room, limit, occupancy, recount_missing, Limit};
+use room::{limit, occupancy, recount_missing, Limit};
 pub use room::{unconfirmed, Departed};
 use std::collections::BTreeSet;
 
@@ -305,7 +307,7 @@ fn claim_with(
             };
         }
     }
-    let Some((i, for_min)) = choose_subset(statuses, ws, scale, &allowed) else {
+    let Some((i, for_min)) = choose_subset(statuses, ws, scale, &allowed, Free::NONE) else {
         return Claim::default();
     };
     let chosen = &mut statuses[i];
@@ -330,39 +332,6 @@ fn claim_with(
         generated_uid: uid,
         status_changed: true,
     }
-}
-
-/// `getSuitableSubset`, preceded by the `minReplicas` extension: the first schedulable
-/// subset still below its minimum (and with room) wins; otherwise the first schedulable
-/// subset with room ([`room`]). Returns the index and whether it was chosen to fill a
-/// minimum.
-fn choose_subset(
-    statuses: &[WorkloadSpreadSubsetStatus],
-    ws: &WorkloadSpread,
-    scale: Scale,
-    allowed: &impl Fn(&str) -> bool,
-) -> Option<(usize, bool)> {
-    let replicas = scale.replicas;
-    let has_room = |s: &WorkloadSpreadSubsetStatus| {
-        allowed(&s.name) && !s.is_unschedulable() && has_room(ws, s, scale)
-    };
-    let below_min = |s: &WorkloadSpreadSubsetStatus| {
-        let Some(spec) = ws.subset(&s.name) else {
-            return false;
-        };
-        let Some(min) = spec
-            .min_replicas
-            .as_ref()
-            .and_then(|m| scaled_value(m, replicas).ok())
-        else {
-            return false;
-        };
-        occupancy(s, scale.departed) < i64::from(min)
-    };
-    let for_min = statuses.iter().position(|s| has_room(s) && below_min(s));
-    for_min
-        .map(|i| (i, true))
-        .or_else(|| statuses.iter().position(has_room).map(|i| (i, false)))
 }
 
 /// The planned deletion cost of a pod a claim placed in `subset`
@@ -561,6 +530,7 @@ pub fn count_pending(
 }
 
 pub mod best_effort;
+mod choose;
 pub mod expire;
 pub mod reserve;
 pub mod room;

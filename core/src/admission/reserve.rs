@@ -10,7 +10,10 @@
 //! keeps which placeholders are still unused and applies the decisions.
 
 use super::room::room_left;
-use super::{claim_among, claimed_subset, unclaim, versioned_statuses, Claim, PodKey, Scale};
+use super::{
+    chosen_subset, claim_among, claimed_subset, unclaim, versioned_statuses, Claim, Free, PodKey,
+    Scale,
+};
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
 use crate::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -129,7 +132,8 @@ pub struct Holding<'a> {
 ///   placeholders being given back fill it, it waits for that return (placed among
 ///   every candidate once it may wait no more).
 ///
-/// On [`Decision::Claimed`] `status` holds the claim; otherwise it is unchanged.
+/// On [`Decision::Claimed`] `status` holds the claim; otherwise nothing to write changed
+/// (at most the version's initial subset statuses were filled in).
 pub fn decide(
     status: &mut WorkloadSpreadStatus,
     ws: &WorkloadSpread,
@@ -168,47 +172,23 @@ pub fn decide(
         .copied()
         .filter(|(s, k)| stamp(s, k).is_some_and(|at| now.duration_since(at) < handout))
         .collect();
-    let own_room = holding
+    // The holder's own placeholders (unused or being given back) are its room: the
+    // subset is chosen as if they were free.
+    let own: Vec<(&str, &str)> = holding
         .unused
         .iter()
         .chain(holding.returning)
-        .filter(|(s, k)| stamp(s, k).is_some());
-    let mut own = status.clone();
-    for (subset, key) in own_room {
-        unclaim(&mut own, ws, pod, key, subset, scale);
-    }
-    let choose = |status: &WorkloadSpreadStatus| {
-        let mut scratch = status.clone();
-        claim_among(
-            &mut scratch,
-            ws,
-            pod,
-            candidates,
-            scale,
-            Timestamp::UNIX_EPOCH,
-            new_uid,
-        )
-        .subset
-    };
-    let chosen = choose(&own);
-    if may_wait {
-        let mut all = own;
-        let foreign: Vec<(String, String)> =
-            versioned_statuses(&mut all, ws, pod.version, scale.replicas)
-                .iter()
-                .flat_map(|s| {
-                    s.creating_pods
-                        .keys()
-                        .filter(|k| is_placeholder(k) && !held_by(k, holding.holder))
-                        .map(|k| (s.name.clone(), k.clone()))
-                })
-                .collect();
-        for (subset, key) in &foreign {
-            unclaim(&mut all, ws, pod, key, subset, scale);
-        }
-        if !foreign.is_empty() && choose(&all) != chosen {
-            return Decision::Wait;
-        }
+        .copied()
+        .collect();
+    let choose = |free: Free<'_>| chosen_subset(status, ws, pod.version, candidates, scale, free);
+    let chosen = choose(Free::own(&own));
+    // Were every other holder's placeholders free too, and the choice differed, they
+    // decide it: wait for them.
+    if may_wait
+        && has_foreign(status, pod.version, holding.holder)
+        && choose(Free::own(&own).and_foreign(holding.holder)) != chosen
+    {
+        return Decision::Wait;
     }
     let Some(subset) = chosen else {
         return Decision::Claimed(claim_in(status, candidates));
@@ -221,16 +201,25 @@ pub fn decide(
     }
     // The holder's unused placeholders are no room for a write: claim in the subset the
     // rules chose with them free (they are elsewhere, or too old to hand out).
-    let mut restricted = status.clone();
-    let claim = claim_in(&mut restricted, std::slice::from_ref(&subset));
+    let claim = claim_in(status, std::slice::from_ref(&subset));
     if claim.subset.is_some() {
-        *status = restricted;
         return Decision::Claimed(claim);
     }
     if may_wait {
         return Decision::Wait;
     }
     Decision::Claimed(claim_in(status, candidates))
+}
+
+/// Whether `version` records a placeholder of a holder other than `holder`.
+fn has_foreign(status: &WorkloadSpreadStatus, version: &str, holder: &str) -> bool {
+    status
+        .versioned_subset_statuses
+        .get(version)
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s.creating_pods.keys())
+        .any(|k| is_placeholder(k) && !held_by(k, holder))
 }
 
 /// Whether the pod (by name, or by the claim's generated id when unnamed) is already in

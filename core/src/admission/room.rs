@@ -106,21 +106,35 @@ pub(crate) fn room_left(
     s: &WorkloadSpreadSubsetStatus,
     scale: Scale,
 ) -> Option<i64> {
+    room_left_freeing(ws, s, scale, 0)
+}
+
+/// [`room_left`] with `freed` of the subset's `creatingPods` entries counted as free,
+/// exactly as if they had been unclaimed one by one (`admission::unclaim`): the
+/// occupancy drops by `freed`, and under the reference rules' stored `missingReplicas`
+/// each one gives back at most one slot (`recount_missing` with +1, which lifts a
+/// stored value below −1 to 0 first).
+pub(crate) fn room_left_freeing(
+    ws: &WorkloadSpread,
+    s: &WorkloadSpreadSubsetStatus,
+    scale: Scale,
+    freed: i64,
+) -> Option<i64> {
     match limit(ws, s, scale) {
         Limit::Unlimited => None,
         Limit::Max { max, stored } => {
-            let room = (i64::from(max) - occupancy(s, scale.departed)).max(0);
+            let room = (i64::from(max) - occupancy(s, scale.departed) + freed).max(0);
+            let missing = i64::from(s.missing_replicas);
+            let missing = match freed {
+                0 => missing,
+                _ => (missing + 1).max(0) + freed - 1,
+            };
             Some(match stored {
-                true => room.min(i64::from(s.missing_replicas).max(0)),
+                true => room.min(missing.max(0)),
                 false => room,
             })
         }
     }
-}
-
-/// Whether one more pod fits into `s`.
-pub(crate) fn has_room(ws: &WorkloadSpread, s: &WorkloadSpreadSubsetStatus, scale: Scale) -> bool {
-    room_left(ws, s, scale).is_none_or(|room| room > 0)
 }
 
 /// Sets `missingReplicas` of `s` after its entries changed: the room left by the

@@ -623,3 +623,5 @@ mod shared_status {
         }
     }
 }
+
+mod differential;
