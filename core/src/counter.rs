@@ -7,7 +7,7 @@
 //! it with `v1/hello` and otherwise decides from what it can read. See `docs/counter-protocol.md`.
 
 use crate::admission::reserve::{is_placeholder, settle};
-use crate::admission::{claim_among, claimed_pod_cost, release, unclaim, PodKey, Scale};
+use crate::admission::{claim_among, release, unclaim, PodKey, Scale};
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
 use crate::rules::Rules;
 use crate::Timestamp;
@@ -93,6 +93,36 @@ pub struct ClaimRequest {
 
 fn reference_rules() -> Rules {
     Rules::Reference
+}
+
+impl ClaimRequest {
+    /// The pod's `creatingPods` key: its name, or the generated id of an unnamed pod.
+    pub fn key(&self) -> &str {
+        match self.pod.name.is_empty() {
+            true => &self.generated_uid,
+            false => &self.pod.name,
+        }
+    }
+
+    /// The scale its percentages are judged by (no departure confirmed).
+    pub fn scale(&self) -> Scale<'static> {
+        Scale::new(self.workload_replicas, self.rules)
+    }
+
+    /// The pod, as the admission rules see it.
+    pub fn pod_key(&self) -> PodKey<'_> {
+        PodKey {
+            name: &self.pod.name,
+            version: &self.pod.version,
+        }
+    }
+}
+
+impl UnclaimRequest {
+    /// The claim's `creatingPods` key: the generated id, or the pod's name.
+    pub fn key(&self) -> &str {
+        self.generated_uid.as_deref().unwrap_or(&self.pod.name)
+    }
 }
 
 /// `v1/claim` answer.
@@ -212,33 +242,11 @@ pub fn apply_claim(
     departed: &BTreeSet<String>,
 ) -> (WorkloadSpreadStatus, ClaimResponse) {
     let mut status = ws.status.clone().unwrap_or_default();
-    let pod = PodKey {
-        name: &req.pod.name,
-        version: &req.pod.version,
-    };
-    let scale = Scale::new(req.workload_replicas, req.rules).with_departed(departed);
-    let c = claim_among(
-        &mut status,
-        ws,
-        pod,
-        &req.candidates,
-        scale,
-        now,
-        &req.generated_uid,
-    );
-    let key = c.generated_uid.as_deref().unwrap_or(&req.pod.name);
-    let deletion_cost = c.subset.as_deref().and_then(|subset| {
-        claimed_pod_cost(ws, scale, &status, &req.pod.version, subset, key, &[])
-    });
-    (
-        status,
-        ClaimResponse {
-            subset: c.subset,
-            generated_uid: c.generated_uid,
-            reservation: None,
-            deletion_cost,
-        },
-    )
+    let scale = req.scale().with_departed(departed);
+    let (pod, candidates, new_uid) = (req.pod_key(), &req.candidates, &req.generated_uid);
+    let claim = claim_among(&mut status, ws, pod, candidates, scale, now, new_uid);
+    let answer = batch::answer(ws, &status, req, claim, scale, &[]);
+    (status, answer)
 }
 
 /// Applies an unclaim to `ws`'s status (the host's side of `v1/unclaim`); the answer
@@ -252,9 +260,8 @@ pub fn apply_unclaim(
         name: &req.pod.name,
         version: &req.pod.version,
     };
-    let key = req.generated_uid.as_deref().unwrap_or(&req.pod.name);
     let scale = Scale::new(req.workload_replicas, req.rules);
-    let released = unclaim(&mut status, ws, pod, key, &req.subset, scale);
+    let released = unclaim(&mut status, ws, pod, req.key(), &req.subset, scale);
     (status, ReleaseResponse { released })
 }
 
@@ -314,6 +321,8 @@ fn rename_claim(
         s.creating_pods.insert(name.to_string(), at);
     }
 }
+
+pub mod batch;
 
 #[cfg(test)]
 mod tests {

@@ -253,10 +253,10 @@ impl Committer {
                     else {
                         return None;
                     };
-                    let h = shared.pool.handed(super::claim_key(c))?;
+                    let h = shared.pool.handed(c.key())?;
                     let placeholder = a.reservation.as_deref()?;
                     (!h.confirmed && h.placeholder == placeholder)
-                        .then(|| (i, super::claim_key(c).to_string(), placeholder.to_string()))
+                        .then(|| (i, c.key().to_string(), placeholder.to_string()))
                 })
                 .collect()
         };
@@ -425,7 +425,7 @@ impl Committer {
                 (Work::Op(op), Applied1::Written(answer)) => {
                     self.record(&op, answer.as_ref().ok());
                     if let (Op::Claim(c), Ok(Answer::Claim(a)), Some(ws)) = (&op, &answer, &ws) {
-                        shared.scale = Some(super::scale_of(c));
+                        shared.scale = Some(c.scale());
                         follow.extend(self.claimed(ws, &mut shared.pool, c, a).map(internal));
                     }
                     answer

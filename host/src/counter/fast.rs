@@ -6,15 +6,14 @@
 //! writes. What it takes is answered only once [`super::fence`] confirms the copy's spec
 //! is the stored one.
 
-use super::apply::{decide_claim, take, Facts};
 use super::fence::SpecId;
 use super::{lock, Committer, Queue, QueueKey};
 use crate::counter::reserve::Pool;
 use crate::metrics::ReservationEvent;
-use std::collections::BTreeSet;
 use std::sync::Arc;
-use workloadspread_core::admission::reserve::{held_by, Decision};
+use workloadspread_core::admission::reserve::held_by;
 use workloadspread_core::api::v1beta1::WorkloadSpreadStatus;
+use workloadspread_core::counter::batch::hand_out;
 use workloadspread_core::counter::{ClaimRequest, ClaimResponse};
 
 impl Committer {
@@ -34,7 +33,7 @@ impl Committer {
             // A retried request for a pod given a placeholder gets it again once that
             // hand-out is confirmed; until then the queue waits for it to be confirmed
             // or withdrawn.
-            if let Some(h) = shared.pool.handed(super::claim_key(c)) {
+            if let Some(h) = shared.pool.handed(c.key()) {
                 return h.confirmed.then(|| Reserved::Confirmed(h.answer.clone()));
             }
             if shared.pool.unused(&c.pod.version).is_empty() {
@@ -55,30 +54,19 @@ impl Committer {
                 return None;
             }
             shared.pool.track_uid(ws.metadata.uid.as_deref());
-            let mut status = ws.status.clone().unwrap_or_default();
+            // Without a status there is no placeholder to take.
+            let status = ws.status.as_ref()?;
             // A block of ours this copy shows but the pool does not hold yet (the watch
             // saw its write first) would count as taken: leave the claim to the queue.
-            if !own_placeholders_known(&status, &c.pod.version, &shared.pool) {
+            if !own_placeholders_known(status, &c.pod.version, &shared.pool) {
                 return None;
             }
             // A deletion in flight may free a slot ahead of the placeholder's subset once
             // its departure is confirmed, which takes a read: the queue's business.
-            if deletions_recorded(&status, &c.pod.version) {
+            if deletions_recorded(status, &c.pod.version) {
                 return None;
             }
-            let none = BTreeSet::new();
-            let facts = Facts {
-                now: (self.clock)(),
-                departed: &none,
-                overdue: None,
-                confirm_takes: false,
-            };
-            let decision = decide_claim(&ws, &mut status, c, &shared.pool, facts, true);
-            let Decision::Take { subset, key } = decision else {
-                return None;
-            };
-            let taken = (subset, key.as_str());
-            let answer = take(&mut shared.pool, c, (&ws, &status), taken, (&none, false))?;
+            let answer = hand_out(&ws, c, (self.clock)(), &mut shared.pool)?;
             let refill = self.claimed(&ws, &mut shared.pool, c, &answer);
             (refill, spec, answer.reservation)
         };

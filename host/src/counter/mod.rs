@@ -128,11 +128,7 @@ pub enum Op {
 }
 
 /// The answer to an [`Op`].
-#[derive(Clone, Debug, PartialEq)]
-pub enum Answer {
-    Claim(ClaimResponse),
-    Release(ReleaseResponse),
-}
+pub use workloadspread_core::counter::batch::Answer;
 
 /// The answer to the queue's own work when someone waits for it (shutdown).
 const DONE: Answer = Answer::Release(ReleaseResponse { released: true });
@@ -334,7 +330,7 @@ impl Committer {
                 }) => {
                     // Answered only once a read shows the copy's spec is the stored one;
                     // else withdrawn, and decided again on the stored spec below.
-                    let pending = fence::Unconfirmed::new(queue.clone(), claim_key(c), placeholder);
+                    let pending = fence::Unconfirmed::new(queue.clone(), c.key(), placeholder);
                     let decided = Instant::now();
                     let same = self
                         .spec_unchanged(&queue_key, &queue, &spec, decided)
@@ -454,27 +450,16 @@ fn internal(work: Work) -> Pending {
 }
 
 /// The creatingPods key of a claim's pod: its name, or the generated id.
-fn claim_key(c: &ClaimRequest) -> &str {
-    match c.pod.name.is_empty() {
-        true => &c.generated_uid,
-        false => &c.pod.name,
-    }
-}
-
-fn scale_of(c: &ClaimRequest) -> Scale<'static> {
-    Scale::new(c.workload_replicas, c.rules)
-}
-
 /// Records a claim answered into `subset`; the reserve work to queue if the subset's
 /// block needs refilling. Unlimited subsets are not tracked: nothing to reserve.
 fn refill(ws: &WorkloadSpread, pool: &mut Pool, c: &ClaimRequest, subset: &str) -> Option<Work> {
     ws.subset(subset)?.max_replicas.as_ref()?;
     let slot = (c.pod.version.clone(), subset.to_string());
-    let n = pool.claimed(&slot, scale_of(c), Instant::now())?;
+    let n = pool.claimed(&slot, c.scale(), Instant::now())?;
     Some(Work::Reserve {
         keys: pool.new_keys(n),
         slot,
-        scale: scale_of(c),
+        scale: c.scale(),
         uid: ws.metadata.uid.clone(),
     })
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use workloadspread_core::admission::reserve::{placeholder_key, HANDOUT_SECONDS};
 use workloadspread_core::admission::Scale;
+use workloadspread_core::counter::batch::{Holdings, Taking};
 use workloadspread_core::counter::ClaimResponse;
 use workloadspread_core::Timestamp;
 
@@ -549,6 +550,38 @@ impl Pool {
                 .extend(r.keys.iter().map(|k| (r.slot.clone(), k.clone())));
         }
         out
+    }
+}
+
+/// What the pool holds, as the counter batch sees and changes it.
+impl Holdings for Pool {
+    fn holder(&self) -> &str {
+        Pool::holder(self)
+    }
+
+    fn unused(&self, version: &str) -> Vec<(String, String)> {
+        Pool::unused(self, version)
+    }
+
+    fn returning(&self, version: &str) -> Vec<(String, String)> {
+        Pool::returning(self, version)
+    }
+
+    fn handed(&self, claim_key: &str) -> Option<(&ClaimResponse, bool)> {
+        Pool::handed(self, claim_key).map(|h| (&h.answer, h.confirmed))
+    }
+
+    fn take(&mut self, taking: Taking<'_>, answer: ClaimResponse) -> Option<ClaimResponse> {
+        let slot = (taking.version.to_string(), taking.subset.to_string());
+        let (placeholder, key, scale) = (taking.placeholder, taking.claim_key, taking.scale);
+        match taking.confirmed {
+            true => Pool::take(self, &slot, placeholder, key, scale, answer),
+            false => Pool::take_unconfirmed(self, &slot, placeholder, key, scale, answer),
+        }
+    }
+
+    fn untake(&mut self, claim_key: &str) -> bool {
+        Pool::untake(self, claim_key)
     }
 }
 

@@ -577,7 +577,7 @@ fn an_unconfirmed_hand_out_is_confirmed_withdrawn_or_given_back_when_dropped() {
     use super::fence::Unconfirmed;
     let mut pool = pool();
     let slot: SlotKey = ("versionIgnored".into(), "a".into());
-    pool.claimed(&slot, scale_of(&claim_request("p0")), Instant::now());
+    pool.claimed(&slot, claim_request("p0").scale(), Instant::now());
     let keys = pool.new_keys(2);
     let t0 = (Timestamp::now(), Timestamp::now());
     pool.reserved(&slot, keys.iter().map(|k| (k.clone(), t0.0)).collect());
@@ -591,7 +591,7 @@ fn an_unconfirmed_hand_out_is_confirmed_withdrawn_or_given_back_when_dropped() {
             subset: Some("a".into()),
             ..Default::default()
         };
-        let scale = scale_of(&claim_request(pod));
+        let scale = claim_request(pod).scale();
         lock(&queue.shared)
             .pool
             .take_unconfirmed(&slot, placeholder, pod, scale, answer)
