@@ -114,6 +114,15 @@ impl TlsState {
         })
     }
 
+    /// The secret replicas sharing generated certificates derive keys from
+    /// (`tls::SecretObserver`): the signing CA's key (rotated every few years), else the
+    /// serving key.
+    pub fn shared_secret(&self) -> &str {
+        self.ca
+            .as_ref()
+            .map_or(&self.serving.key_pem, |ca| &ca.key_pem)
+    }
+
     /// The CAs to trust: the signing one, the next one, the retired ones.
     pub fn bundle(&self) -> String {
         let mut pems: Vec<&str> = vec![];

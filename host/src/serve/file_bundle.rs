@@ -11,7 +11,7 @@
 //! ends) keeps a replica that has not read the new files from writing an older bundle back.
 
 use super::rotation::{Published, Targets};
-use super::tls::{unix_now, CertBundle, CertResolver};
+use super::tls::{unix_now, CertBundle, CertResolver, SecretObserver};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{Api, Client};
@@ -152,15 +152,15 @@ pub struct Timing {
 
 /// Re-reads the files every `timing.poll`: publishes their bundle (with the overlap) to
 /// `published` (written to the targets by `rotation::keep_bundles`), and serves a new
-/// certificate through `resolver` — at once when its CAs were already served, `grace`
-/// after it was first seen otherwise. Runs until the process ends.
+/// certificate through `resolver` (its key told to `derived`) — at once when its CAs were
+/// already served, `grace` after it was first seen otherwise. Runs until the process ends.
 #[allow(clippy::too_many_arguments)]
 pub async fn keep(
     client: Client,
     targets: Targets,
     files: Files,
     resolver: Arc<CertResolver>,
-    tokens: Arc<super::reinvoke::TokenKeys>,
+    derived: Arc<dyn SecretObserver>,
     published: watch::Sender<Published>,
     timing: Timing,
     mut served: CertBundle,
@@ -227,7 +227,7 @@ pub async fn keep(
         match files_now.certified_key() {
             Ok(key) => {
                 resolver.replace(key);
-                tokens.observe(&files_now.key_pem);
+                derived.observe(&files_now.key_pem);
                 tracing::info!(cert = %files.cert.display(), "serving certificate reloaded");
                 served = files_now;
                 waiting = None;

@@ -74,13 +74,11 @@ impl TokenKeys {
     }
 }
 
-/// The secret replicas sharing generated certificates derive the key from: the signing
-/// CA's key (rotated every few years), else the serving key.
-pub fn secret_of(state: &super::certs::TlsState) -> &str {
-    state
-        .ca
-        .as_ref()
-        .map_or(&state.serving.key_pem, |ca| &ca.key_pem)
+/// The keys follow the secret the TLS side loads (`tls::SecretObserver`).
+impl super::tls::SecretObserver for TokenKeys {
+    fn observe(&self, secret: &str) {
+        TokenKeys::observe(self, secret);
+    }
 }
 
 /// What a token binds and carries.

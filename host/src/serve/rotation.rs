@@ -8,7 +8,7 @@
 
 use super::certs::{Issued, Lifetimes, TlsState};
 use super::staleness::{BundleWatch, TargetError};
-use super::tls::{unix_now, CertBundle, CertResolver};
+use super::tls::{unix_now, CertBundle, CertResolver, SecretObserver};
 use anyhow::{bail, Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -167,7 +167,8 @@ async fn bounded<T>(call: impl std::future::Future<Output = T>) -> Result<T> {
 }
 
 /// Polls the Secret every `health.poll()`: rotates what is due, serves its certificate
-/// through `resolver`, publishes its bundle to `published`, tells `health` what it saw.
+/// through `resolver`, publishes its bundle to `published`, tells `health` what it saw and
+/// `derived` the shared secret ([`TlsState::shared_secret`]).
 #[allow(clippy::too_many_arguments)]
 pub async fn keep_rotating(
     client: Client,
@@ -179,7 +180,7 @@ pub async fn keep_rotating(
     resolver: Arc<CertResolver>,
     published: watch::Sender<Published>,
     health: Arc<BundleWatch>,
-    tokens: Arc<super::reinvoke::TokenKeys>,
+    derived: Arc<dyn SecretObserver>,
 ) {
     let api: Api<Secret> = Api::namespaced(client.clone(), &namespace);
     let mut served = String::new();
@@ -188,7 +189,7 @@ pub async fn keep_rotating(
         match polled.await {
             Ok(state) => {
                 health.observed(&state);
-                tokens.observe(super::reinvoke::secret_of(&state));
+                derived.observe(state.shared_secret());
                 if state.serving.cert_pem != served {
                     match CertBundle::from_state(&state).certified_key() {
                         Ok(key) => {

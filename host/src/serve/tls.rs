@@ -83,6 +83,13 @@ impl CertBundle {
     }
 }
 
+/// Told the secret that every replica serving the same certificates shares, whenever it
+/// is loaded: keys derived from it (the pod webhook's re-invocation tokens,
+/// `webhook::reinvoke::TokenKeys`) follow the certificates without TLS knowing of them.
+pub trait SecretObserver: Send + Sync {
+    fn observe(&self, secret: &str);
+}
+
 /// Seconds since the epoch.
 pub fn unix_now() -> i64 {
     std::time::SystemTime::now()
@@ -148,22 +155,22 @@ pub struct FileReloader {
     pub key: PathBuf,
     pub resolver: Arc<CertResolver>,
     loaded: (String, String),
-    /// Re-invocation token keys, derived from the serving key (`reinvoke.rs`).
-    pub tokens: Arc<super::reinvoke::TokenKeys>,
+    /// Told the serving key (keys derived from it: the re-invocation tokens').
+    derived: Arc<dyn SecretObserver>,
 }
 
 impl FileReloader {
-    /// Loads the files once; [`FileReloader::reload_if_changed`] picks up rotations.
-    pub fn new(cert: &Path, key: &Path) -> Result<Self> {
+    /// Loads the files once (their key told to `derived`);
+    /// [`FileReloader::reload_if_changed`] picks up rotations.
+    pub fn new(cert: &Path, key: &Path, derived: Arc<dyn SecretObserver>) -> Result<Self> {
         let bundle = CertBundle::from_files(cert, key, None)?;
-        let tokens = Arc::new(super::reinvoke::TokenKeys::default());
-        tokens.observe(&bundle.key_pem);
+        derived.observe(&bundle.key_pem);
         Ok(FileReloader {
             cert: cert.to_path_buf(),
             key: key.to_path_buf(),
             resolver: Arc::new(CertResolver::new(bundle.certified_key()?)),
             loaded: (bundle.cert_pem, bundle.key_pem),
-            tokens,
+            derived,
         })
     }
 
@@ -177,7 +184,7 @@ impl FileReloader {
             return Ok(false);
         }
         self.resolver.replace(bundle.certified_key()?);
-        self.tokens.observe(&bundle.key_pem);
+        self.derived.observe(&bundle.key_pem);
         self.loaded = (bundle.cert_pem, bundle.key_pem);
         Ok(true)
     }
@@ -298,7 +305,11 @@ mod tests {
             CertBundle::generate(&["a".into()]).unwrap(),
         );
         write(&first);
-        let mut reloader = FileReloader::new(&cert, &key).unwrap();
+        struct Nobody;
+        impl SecretObserver for Nobody {
+            fn observe(&self, _: &str) {}
+        }
+        let mut reloader = FileReloader::new(&cert, &key, Arc::new(Nobody)).unwrap();
         let served = |r: &FileReloader| r.resolver.current().cert[0].clone();
         let before = served(&reloader);
         assert!(!reloader.reload_if_changed().unwrap(), "unchanged files");

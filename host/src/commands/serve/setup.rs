@@ -82,8 +82,8 @@ pub(super) async fn tls(
         if targets.webhook_config.is_some() || targets.conversion_crd.is_some() {
             return files_with_bundle(args, client, bundle, targets, client_ca, stale_gauge).await;
         }
-        let reloader = FileReloader::new(cert, key)?;
-        let tokens = reloader.tokens.clone();
+        let tokens = Arc::new(crate::serve::reinvoke::TokenKeys::default());
+        let reloader = FileReloader::new(cert, key, tokens.clone())?;
         let config =
             crate::serve::tls::server_config(reloader.resolver.clone(), client_ca.clone())?;
         if args.tls_reload_seconds > 0 {
@@ -116,7 +116,7 @@ pub(super) async fn tls(
     };
     let bundle = CertBundle::from_state(&state);
     let tokens = Arc::new(crate::serve::reinvoke::TokenKeys::default());
-    tokens.observe(crate::serve::reinvoke::secret_of(&state));
+    tokens.observe(state.shared_secret());
     // Without polling the bundle is still re-checked in its targets every minute.
     let poll = match args.tls_reload_seconds {
         0 => 60,
