@@ -16,6 +16,7 @@ mod oci;
 mod replay;
 mod serve;
 mod state;
+mod tls;
 
 use clap::{Parser, Subcommand};
 pub(crate) use clock::now;

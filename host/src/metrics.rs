@@ -212,7 +212,7 @@ pub struct Metrics {
     pub holder: Family<HolderLabels, Gauge>,
     /// Requests refused by the host's limits (`serve::limits`).
     pub limits: LimitMetrics,
-    /// Seconds the CA bundle has not reached a target (`serve::staleness`); 0 when current.
+    /// Seconds the CA bundle has not reached a target (`tls::staleness`); 0 when current.
     pub ca_bundle_stale: Gauge,
     /// 1 (per reason) when this process compiled the policy module instead of loading it
     /// precompiled.

@@ -2,18 +2,12 @@
 //! capabilities and exact counters.
 
 pub mod body;
-pub mod certs;
-pub mod client_auth;
 pub mod convert;
-pub mod file_bundle;
 pub mod guard;
 pub mod limits;
 pub mod listener;
 pub mod reinvoke;
-pub mod rotation;
-pub mod staleness;
 pub mod startup;
-pub mod tls;
 pub mod webhooks;
 
 use crate::capabilities::{AllowList, Capabilities};
@@ -71,7 +65,7 @@ pub struct App {
     pub client_identities: Vec<String>,
     /// Generated certificates: whether their CA bundle reaches the webhook
     /// configurations (`/readyz` fails once the served certificate would expire first).
-    pub certificates: Option<Arc<staleness::BundleWatch>>,
+    pub certificates: Option<Arc<crate::tls::staleness::BundleWatch>>,
     /// Keys of the tokens that make a re-invocation of the pod webhook answer as the first
     /// invocation did, without a second claim (`reinvoke.rs`).
     pub tokens: Arc<reinvoke::TokenKeys>,
@@ -145,7 +139,7 @@ pub fn ready_answer(app: &App) -> Response {
     let certificates = app
         .certificates
         .as_ref()
-        .and_then(|c| c.refresh(tls::unix_now()));
+        .and_then(|c| c.refresh(crate::tls::unix_now()));
     match app.capabilities.not_ready_reason().or(certificates) {
         None => "ok".into_response(),
         Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
@@ -311,7 +305,7 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
         let (worker, asked) = (app.clone(), request.clone());
         let again = tokio::task::spawn_blocking(move || {
             let caps: &dyn Capabilities = worker.capabilities.as_ref();
-            reinvoke::answer(&asked, &worker.tokens, caps, tls::unix_now())
+            reinvoke::answer(&asked, &worker.tokens, caps, crate::tls::unix_now())
         });
         if let Ok(Some(answer)) = again.await {
             app.metrics.reinvocations.inc();
@@ -341,7 +335,12 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
     let evaluation = tokio::task::spawn_blocking(move || {
         let caps: Arc<dyn Capabilities> = worker.capabilities.clone();
         let mut response = evaluate::evaluate(&worker.engine, &request, &worker.settings, caps);
-        reinvoke::sign(&request, &mut response, &worker.tokens, tls::unix_now());
+        reinvoke::sign(
+            &request,
+            &mut response,
+            &worker.tokens,
+            crate::tls::unix_now(),
+        );
         response
     });
     match evaluation.await {

@@ -75,7 +75,7 @@ impl TokenKeys {
 }
 
 /// The keys follow the secret the TLS side loads (`tls::SecretObserver`).
-impl super::tls::SecretObserver for TokenKeys {
+impl crate::tls::SecretObserver for TokenKeys {
     fn observe(&self, secret: &str) {
         TokenKeys::observe(self, secret);
     }

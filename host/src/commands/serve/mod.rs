@@ -105,20 +105,20 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 30)]
     pub tls_reload_seconds: u64,
     /// Lifetime of a generated serving certificate (renewed after two thirds); s, m, h, d.
-    #[arg(long, default_value = "365d", value_parser = crate::serve::certs::parse_duration)]
+    #[arg(long, default_value = "365d", value_parser = crate::tls::certs::parse_duration)]
     pub tls_cert_validity: i64,
     /// Lifetime of a generated CA (at least twice the certificate's).
-    #[arg(long, default_value = "1825d", value_parser = crate::serve::certs::parse_duration)]
+    #[arg(long, default_value = "1825d", value_parser = crate::tls::certs::parse_duration)]
     pub tls_ca_validity: i64,
     /// How long a new CA is published before it signs, and an old one kept after; with
     /// certificate files and --webhook-config, how long a certificate of a new CA waits
     /// for its CA to be published before it is served.
-    #[arg(long, default_value = "120s", value_parser = crate::serve::certs::parse_duration)]
+    #[arg(long, default_value = "120s", value_parser = crate::tls::certs::parse_duration)]
     pub tls_rotation_grace: i64,
     /// With certificate files and --webhook-config (cert-manager): how long the CAs of the
     /// previous certificate stay in the published bundle after a certificate of a new CA was
     /// issued (every replica must have moved to the new certificate by then).
-    #[arg(long, default_value = "15m", value_parser = crate::serve::certs::parse_duration)]
+    #[arg(long, default_value = "15m", value_parser = crate::tls::certs::parse_duration)]
     pub tls_ca_overlap: i64,
     /// NAMESPACE/CERTIFICATE whose CA cert-manager's cainjector keeps in the conversion CRD
     /// (annotation cert-manager.io/inject-ca-from). Not with --webhook-config: the host then
@@ -368,12 +368,12 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
             // Generated certificates: this host keeps the bundle current everywhere.
             let current = published.borrow().clone();
             let n =
-                crate::serve::rotation::ensure_bundles(&client, &targets(&args), &current).await?;
+                crate::tls::rotation::ensure_bundles(&client, &targets(&args), &current).await?;
             tracing::info!(
                 "CA bundle (generation {}) written to {n} object(s)",
                 current.generation
             );
-            tokio::spawn(crate::serve::rotation::keep_bundles(
+            tokio::spawn(crate::tls::rotation::keep_bundles(
                 client.clone(),
                 targets(&args),
                 published.clone(),
@@ -381,7 +381,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
             ));
         }
         (_, _, Some(name)) => {
-            let n = crate::serve::tls::patch_ca_bundle(&client, name, &tls.bundle).await?;
+            let n = crate::tls::patch_ca_bundle(&client, name, &tls.bundle).await?;
             tracing::info!("CA bundle patched into {n} webhook configuration(s) named {name}");
         }
         (_, _, None) => {}

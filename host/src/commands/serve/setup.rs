@@ -26,30 +26,30 @@ pub(super) struct Tls {
     /// The CA bundle now (written out, patched at start).
     pub bundle: String,
     /// With generated certificates: the published bundle, kept in the targets.
-    pub published: Option<tokio::sync::watch::Receiver<crate::serve::rotation::Published>>,
+    pub published: Option<tokio::sync::watch::Receiver<crate::tls::rotation::Published>>,
     /// With generated certificates: whether that bundle reaches them.
-    pub health: Option<Arc<crate::serve::staleness::BundleWatch>>,
+    pub health: Option<Arc<crate::tls::staleness::BundleWatch>>,
     /// Keys of the pod webhook's re-invocation tokens (`serve::reinvoke`), derived from the
     /// secret every replica shares and kept current with it.
     pub tokens: Arc<crate::serve::reinvoke::TokenKeys>,
 }
 
-pub(super) fn lifetimes(args: &ServeArgs) -> Result<crate::serve::certs::Lifetimes> {
+pub(super) fn lifetimes(args: &ServeArgs) -> Result<crate::tls::certs::Lifetimes> {
     anyhow::ensure!(
         args.tls_ca_validity >= 2 * args.tls_cert_validity,
         "--tls-ca-validity ({} s) must be at least twice --tls-cert-validity ({} s)",
         args.tls_ca_validity,
         args.tls_cert_validity
     );
-    Ok(crate::serve::certs::Lifetimes {
+    Ok(crate::tls::certs::Lifetimes {
         cert_seconds: args.tls_cert_validity,
         ca_seconds: args.tls_ca_validity,
         grace_seconds: args.tls_rotation_grace,
     })
 }
 
-pub(super) fn targets(args: &ServeArgs) -> crate::serve::rotation::Targets {
-    crate::serve::rotation::Targets {
+pub(super) fn targets(args: &ServeArgs) -> crate::tls::rotation::Targets {
+    crate::tls::rotation::Targets {
         webhook_config: args.webhook_config.clone(),
         conversion_crd: args.conversion_crd.clone(),
     }
@@ -62,12 +62,12 @@ pub(super) async fn tls(
     client: &kube::Client,
     stale_gauge: prometheus_client::metrics::gauge::Gauge,
 ) -> Result<Tls> {
-    use crate::serve::rotation::{self, Published};
-    use crate::serve::tls::{CertBundle, CertResolver, FileReloader};
+    use crate::tls::rotation::{self, Published};
+    use crate::tls::{CertBundle, CertResolver, FileReloader};
     let client_ca = args
         .client_ca_file
         .as_deref()
-        .map(crate::serve::client_auth::ReloadingVerifier::new)
+        .map(crate::tls::client_auth::ReloadingVerifier::new)
         .transpose()?;
     if let (Some(verifier), true) = (&client_ca, args.tls_reload_seconds > 0) {
         tokio::spawn(
@@ -84,8 +84,7 @@ pub(super) async fn tls(
         }
         let tokens = Arc::new(crate::serve::reinvoke::TokenKeys::default());
         let reloader = FileReloader::new(cert, key, tokens.clone())?;
-        let config =
-            crate::serve::tls::server_config(reloader.resolver.clone(), client_ca.clone())?;
+        let config = crate::tls::server_config(reloader.resolver.clone(), client_ca.clone())?;
         if args.tls_reload_seconds > 0 {
             tokio::spawn(reloader.watch(Duration::from_secs(args.tls_reload_seconds)));
         }
@@ -108,9 +107,9 @@ pub(super) async fn tls(
                 .await?
                 .0
         }
-        None => crate::serve::certs::TlsState::generate(
+        None => crate::tls::certs::TlsState::generate(
             &args.tls_sans,
-            crate::serve::tls::unix_now(),
+            crate::tls::unix_now(),
             &lifetimes,
         )?,
     };
@@ -122,14 +121,14 @@ pub(super) async fn tls(
         0 => 60,
         s => s,
     };
-    let health = Arc::new(crate::serve::staleness::BundleWatch::new(
+    let health = Arc::new(crate::tls::staleness::BundleWatch::new(
         lifetimes,
         Duration::from_secs(poll),
         stale_gauge,
     ));
     health.observed(&state);
     let resolver = Arc::new(CertResolver::new(bundle.certified_key()?));
-    let config = crate::serve::tls::server_config(resolver.clone(), client_ca)?;
+    let config = crate::tls::server_config(resolver.clone(), client_ca)?;
     let (tx, rx) = tokio::sync::watch::channel(Published {
         generation: state.generation,
         bundle: bundle.ca_pem.clone(),
@@ -165,22 +164,20 @@ pub(super) async fn tls(
 }
 
 /// Certificates from files (cert-manager) whose CA bundle this host keeps in the targets,
-/// with an overlap at a CA change (`serve::file_bundle`).
+/// with an overlap at a CA change (`tls::file_bundle`).
 async fn files_with_bundle(
     args: &ServeArgs,
     client: &kube::Client,
-    bundle: crate::serve::tls::CertBundle,
-    targets: crate::serve::rotation::Targets,
-    client_ca: Option<Arc<crate::serve::client_auth::ReloadingVerifier>>,
+    bundle: crate::tls::CertBundle,
+    targets: crate::tls::rotation::Targets,
+    client_ca: Option<Arc<crate::tls::client_auth::ReloadingVerifier>>,
     stale_gauge: prometheus_client::metrics::gauge::Gauge,
 ) -> Result<Tls> {
-    use crate::serve::file_bundle::{self, Files, Timing};
-    let resolver = Arc::new(crate::serve::tls::CertResolver::new(
-        bundle.certified_key()?,
-    ));
+    use crate::tls::file_bundle::{self, Files, Timing};
+    let resolver = Arc::new(crate::tls::CertResolver::new(bundle.certified_key()?));
     let tokens = Arc::new(crate::serve::reinvoke::TokenKeys::default());
     tokens.observe(&bundle.key_pem);
-    let config = crate::serve::tls::server_config(resolver.clone(), client_ca)?;
+    let config = crate::tls::server_config(resolver.clone(), client_ca)?;
     let live = file_bundle::live(client, &targets).await;
     let timing = Timing {
         poll: Duration::from_secs(match args.tls_reload_seconds {
@@ -194,10 +191,10 @@ async fn files_with_bundle(
         &bundle.ca_pem,
         &bundle.cert_pem,
         &live,
-        crate::serve::tls::unix_now(),
+        crate::tls::unix_now(),
         timing.overlap,
     );
-    let health = Arc::new(crate::serve::staleness::BundleWatch::new(
+    let health = Arc::new(crate::tls::staleness::BundleWatch::new(
         lifetimes(args)?,
         timing.poll,
         stale_gauge,

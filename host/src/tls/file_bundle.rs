@@ -11,7 +11,7 @@
 //! ends) keeps a replica that has not read the new files from writing an older bundle back.
 
 use super::rotation::{Published, Targets};
-use super::tls::{unix_now, CertBundle, CertResolver, SecretObserver};
+use super::{unix_now, CertBundle, CertResolver, SecretObserver};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{Api, Client};
@@ -253,7 +253,7 @@ mod tests {
 
     #[test]
     fn a_certificate_is_matched_to_the_ca_that_signed_it() {
-        let issuer = crate::serve::client_auth::tests::ca;
+        let issuer = crate::tls::client_auth::tests::ca;
         let (one, two) = (issuer("one"), issuer("two"));
         let key = rcgen::KeyPair::generate().unwrap();
         let leaf = rcgen::CertificateParams::new(vec!["host".to_string()])

@@ -8,7 +8,7 @@
 
 use super::certs::{Issued, Lifetimes, TlsState};
 use super::staleness::{BundleWatch, TargetError};
-use super::tls::{unix_now, CertBundle, CertResolver, SecretObserver};
+use super::{unix_now, CertBundle, CertResolver, SecretObserver};
 use anyhow::{bail, Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::{

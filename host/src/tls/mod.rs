@@ -1,10 +1,20 @@
-//! TLS for `serve`: certificates from files, or a self-generated CA + serving
-//! certificate (optionally shared by all replicas through a Secret, rotated:
-//! `certs.rs`, `rotation.rs`) whose CA bundle is written out and kept in the webhook
-//! configurations; optionally client certificates required of callers (the API server).
+//! The webhook's TLS (a wing below `webhook/`, which it never imports): certificates from
+//! files, or a self-generated CA + serving certificate (optionally shared by all replicas
+//! through a Secret, rotated: `certs.rs`, `rotation.rs`) whose CA bundle is written out and
+//! kept in the webhook configurations and the CRD's conversion (`rotation.rs`,
+//! `file_bundle.rs` in cert-manager mode; its health: `staleness.rs`); optionally client
+//! certificates required of callers (the API server: `client_auth.rs`). This file: the
+//! served certificate and the rustls configuration over it. Keys derived from the shared
+//! secret (the webhook's re-invocation tokens) are told it through [`SecretObserver`].
 
-use super::certs::TlsState;
+pub mod certs;
+pub mod client_auth;
+pub mod file_bundle;
+pub mod rotation;
+pub mod staleness;
+
 use anyhow::{bail, Context, Result};
+use certs::TlsState;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
@@ -46,7 +56,7 @@ impl CertBundle {
     /// A fresh CA and a serving certificate for `sans` (default lifetimes).
     #[cfg(test)]
     pub fn generate(sans: &[String]) -> Result<Self> {
-        let state = TlsState::generate(sans, unix_now(), &super::certs::Lifetimes::default())?;
+        let state = TlsState::generate(sans, unix_now(), &certs::Lifetimes::default())?;
         Ok(Self::from_state(&state))
     }
 
@@ -102,10 +112,10 @@ pub fn unix_now() -> i64 {
 /// (`--client-ca-file`), a certificate a caller presents must be one that CA signed (else
 /// the handshake fails) — the API server presents one for the webhooks its admission
 /// configuration's kubeConfigFile names; callers without one pass the handshake (the
-/// webhook routes refuse them: `serve::App::client_auth`).
+/// webhook routes refuse them: `webhook::App::client_auth`).
 pub fn server_config(
     resolver: Arc<CertResolver>,
-    client: Option<Arc<super::client_auth::ReloadingVerifier>>,
+    client: Option<Arc<client_auth::ReloadingVerifier>>,
 ) -> Result<Arc<rustls::ServerConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider)
@@ -272,10 +282,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ca = dir.path().join("ca.crt");
         std::fs::write(&ca, &b.ca_pem).unwrap();
-        let client = crate::serve::client_auth::ReloadingVerifier::new(&ca).unwrap();
+        let client = client_auth::ReloadingVerifier::new(&ca).unwrap();
         server_config(resolver, Some(client)).unwrap();
         std::fs::write(&ca, "not pem").unwrap();
-        let err = crate::serve::client_auth::ReloadingVerifier::new(&ca).unwrap_err();
+        let err = client_auth::ReloadingVerifier::new(&ca).unwrap_err();
         assert!(err.to_string().contains("no certificate"), "{err}");
     }
 

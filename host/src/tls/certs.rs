@@ -1,5 +1,5 @@
 //! Generated certificates that expire and rotate (issue #30, item 4): what the shared
-//! Secret holds and when it changes, decided here with the time passed in; `tls.rs`
+//! Secret holds and when it changes, decided here with the time passed in; `rotation.rs`
 //! reads and writes the Secret and serves the result.
 //!
 //! The Secret holds a CA with its key, the serving certificate it signed, and the CA
