@@ -14,9 +14,9 @@ mod index;
 mod metrics;
 mod oci;
 mod replay;
-mod serve;
 mod state;
 mod tls;
+mod webhook;
 
 use clap::{Parser, Subcommand};
 pub(crate) use clock::now;

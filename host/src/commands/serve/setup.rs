@@ -29,9 +29,9 @@ pub(super) struct Tls {
     pub published: Option<tokio::sync::watch::Receiver<crate::tls::rotation::Published>>,
     /// With generated certificates: whether that bundle reaches them.
     pub health: Option<Arc<crate::tls::staleness::BundleWatch>>,
-    /// Keys of the pod webhook's re-invocation tokens (`serve::reinvoke`), derived from the
+    /// Keys of the pod webhook's re-invocation tokens (`webhook::reinvoke`), derived from the
     /// secret every replica shares and kept current with it.
-    pub tokens: Arc<crate::serve::reinvoke::TokenKeys>,
+    pub tokens: Arc<crate::webhook::reinvoke::TokenKeys>,
 }
 
 pub(super) fn lifetimes(args: &ServeArgs) -> Result<crate::tls::certs::Lifetimes> {
@@ -82,7 +82,7 @@ pub(super) async fn tls(
         if targets.webhook_config.is_some() || targets.conversion_crd.is_some() {
             return files_with_bundle(args, client, bundle, targets, client_ca, stale_gauge).await;
         }
-        let tokens = Arc::new(crate::serve::reinvoke::TokenKeys::default());
+        let tokens = Arc::new(crate::webhook::reinvoke::TokenKeys::default());
         let reloader = FileReloader::new(cert, key, tokens.clone())?;
         let config = crate::tls::server_config(reloader.resolver.clone(), client_ca.clone())?;
         if args.tls_reload_seconds > 0 {
@@ -114,7 +114,7 @@ pub(super) async fn tls(
         )?,
     };
     let bundle = CertBundle::from_state(&state);
-    let tokens = Arc::new(crate::serve::reinvoke::TokenKeys::default());
+    let tokens = Arc::new(crate::webhook::reinvoke::TokenKeys::default());
     tokens.observe(state.shared_secret());
     // Without polling the bundle is still re-checked in its targets every minute.
     let poll = match args.tls_reload_seconds {
@@ -175,7 +175,7 @@ async fn files_with_bundle(
 ) -> Result<Tls> {
     use crate::tls::file_bundle::{self, Files, Timing};
     let resolver = Arc::new(crate::tls::CertResolver::new(bundle.certified_key()?));
-    let tokens = Arc::new(crate::serve::reinvoke::TokenKeys::default());
+    let tokens = Arc::new(crate::webhook::reinvoke::TokenKeys::default());
     tokens.observe(&bundle.key_pem);
     let config = crate::tls::server_config(resolver.clone(), client_ca)?;
     let live = file_bundle::live(client, &targets).await;
@@ -288,8 +288,8 @@ pub(super) async fn load_policy(
     Ok(engine)
 }
 
-pub fn conversion_endpoint(args: &ServeArgs) -> Result<crate::serve::convert::Endpoint> {
-    use crate::serve::convert::Endpoint;
+pub fn conversion_endpoint(args: &ServeArgs) -> Result<crate::webhook::convert::Endpoint> {
+    use crate::webhook::convert::Endpoint;
     if let Some(url) = &args.conversion_url {
         return Ok(Endpoint::Url(url.clone()));
     }

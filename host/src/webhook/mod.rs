@@ -1,14 +1,20 @@
-//! `serve`: the HTTPS admission webhook running the policy module with cluster-backed
-//! capabilities and exact counters.
+//! The HTTPS admission webhook `serve` runs: the policy module with cluster-backed
+//! capabilities (`index/`) and exact counters (`counter/`). This file: the routes and what
+//! a handler holds ([`App`]); `/mutate` and `/validate` go admit → evaluate → decide.
+//! Beside it: the request's body and slots (`body.rs`), the caller's limits (`limits.rs`),
+//! the listener and its connections' deadlines (`listener.rs`, `guard.rs`), `/convert`
+//! (`convert.rs`), re-invocation tokens (`reinvoke.rs`), the health port
+//! (`startup.rs`) and the webhooks written into their configurations (`registration.rs`).
+//! Certificates are the `tls/` wing's; the webhook only uses them.
 
 pub mod body;
 pub mod convert;
 pub mod guard;
 pub mod limits;
 pub mod listener;
+pub mod registration;
 pub mod reinvoke;
 pub mod startup;
-pub mod webhooks;
 
 use crate::capabilities::{AllowList, Capabilities};
 use crate::engine::evaluate::{self, AdmissionResponse};
