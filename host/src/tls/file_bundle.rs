@@ -10,7 +10,7 @@
 //! in the certificate), and a bundle's generation (that time, then a step when the overlap
 //! ends) keeps a replica that has not read the new files from writing an older bundle back.
 
-use super::rotation::{Published, Targets};
+use super::publish::{Published, Targets};
 use super::{unix_now, CertBundle, CertResolver, SecretObserver};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -151,7 +151,7 @@ pub struct Timing {
 }
 
 /// Re-reads the files every `timing.poll`: publishes their bundle (with the overlap) to
-/// `published` (written to the targets by `rotation::keep_bundles`), and serves a new
+/// `published` (written to the targets by `publish::keep_bundles`), and serves a new
 /// certificate through `resolver` (its key told to `derived`) — at once when its CAs were
 /// already served, `grace` after it was first seen otherwise. Runs until the process ends.
 #[allow(clippy::too_many_arguments)]
@@ -299,7 +299,7 @@ mod tests {
             "the settled bundle wins"
         );
         // A replica still on the old files computes an older generation: it writes nothing
-        // over the new bundle (rotation::needs_patch).
+        // over the new bundle (publish::needs_patch).
         let old_leaf = cert("host", 2_000);
         let lagging = bundle(&old_ca, &old_leaf, &blocks(&during.bundle), 10_100, 600);
         assert!(lagging.generation < during.generation);

@@ -10,7 +10,9 @@
 pub mod certs;
 pub mod client_auth;
 pub mod file_bundle;
+pub mod publish;
 pub mod rotation;
+pub mod secret;
 pub mod staleness;
 
 use anyhow::{bail, Context, Result};
@@ -98,6 +100,16 @@ impl CertBundle {
 /// `webhook::reinvoke::TokenKeys`) follow the certificates without TLS knowing of them.
 pub trait SecretObserver: Send + Sync {
     fn observe(&self, secret: &str);
+}
+
+/// Every API call of the rotation and of the bundle's publication is abandoned after this.
+const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `call`, or an error once [`CALL_TIMEOUT`] passed.
+async fn bounded<T>(call: impl std::future::Future<Output = T>) -> Result<T> {
+    tokio::time::timeout(CALL_TIMEOUT, call)
+        .await
+        .map_err(|_| anyhow::anyhow!("the API server did not answer within {CALL_TIMEOUT:?}"))
 }
 
 /// Seconds since the epoch.

@@ -13,7 +13,7 @@
 //! rendered them, a re-applied manifest).
 
 use super::App;
-use crate::tls::rotation::{watch_named, Published, GENERATION_ANNOTATION};
+use crate::tls::publish::{watch_named, Published, GENERATION_ANNOTATION};
 use crate::tls::staleness::TargetError;
 use anyhow::{Context, Result};
 use futures::StreamExt;

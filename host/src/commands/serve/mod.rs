@@ -369,13 +369,12 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         (Some(published), Some(health), _) => {
             // Generated certificates: this host keeps the bundle current everywhere.
             let current = published.borrow().clone();
-            let n =
-                crate::tls::rotation::ensure_bundles(&client, &targets(&args), &current).await?;
+            let n = crate::tls::publish::ensure_bundles(&client, &targets(&args), &current).await?;
             tracing::info!(
                 "CA bundle (generation {}) written to {n} object(s)",
                 current.generation
             );
-            tokio::spawn(crate::tls::rotation::keep_bundles(
+            tokio::spawn(crate::tls::publish::keep_bundles(
                 client.clone(),
                 targets(&args),
                 published.clone(),

@@ -26,7 +26,7 @@ pub(super) struct Tls {
     /// The CA bundle now (written out, patched at start).
     pub bundle: String,
     /// With generated certificates: the published bundle, kept in the targets.
-    pub published: Option<tokio::sync::watch::Receiver<crate::tls::rotation::Published>>,
+    pub published: Option<tokio::sync::watch::Receiver<crate::tls::publish::Published>>,
     /// With generated certificates: whether that bundle reaches them.
     pub health: Option<Arc<crate::tls::staleness::BundleWatch>>,
     /// Keys of the pod webhook's re-invocation tokens (`webhook::reinvoke`), derived from the
@@ -48,8 +48,8 @@ pub(super) fn lifetimes(args: &ServeArgs) -> Result<crate::tls::certs::Lifetimes
     })
 }
 
-pub(super) fn targets(args: &ServeArgs) -> crate::tls::rotation::Targets {
-    crate::tls::rotation::Targets {
+pub(super) fn targets(args: &ServeArgs) -> crate::tls::publish::Targets {
+    crate::tls::publish::Targets {
         webhook_config: args.webhook_config.clone(),
         conversion_crd: args.conversion_crd.clone(),
     }
@@ -62,7 +62,8 @@ pub(super) async fn tls(
     client: &kube::Client,
     stale_gauge: prometheus_client::metrics::gauge::Gauge,
 ) -> Result<Tls> {
-    use crate::tls::rotation::{self, Published};
+    use crate::tls::publish::Published;
+    use crate::tls::rotation;
     use crate::tls::{CertBundle, CertResolver, FileReloader};
     let client_ca = args
         .client_ca_file
@@ -103,7 +104,7 @@ pub(super) async fn tls(
                 .split_once('/')
                 .context("--tls-secret must be NAMESPACE/NAME")?;
             let api = kube::Api::namespaced(client.clone(), ns);
-            rotation::load_or_create(&api, name, &args.tls_sans, &lifetimes)
+            crate::tls::secret::load_or_create(&api, name, &args.tls_sans, &lifetimes)
                 .await?
                 .0
         }
@@ -169,7 +170,7 @@ async fn files_with_bundle(
     args: &ServeArgs,
     client: &kube::Client,
     bundle: crate::tls::CertBundle,
-    targets: crate::tls::rotation::Targets,
+    targets: crate::tls::publish::Targets,
     client_ca: Option<Arc<crate::tls::client_auth::ReloadingVerifier>>,
     stale_gauge: prometheus_client::metrics::gauge::Gauge,
 ) -> Result<Tls> {
