@@ -13,8 +13,7 @@ mod engine;
 mod index;
 mod metrics;
 mod oci;
-mod replay;
-mod state;
+mod offline;
 mod tls;
 mod webhook;
 
