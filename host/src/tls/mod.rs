@@ -17,12 +17,6 @@ pub mod staleness;
 
 use anyhow::{bail, Context, Result};
 use certs::TlsState;
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
-use k8s_openapi::ByteString;
-use kube::api::PostParams;
-use kube::{Api, Client};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use std::path::{Path, PathBuf};
@@ -231,52 +225,6 @@ impl FileReloader {
 fn last_pem_block(pem: &str) -> Option<String> {
     let start = pem.rfind("-----BEGIN CERTIFICATE-----")?;
     Some(pem[start..].to_string())
-}
-
-/// Sets `caBundle` on every webhook of the Mutating and Validating configurations
-/// called `name` (those that exist); retries on conflicts.
-pub async fn patch_ca_bundle(client: &Client, name: &str, ca_pem: &str) -> Result<usize> {
-    let ca = ByteString(ca_pem.as_bytes().to_vec());
-    let mut patched = 0;
-    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    for _ in 0..5 {
-        let Some(mut c) = mutating.get_opt(name).await? else {
-            break;
-        };
-        for w in c.webhooks.iter_mut().flatten() {
-            w.client_config.ca_bundle = Some(ca.clone());
-        }
-        match mutating.replace(name, &PostParams::default(), &c).await {
-            Ok(_) => {
-                patched += 1;
-                break;
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => {
-                return Err(e).context(format!("patching MutatingWebhookConfiguration {name}"))
-            }
-        }
-    }
-    for _ in 0..5 {
-        let Some(mut c) = validating.get_opt(name).await? else {
-            break;
-        };
-        for w in c.webhooks.iter_mut().flatten() {
-            w.client_config.ca_bundle = Some(ca.clone());
-        }
-        match validating.replace(name, &PostParams::default(), &c).await {
-            Ok(_) => {
-                patched += 1;
-                break;
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => {
-                return Err(e).context(format!("patching ValidatingWebhookConfiguration {name}"))
-            }
-        }
-    }
-    Ok(patched)
 }
 
 #[cfg(test)]

@@ -3,10 +3,12 @@
 //! `rotation.rs`; files: `file_bundle.rs`), re-patched as soon as a watch sees them
 //! changed (a GitOps tool re-applying them, say). A replica never writes an older bundle
 //! over a newer one: every object carries the generation of the bundle it holds.
+//! Without a generation: [`patch_ca_bundle`], a bundle written once at start.
 
 use super::bounded;
 use super::staleness::{BundleWatch, TargetError};
 use super::unix_now;
+use anyhow::{Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
@@ -273,6 +275,52 @@ pub async fn ensure_bundles(
             generation = want.generation,
             "CA bundle written to {patched} object(s)"
         );
+    }
+    Ok(patched)
+}
+
+/// Sets `caBundle` on every webhook of the Mutating and Validating configurations
+/// called `name` (those that exist); retries on conflicts.
+pub async fn patch_ca_bundle(client: &Client, name: &str, ca_pem: &str) -> Result<usize> {
+    let ca = ByteString(ca_pem.as_bytes().to_vec());
+    let mut patched = 0;
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    for _ in 0..5 {
+        let Some(mut c) = mutating.get_opt(name).await? else {
+            break;
+        };
+        for w in c.webhooks.iter_mut().flatten() {
+            w.client_config.ca_bundle = Some(ca.clone());
+        }
+        match mutating.replace(name, &PostParams::default(), &c).await {
+            Ok(_) => {
+                patched += 1;
+                break;
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => {
+                return Err(e).context(format!("patching MutatingWebhookConfiguration {name}"))
+            }
+        }
+    }
+    for _ in 0..5 {
+        let Some(mut c) = validating.get_opt(name).await? else {
+            break;
+        };
+        for w in c.webhooks.iter_mut().flatten() {
+            w.client_config.ca_bundle = Some(ca.clone());
+        }
+        match validating.replace(name, &PostParams::default(), &c).await {
+            Ok(_) => {
+                patched += 1;
+                break;
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => {
+                return Err(e).context(format!("patching ValidatingWebhookConfiguration {name}"))
+            }
+        }
     }
     Ok(patched)
 }

@@ -382,7 +382,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
             ));
         }
         (_, _, Some(name)) => {
-            let n = crate::tls::patch_ca_bundle(&client, name, &tls.bundle).await?;
+            let n = crate::tls::publish::patch_ca_bundle(&client, name, &tls.bundle).await?;
             tracing::info!("CA bundle patched into {n} webhook configuration(s) named {name}");
         }
         (_, _, None) => {}
