@@ -1,11 +1,12 @@
 //! The webhook's TLS (a wing below `webhook/`, which it never imports): certificates from
-//! files, or a self-generated CA + serving certificate (optionally shared by all replicas
-//! through a Secret, rotated: `certs.rs`, `rotation.rs`) whose CA bundle is written out and
-//! kept in the webhook configurations and the CRD's conversion (`rotation.rs`,
-//! `file_bundle.rs` in cert-manager mode; its health: `staleness.rs`); optionally client
-//! certificates required of callers (the API server: `client_auth.rs`). This file: the
-//! served certificate and the rustls configuration over it. Keys derived from the shared
-//! secret (the webhook's re-invocation tokens) are told it through [`SecretObserver`].
+//! files, or a self-generated CA + serving certificate, optionally shared by all replicas
+//! through a Secret (`secret.rs`) and rotated (`certs.rs` decides what is due,
+//! `rotation.rs` polls the Secret), whose CA bundle is written out and kept in the webhook
+//! configurations and the CRD's conversion (`publish.rs`; with files from cert-manager:
+//! `file_bundle.rs`; its health: `staleness.rs`); optionally client certificates required
+//! of callers (the API server: `client_auth.rs`). This file: the served certificate and
+//! the rustls configuration over it. Keys derived from the shared secret (the webhook's
+//! re-invocation tokens) are told it through [`SecretObserver`].
 
 pub mod certs;
 pub mod client_auth;
