@@ -12,9 +12,17 @@
 //! Difference: a map or list under a field the Pod schema does not know is merged
 //! without a strategy (maps merge, lists replace) where Go fails with "unable to find
 //! api field"; see `docs/semantics.md`.
+//!
+//! Here: the directives and the merge of maps and lists; which fields merge by which
+//! key: `smp/schema.rs`; the order merged lists come out in: `smp/order.rs`.
 
+mod order;
+mod schema;
+
+use order::{normalize_element_order, partition};
+use schema::FieldMeta;
+pub use schema::Schema;
 use serde_json::{Map, Value};
-use std::cmp::Ordering;
 use thiserror::Error;
 
 const DIRECTIVE: &str = "$patch";
@@ -54,72 +62,6 @@ pub enum SmpError {
     NoMergeKeyForList(String),
     #[error("the order in the patch list doesn't match the $setElementOrder list")]
     SetElementOrderMismatch,
-}
-
-/// Go struct types of the Pod schema that carry patch strategies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Schema {
-    Pod,
-    ObjectMeta,
-    PodSpec,
-    Container,
-    PodStatus,
-    /// Any other type: no list strategies below it.
-    Other,
-}
-
-/// Patch metadata of one field.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct FieldMeta {
-    schema: Schema,
-    merge: bool,
-    merge_key: Option<&'static str>,
-}
-
-const fn plain(schema: Schema) -> FieldMeta {
-    FieldMeta {
-        schema,
-        merge: false,
-        merge_key: None,
-    }
-}
-
-const fn merged(schema: Schema, key: Option<&'static str>) -> FieldMeta {
-    FieldMeta {
-        schema,
-        merge: true,
-        merge_key: key,
-    }
-}
-
-impl Schema {
-    /// Field metadata (`patchStrategy`, `patchMergeKey`) as declared in `k8s.io/api/core/v1`.
-    fn field(self, key: &str) -> FieldMeta {
-        use Schema::*;
-        match (self, key) {
-            (Pod, "metadata") => plain(ObjectMeta),
-            (Pod, "spec") => plain(PodSpec),
-            (Pod, "status") => plain(PodStatus),
-            (ObjectMeta, "ownerReferences") => merged(Other, Some("uid")),
-            (ObjectMeta, "finalizers") => merged(Other, None),
-            (PodSpec, "containers" | "initContainers" | "ephemeralContainers") => {
-                merged(Container, Some("name"))
-            }
-            (PodSpec, "volumes" | "imagePullSecrets" | "schedulingGates" | "resourceClaims") => {
-                merged(Other, Some("name"))
-            }
-            (PodSpec, "hostAliases") => merged(Other, Some("ip")),
-            (PodSpec, "topologySpreadConstraints") => merged(Other, Some("topologyKey")),
-            (Container, "ports") => merged(Other, Some("containerPort")),
-            (Container, "env") => merged(Other, Some("name")),
-            (Container, "volumeMounts") => merged(Other, Some("mountPath")),
-            (Container, "volumeDevices") => merged(Other, Some("devicePath")),
-            (PodStatus, "conditions") => merged(Other, Some("type")),
-            (PodStatus, "podIPs" | "hostIPs") => merged(Other, Some("ip")),
-            (PodStatus, "resourceClaimStatuses") => merged(Other, Some("name")),
-            _ => plain(Other),
-        }
-    }
 }
 
 /// Applies `patch` to a Pod (`original`), both JSON objects.
@@ -511,122 +453,6 @@ fn deduplicate_scalars(mut s: Vec<Value>) -> Vec<Value> {
         i += 1;
     }
     s
-}
-
-/// Splits `merged` into items present in `by` (by merge key, or value) and the rest.
-fn partition(
-    merged: &[Value],
-    by: &[Value],
-    key: Option<&str>,
-) -> Result<(Vec<Value>, Vec<Value>), SmpError> {
-    let mut present = Vec::new();
-    let mut rest = Vec::new();
-    for v in merged {
-        let found = match key {
-            None => by.iter().any(|b| go_eq(b, v)),
-            Some(k) => find_by_key(by, k, map_key(v, k)?)?.is_some(),
-        };
-        if found {
-            present.push(v.clone());
-        } else {
-            rest.push(v.clone());
-        }
-    }
-    Ok((present, rest))
-}
-
-fn index_of(list: &[Value], item: &Value, key: Option<&str>) -> Option<usize> {
-    let val = |v: &Value| -> Value {
-        match key {
-            Some(k) => v.get(k).cloned().unwrap_or(Value::Null),
-            None => v.clone(),
-        }
-    };
-    let target = val(item);
-    list.iter().position(|v| go_eq(&val(v), &target))
-}
-
-fn normalize_element_order(
-    patch: Vec<Value>,
-    server_only: Vec<Value>,
-    patch_order: &[Value],
-    server_order: &[Value],
-    key: Option<&str>,
-) -> Result<Vec<Value>, SmpError> {
-    let patch = normalize_slice_order(patch, patch_order, key)?;
-    let server_only = normalize_slice_order(server_only, server_order, key)?;
-    Ok(merge_sorted_slice(server_only, patch, server_order, key))
-}
-
-fn normalize_slice_order(
-    to_sort: Vec<Value>,
-    order: &[Value],
-    key: Option<&str>,
-) -> Result<Vec<Value>, SmpError> {
-    let (mut to_sort, to_delete) = match key {
-        Some(k) => {
-            for v in to_sort.iter().chain(order) {
-                map_key(v, k)?;
-            }
-            to_sort.into_iter().partition::<Vec<_>, _>(|v| {
-                v.get(DIRECTIVE).and_then(Value::as_str) != Some("delete")
-            })
-        }
-        None => (to_sort, Vec::new()),
-    };
-    // Go's sort.SliceStable comparator: "less" unless both are found and ordered.
-    let less = |a: &Value, b: &Value| match (index_of(order, a, key), index_of(order, b, key)) {
-        (Some(ia), Some(ib)) => ia < ib,
-        _ => true,
-    };
-    insertion_sort(&mut to_sort, less);
-    to_sort.extend(to_delete);
-    Ok(to_sort)
-}
-
-fn insertion_sort(v: &mut [Value], less: impl Fn(&Value, &Value) -> bool) {
-    for i in 1..v.len() {
-        let mut j = i;
-        while j > 0 && less(&v[j], &v[j - 1]) {
-            v.swap(j, j - 1);
-            j -= 1;
-        }
-    }
-}
-
-/// Interleaves server-only items into the patch items, keeping both relative orders.
-fn merge_sorted_slice(
-    left: Vec<Value>,
-    right: Vec<Value>,
-    server_order: &[Value],
-    key: Option<&str>,
-) -> Vec<Value> {
-    let less = |l: &Value, r: &Value| -> bool {
-        match (
-            index_of(server_order, l, key),
-            index_of(server_order, r, key),
-        ) {
-            (Some(li), Some(ri)) => li.cmp(&ri) == Ordering::Less,
-            _ => false,
-        }
-    };
-    let mut out = Vec::with_capacity(left.len() + right.len());
-    let (mut li, mut ri) = (left.into_iter().peekable(), right.into_iter().peekable());
-    loop {
-        match (li.peek(), ri.peek()) {
-            (Some(l), Some(r)) => {
-                if less(l, r) {
-                    out.extend(li.next());
-                } else {
-                    out.extend(ri.next());
-                }
-            }
-            (Some(_), None) => out.extend(li.next()),
-            (None, Some(_)) => out.extend(ri.next()),
-            (None, None) => break,
-        }
-    }
-    out
 }
 
 #[cfg(test)]

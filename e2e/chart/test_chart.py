@@ -394,7 +394,7 @@ def check_security(name, docs, values):
     if args.get("--memory-limit-mib") != "$(MEMORY_LIMIT_MIB)" or \
             env.get("MEMORY_LIMIT_MIB", {}).get("valueFrom", {}).get("resourceFieldRef", {}).get("resource") != "limits.memory":
         fail(f"{name}: the host is not told its memory limit: {args} {env}")
-    # The host refuses to start unless its evaluations fit the limit (serve/limits.rs).
+    # The host refuses to start unless its evaluations fit the limit (host/src/webhook/limits.rs).
     concurrency, guest = int(args["--max-concurrency"]), int(args["--max-memory-mib"])
     request = int(args["--max-request-bytes"]) / (1 << 20)
     need = concurrency * (guest + 3 * min(request, 1)) + min(concurrency, 2) * 3 * max(request - 1, 0) \

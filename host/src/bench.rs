@@ -6,7 +6,7 @@
 use crate::capabilities::{AllowList, Capabilities};
 use crate::engine::evaluate::AdmissionResponse;
 use crate::engine::PolicyEngine;
-use crate::state::ClusterState;
+use crate::offline::state::ClusterState;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

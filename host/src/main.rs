@@ -13,9 +13,9 @@ mod engine;
 mod index;
 mod metrics;
 mod oci;
-mod replay;
-mod serve;
-mod state;
+mod offline;
+mod tls;
+mod webhook;
 
 use clap::{Parser, Subcommand};
 pub(crate) use clock::now;

@@ -210,9 +210,9 @@ pub struct Metrics {
     pub ready: Gauge,
     /// This replica's placeholder prefix (1 for its id).
     pub holder: Family<HolderLabels, Gauge>,
-    /// Requests refused by the host's limits (`serve::limits`).
+    /// Requests refused by the host's limits (`webhook::limits`).
     pub limits: LimitMetrics,
-    /// Seconds the CA bundle has not reached a target (`serve::staleness`); 0 when current.
+    /// Seconds the CA bundle has not reached a target (`tls::staleness`); 0 when current.
     pub ca_bundle_stale: Gauge,
     /// 1 (per reason) when this process compiled the policy module instead of loading it
     /// precompiled.

@@ -113,7 +113,7 @@ mutating:
   admissionReviewVersions: [v1]
   timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
   # Called again when a later mutating webhook changed the pod: the host answers with the
-  # subset it chose the first time, injected again, and claims nothing (serve/reinvoke.rs).
+  # subset it chose the first time, injected again, and claims nothing (webhook/reinvoke.rs).
   reinvocationPolicy: IfNeeded
 # An Eviction does not carry its pod, so no condition can tell a spread pod's from any
 # other: evictions get their own failure policy (a missed release frees the slot late,

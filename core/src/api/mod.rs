@@ -1,6 +1,7 @@
 //! `apps.kruise.io` WorkloadSpread API: v1beta1 (storage, used everywhere inside this
 //! crate) and v1alpha1 (served, converted losslessly to and from v1beta1).
 
+pub mod convert;
 pub mod v1alpha1;
 pub mod v1beta1;
 

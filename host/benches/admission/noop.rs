@@ -29,7 +29,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use workloadspread_core::admission::reserve::RESERVATION_LABEL;
 use workloadspread_core::annotation::MatchedWorkloadSpread;
-/// `host/src/serve/reinvoke.rs`'s token annotation (the bench cannot import the binary's
+/// `host/src/webhook/reinvoke.rs`'s token annotation (the bench cannot import the binary's
 /// modules; the injection check below fails if the two names part).
 const TOKEN_ANNOTATION: &str = "workloadspread.io/admission-token";
 use workloadspread_core::api::MATCHED_WORKLOADSPREAD_ANNOTATION;
@@ -88,7 +88,7 @@ fn inject(pod: &mut Value) {
         uid: None,
     };
     let annotation = matched.to_annotation();
-    // The host's re-invocation token (`serve::reinvoke`): a signed claim of the same
+    // The host's re-invocation token (`webhook::reinvoke`): a signed claim of the same
     // shape and size, since every pod the host admits stores one.
     let claim = json!({"namespace": pod["metadata"]["namespace"], "user": "system:serviceaccount:kube-system:replicaset-controller",
         "owner": "00000000-0000-0000-0000-000000000000", "ws": SPREAD, "subset": SUBSET, "at": 1_800_000_000,

@@ -12,7 +12,7 @@ pub mod serve;
 pub mod uninstall;
 
 use crate::engine::{EngineOptions, PolicyEngine};
-use crate::state::ClusterState;
+use crate::offline::state::ClusterState;
 use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::Value;

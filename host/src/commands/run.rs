@@ -3,7 +3,7 @@
 use super::{read_input, Offline, PolicyArgs};
 use crate::capabilities::{AllowList, Capabilities, HostCallError};
 use crate::clock::now;
-use crate::state::ClusterState;
+use crate::offline::state::ClusterState;
 use anyhow::{Context, Result};
 use clap::Args;
 use std::path::PathBuf;
@@ -79,7 +79,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         group_kinds: vec![],
     };
     if let Some(session) = &args.replay_host_capabilities_interactions {
-        let replay = Arc::new(crate::replay::Replay::load(&read_input(session)?)?);
+        let replay = Arc::new(crate::offline::replay::Replay::load(&read_input(session)?)?);
         let logged = Arc::new(LoggedFailures(replay.clone()));
         crate::engine::evaluate::validate_settings(&engine, &settings, logged.clone())?;
         let response = crate::engine::evaluate::evaluate(&engine, &request, &settings, logged);

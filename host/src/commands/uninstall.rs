@@ -47,8 +47,10 @@ pub fn uninstall(args: UninstallArgs) -> Result<()> {
                 .split_once('/')
                 .context("--conversion-service must be NAMESPACE/SERVICE")?;
             let svc = svc.split(':').next().unwrap_or(svc);
-            let reset =
-                bounded(crate::serve::convert::disable_on_crd(&client, crd, ns, svc)).await??;
+            let reset = bounded(crate::webhook::convert::disable_on_crd(
+                &client, crd, ns, svc,
+            ))
+            .await??;
             eprintln!("CRD {crd}: conversion reset to None={reset}");
         }
         Ok(())

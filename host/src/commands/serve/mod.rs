@@ -105,20 +105,20 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 30)]
     pub tls_reload_seconds: u64,
     /// Lifetime of a generated serving certificate (renewed after two thirds); s, m, h, d.
-    #[arg(long, default_value = "365d", value_parser = crate::serve::certs::parse_duration)]
+    #[arg(long, default_value = "365d", value_parser = crate::tls::certs::parse_duration)]
     pub tls_cert_validity: i64,
     /// Lifetime of a generated CA (at least twice the certificate's).
-    #[arg(long, default_value = "1825d", value_parser = crate::serve::certs::parse_duration)]
+    #[arg(long, default_value = "1825d", value_parser = crate::tls::certs::parse_duration)]
     pub tls_ca_validity: i64,
     /// How long a new CA is published before it signs, and an old one kept after; with
     /// certificate files and --webhook-config, how long a certificate of a new CA waits
     /// for its CA to be published before it is served.
-    #[arg(long, default_value = "120s", value_parser = crate::serve::certs::parse_duration)]
+    #[arg(long, default_value = "120s", value_parser = crate::tls::certs::parse_duration)]
     pub tls_rotation_grace: i64,
     /// With certificate files and --webhook-config (cert-manager): how long the CAs of the
     /// previous certificate stay in the published bundle after a certificate of a new CA was
     /// issued (every replica must have moved to the new certificate by then).
-    #[arg(long, default_value = "15m", value_parser = crate::serve::certs::parse_duration)]
+    #[arg(long, default_value = "15m", value_parser = crate::tls::certs::parse_duration)]
     pub tls_ca_overlap: i64,
     /// NAMESPACE/CERTIFICATE whose CA cert-manager's cainjector keeps in the conversion CRD
     /// (annotation cert-manager.io/inject-ca-from). Not with --webhook-config: the host then
@@ -242,13 +242,13 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
     crate::counter::set_late_reserve_answers(args.late_reserve_answers);
     crate::counter::set_settle_delay(args.settle_delay_ms);
     crate::index::set_watch_delay(args.watch_delay_ms);
-    let worst = crate::serve::limits::worst_case_mib(
+    let worst = crate::webhook::limits::worst_case_mib(
         args.max_concurrency,
         args.policy_args.max_memory_mib,
         args.max_request_bytes,
     );
     match args.memory_limit_mib {
-        Some(limit) => crate::serve::limits::check_memory_fit(
+        Some(limit) => crate::webhook::limits::check_memory_fit(
             limit,
             args.max_concurrency,
             args.policy_args.max_memory_mib,
@@ -269,11 +269,11 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
     let definitions = args
         .webhooks_file
         .as_deref()
-        .map(crate::serve::webhooks::Definitions::read)
+        .map(crate::webhook::registration::Definitions::read)
         .transpose()?;
     let metrics = Arc::new(crate::metrics::Metrics::new());
-    let startup = crate::serve::startup::Startup::new(metrics.clone());
-    let options = crate::serve::ServeOptions {
+    let startup = crate::webhook::startup::Startup::new(metrics.clone());
+    let options = crate::webhook::ServeOptions {
         header_timeout: Duration::from_secs(args.request_read_timeout_seconds.max(1)),
         idle_timeout: Duration::from_secs(args.idle_timeout_seconds.max(1)),
         first_request_timeout: Duration::from_secs(args.first_request_timeout_seconds.max(1)),
@@ -284,12 +284,12 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     // The health port first: the liveness probe passes while the rest starts.
     if let Some(addr) = args.health_listen {
-        let health = crate::serve::bind(addr).await?;
+        let health = crate::webhook::bind(addr).await?;
         let mut stopped = stopped.clone();
-        tokio::spawn(crate::serve::serve(
+        tokio::spawn(crate::webhook::serve(
             health,
             None,
-            crate::serve::startup::health_router(startup.clone()),
+            crate::webhook::startup::health_router(startup.clone()),
             async move {
                 let _ = stopped.wait_for(|s| *s).await;
             },
@@ -321,9 +321,11 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         )
     });
     let module = args.policy.clone().unwrap_or_else(default_policy);
-    let allow =
-        crate::serve::allow_list_from_metadata(&policy_metadata(args.metadata.as_ref(), &module)?)
-            .with_custom_workloads(&settings);
+    let allow = crate::webhook::allow_list_from_metadata(&policy_metadata(
+        args.metadata.as_ref(),
+        &module,
+    )?)
+    .with_custom_workloads(&settings);
     startup.step("discovering the kinds the policy reads");
     // Settings that do not parse watch pods; the policy's validation below refuses them.
     let counting = serde_json::from_value::<workloadspread_policy::Settings>(settings.clone())
@@ -352,7 +354,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
     if let Some(crd) = &args.conversion_crd {
         startup.step("enabling the conversion webhook");
         let endpoint = conversion_endpoint(&args)?;
-        crate::serve::convert::enable_on_crd(
+        crate::webhook::convert::enable_on_crd(
             &client,
             crd,
             &endpoint,
@@ -367,13 +369,12 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         (Some(published), Some(health), _) => {
             // Generated certificates: this host keeps the bundle current everywhere.
             let current = published.borrow().clone();
-            let n =
-                crate::serve::rotation::ensure_bundles(&client, &targets(&args), &current).await?;
+            let n = crate::tls::publish::ensure_bundles(&client, &targets(&args), &current).await?;
             tracing::info!(
                 "CA bundle (generation {}) written to {n} object(s)",
                 current.generation
             );
-            tokio::spawn(crate::serve::rotation::keep_bundles(
+            tokio::spawn(crate::tls::publish::keep_bundles(
                 client.clone(),
                 targets(&args),
                 published.clone(),
@@ -381,26 +382,26 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
             ));
         }
         (_, _, Some(name)) => {
-            let n = crate::serve::tls::patch_ca_bundle(&client, name, &tls.bundle).await?;
+            let n = crate::tls::publish::patch_ca_bundle(&client, name, &tls.bundle).await?;
             tracing::info!("CA bundle patched into {n} webhook configuration(s) named {name}");
         }
         (_, _, None) => {}
     }
-    let listener = crate::serve::bind(args.listen).await?;
-    let app = Arc::new(crate::serve::App {
+    let listener = crate::webhook::bind(args.listen).await?;
+    let app = Arc::new(crate::webhook::App {
         engine,
         settings,
         capabilities: caps.clone(),
         metrics,
         slots: tokio::sync::Semaphore::new(args.max_concurrency.max(1)),
-        large_slots: tokio::sync::Semaphore::new(crate::serve::LARGE_SLOTS),
-        read_budget: tokio::sync::Semaphore::new(crate::serve::body::read_budget(
+        large_slots: tokio::sync::Semaphore::new(crate::webhook::LARGE_SLOTS),
+        read_budget: tokio::sync::Semaphore::new(crate::webhook::body::read_budget(
             args.max_request_bytes,
         )),
-        convert_slots: tokio::sync::Semaphore::new(crate::serve::CONVERT_SLOTS),
+        convert_slots: tokio::sync::Semaphore::new(crate::webhook::CONVERT_SLOTS),
         max_request_bytes: args.max_request_bytes,
         skip_unrelated: !args.evaluate_unrelated,
-        claims: crate::serve::limits::ClaimLimiter::new(args.claim_rate, args.claim_burst),
+        claims: crate::webhook::limits::ClaimLimiter::new(args.claim_rate, args.claim_burst),
         body_timeout: Duration::from_secs(args.body_timeout_seconds.max(1)),
         client_auth: args.client_ca_file.is_some(),
         client_identities: args.client_cert_identities.clone(),
@@ -413,7 +414,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
     if let (Some(name), Some(definitions), Some(published)) =
         (&args.webhook_config, definitions, tls.published.clone())
     {
-        tokio::spawn(crate::serve::webhooks::keep(
+        tokio::spawn(crate::webhook::registration::keep(
             client.clone(),
             name.clone(),
             definitions,
@@ -422,10 +423,10 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         ));
     }
     tracing::info!(listen = %args.listen, "serving (admissions wait for the caches' first list)");
-    crate::serve::serve(
+    crate::webhook::serve(
         listener,
         Some(tls.config),
-        crate::serve::router(app),
+        crate::webhook::router(app),
         workloadspread_kube::signal::shutdown("host"),
         options,
     )

@@ -26,30 +26,30 @@ pub(super) struct Tls {
     /// The CA bundle now (written out, patched at start).
     pub bundle: String,
     /// With generated certificates: the published bundle, kept in the targets.
-    pub published: Option<tokio::sync::watch::Receiver<crate::serve::rotation::Published>>,
+    pub published: Option<tokio::sync::watch::Receiver<crate::tls::publish::Published>>,
     /// With generated certificates: whether that bundle reaches them.
-    pub health: Option<Arc<crate::serve::staleness::BundleWatch>>,
-    /// Keys of the pod webhook's re-invocation tokens (`serve::reinvoke`), derived from the
+    pub health: Option<Arc<crate::tls::staleness::BundleWatch>>,
+    /// Keys of the pod webhook's re-invocation tokens (`webhook::reinvoke`), derived from the
     /// secret every replica shares and kept current with it.
-    pub tokens: Arc<crate::serve::reinvoke::TokenKeys>,
+    pub tokens: Arc<crate::webhook::reinvoke::TokenKeys>,
 }
 
-pub(super) fn lifetimes(args: &ServeArgs) -> Result<crate::serve::certs::Lifetimes> {
+pub(super) fn lifetimes(args: &ServeArgs) -> Result<crate::tls::certs::Lifetimes> {
     anyhow::ensure!(
         args.tls_ca_validity >= 2 * args.tls_cert_validity,
         "--tls-ca-validity ({} s) must be at least twice --tls-cert-validity ({} s)",
         args.tls_ca_validity,
         args.tls_cert_validity
     );
-    Ok(crate::serve::certs::Lifetimes {
+    Ok(crate::tls::certs::Lifetimes {
         cert_seconds: args.tls_cert_validity,
         ca_seconds: args.tls_ca_validity,
         grace_seconds: args.tls_rotation_grace,
     })
 }
 
-pub(super) fn targets(args: &ServeArgs) -> crate::serve::rotation::Targets {
-    crate::serve::rotation::Targets {
+pub(super) fn targets(args: &ServeArgs) -> crate::tls::publish::Targets {
+    crate::tls::publish::Targets {
         webhook_config: args.webhook_config.clone(),
         conversion_crd: args.conversion_crd.clone(),
     }
@@ -62,12 +62,13 @@ pub(super) async fn tls(
     client: &kube::Client,
     stale_gauge: prometheus_client::metrics::gauge::Gauge,
 ) -> Result<Tls> {
-    use crate::serve::rotation::{self, Published};
-    use crate::serve::tls::{CertBundle, CertResolver, FileReloader};
+    use crate::tls::publish::Published;
+    use crate::tls::rotation;
+    use crate::tls::{CertBundle, CertResolver, FileReloader};
     let client_ca = args
         .client_ca_file
         .as_deref()
-        .map(crate::serve::client_auth::ReloadingVerifier::new)
+        .map(crate::tls::client_auth::ReloadingVerifier::new)
         .transpose()?;
     if let (Some(verifier), true) = (&client_ca, args.tls_reload_seconds > 0) {
         tokio::spawn(
@@ -82,10 +83,9 @@ pub(super) async fn tls(
         if targets.webhook_config.is_some() || targets.conversion_crd.is_some() {
             return files_with_bundle(args, client, bundle, targets, client_ca, stale_gauge).await;
         }
-        let reloader = FileReloader::new(cert, key)?;
-        let tokens = reloader.tokens.clone();
-        let config =
-            crate::serve::tls::server_config(reloader.resolver.clone(), client_ca.clone())?;
+        let tokens = Arc::new(crate::webhook::reinvoke::TokenKeys::default());
+        let reloader = FileReloader::new(cert, key, tokens.clone())?;
+        let config = crate::tls::server_config(reloader.resolver.clone(), client_ca.clone())?;
         if args.tls_reload_seconds > 0 {
             tokio::spawn(reloader.watch(Duration::from_secs(args.tls_reload_seconds)));
         }
@@ -104,32 +104,32 @@ pub(super) async fn tls(
                 .split_once('/')
                 .context("--tls-secret must be NAMESPACE/NAME")?;
             let api = kube::Api::namespaced(client.clone(), ns);
-            rotation::load_or_create(&api, name, &args.tls_sans, &lifetimes)
+            crate::tls::secret::load_or_create(&api, name, &args.tls_sans, &lifetimes)
                 .await?
                 .0
         }
-        None => crate::serve::certs::TlsState::generate(
+        None => crate::tls::certs::TlsState::generate(
             &args.tls_sans,
-            crate::serve::tls::unix_now(),
+            crate::tls::unix_now(),
             &lifetimes,
         )?,
     };
     let bundle = CertBundle::from_state(&state);
-    let tokens = Arc::new(crate::serve::reinvoke::TokenKeys::default());
-    tokens.observe(crate::serve::reinvoke::secret_of(&state));
+    let tokens = Arc::new(crate::webhook::reinvoke::TokenKeys::default());
+    tokens.observe(state.shared_secret());
     // Without polling the bundle is still re-checked in its targets every minute.
     let poll = match args.tls_reload_seconds {
         0 => 60,
         s => s,
     };
-    let health = Arc::new(crate::serve::staleness::BundleWatch::new(
+    let health = Arc::new(crate::tls::staleness::BundleWatch::new(
         lifetimes,
         Duration::from_secs(poll),
         stale_gauge,
     ));
     health.observed(&state);
     let resolver = Arc::new(CertResolver::new(bundle.certified_key()?));
-    let config = crate::serve::tls::server_config(resolver.clone(), client_ca)?;
+    let config = crate::tls::server_config(resolver.clone(), client_ca)?;
     let (tx, rx) = tokio::sync::watch::channel(Published {
         generation: state.generation,
         bundle: bundle.ca_pem.clone(),
@@ -165,22 +165,20 @@ pub(super) async fn tls(
 }
 
 /// Certificates from files (cert-manager) whose CA bundle this host keeps in the targets,
-/// with an overlap at a CA change (`serve::file_bundle`).
+/// with an overlap at a CA change (`tls::file_bundle`).
 async fn files_with_bundle(
     args: &ServeArgs,
     client: &kube::Client,
-    bundle: crate::serve::tls::CertBundle,
-    targets: crate::serve::rotation::Targets,
-    client_ca: Option<Arc<crate::serve::client_auth::ReloadingVerifier>>,
+    bundle: crate::tls::CertBundle,
+    targets: crate::tls::publish::Targets,
+    client_ca: Option<Arc<crate::tls::client_auth::ReloadingVerifier>>,
     stale_gauge: prometheus_client::metrics::gauge::Gauge,
 ) -> Result<Tls> {
-    use crate::serve::file_bundle::{self, Files, Timing};
-    let resolver = Arc::new(crate::serve::tls::CertResolver::new(
-        bundle.certified_key()?,
-    ));
-    let tokens = Arc::new(crate::serve::reinvoke::TokenKeys::default());
+    use crate::tls::file_bundle::{self, Files, Timing};
+    let resolver = Arc::new(crate::tls::CertResolver::new(bundle.certified_key()?));
+    let tokens = Arc::new(crate::webhook::reinvoke::TokenKeys::default());
     tokens.observe(&bundle.key_pem);
-    let config = crate::serve::tls::server_config(resolver.clone(), client_ca)?;
+    let config = crate::tls::server_config(resolver.clone(), client_ca)?;
     let live = file_bundle::live(client, &targets).await;
     let timing = Timing {
         poll: Duration::from_secs(match args.tls_reload_seconds {
@@ -194,10 +192,10 @@ async fn files_with_bundle(
         &bundle.ca_pem,
         &bundle.cert_pem,
         &live,
-        crate::serve::tls::unix_now(),
+        crate::tls::unix_now(),
         timing.overlap,
     );
-    let health = Arc::new(crate::serve::staleness::BundleWatch::new(
+    let health = Arc::new(crate::tls::staleness::BundleWatch::new(
         lifetimes(args)?,
         timing.poll,
         stale_gauge,
@@ -291,8 +289,8 @@ pub(super) async fn load_policy(
     Ok(engine)
 }
 
-pub fn conversion_endpoint(args: &ServeArgs) -> Result<crate::serve::convert::Endpoint> {
-    use crate::serve::convert::Endpoint;
+pub fn conversion_endpoint(args: &ServeArgs) -> Result<crate::webhook::convert::Endpoint> {
+    use crate::webhook::convert::Endpoint;
     if let Some(url) = &args.conversion_url {
         return Ok(Endpoint::Url(url.clone()));
     }

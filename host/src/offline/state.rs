@@ -320,7 +320,7 @@ fn stored(object: Value) -> anyhow::Result<Value> {
             object["metadata"]["name"]
         );
     }
-    Ok(crate::serve::convert::convert(
+    Ok(workloadspread_core::api::convert::convert(
         &object,
         v1beta1::API_VERSION,
     )?)

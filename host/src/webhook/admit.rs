@@ -1,158 +1,24 @@
-//! `serve`: the HTTPS admission webhook running the policy module with cluster-backed
-//! capabilities and exact counters.
+//! `/mutate` and `/validate`: admit (the caller, the body, a slot, the review) → evaluate
+//! (what the answer changes in the caches) → decide (readiness, re-invocation, unrelated
+//! pods, the claim rate, then the guest), each step by what the request is
+//! (`classify.rs`).
 
-pub mod body;
-pub mod certs;
-pub mod client_auth;
-pub mod convert;
-pub mod file_bundle;
-pub mod guard;
-pub mod limits;
-pub mod listener;
-pub mod reinvoke;
-pub mod rotation;
-pub mod staleness;
-pub mod startup;
-pub mod tls;
-pub mod webhooks;
-
-use crate::capabilities::{AllowList, Capabilities};
+use super::classify::{may_claim, owned_pod_create, workloadspread_created};
+use super::{bad_request, body, reinvoke, App, PeerCertificate};
+use crate::capabilities::Capabilities;
 use crate::engine::evaluate::{self, AdmissionResponse};
-use crate::engine::PolicyEngine;
-use crate::index::KubeCapabilities;
-use crate::metrics::{
-    Endpoint, EndpointLabels, EvalLabels, Metrics, NamespaceLabels, Outcome, Refusal,
-};
-use axum::extract::{Request, State};
+use crate::metrics::{Endpoint, EndpointLabels, EvalLabels, NamespaceLabels, Outcome, Refusal};
+use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
-use limits::ClaimLimiter;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Semaphore;
 
 /// How long an admission waits for the caches' initial list.
 const CACHE_WAIT: Duration = Duration::from_secs(5);
 
-/// Everything a request handler needs.
-pub struct App {
-    pub engine: Arc<PolicyEngine>,
-    pub settings: Value,
-    pub capabilities: Arc<KubeCapabilities>,
-    pub metrics: Arc<Metrics>,
-    /// Bounds concurrent evaluations (each holds a blocking thread and up to the guest's
-    /// memory cap): a permit is taken once the body is read (`body.rs`).
-    pub slots: Semaphore,
-    /// Requests with bodies over [`LARGE_BODY`] (or of unknown length) take one of these
-    /// before their body is read: a few of them at a time, so large bodies cannot hold the
-    /// read budget while ordinary admissions (a few KiB) wait.
-    pub large_slots: Semaphore,
-    /// Bytes of bodies read or being read, at most ([`body::read_budget`]): taken as they
-    /// arrive, given back when the request is answered.
-    pub read_budget: Semaphore,
-    /// `/convert` (which needs no client certificate) on a budget of its own: conversions
-    /// never take an evaluation slot.
-    pub convert_slots: Semaphore,
-    /// Largest AdmissionReview body accepted.
-    pub max_request_bytes: usize,
-    /// Answer pod requests of namespaces without a WorkloadSpread without the guest.
-    pub skip_unrelated: bool,
-    /// Pod creations that may claim a slot, per namespace.
-    pub claims: ClaimLimiter,
-    /// How long a request's body may take to arrive (its headers: [`ServeOptions`]).
-    pub body_timeout: Duration,
-    /// `/mutate` and `/validate` answer only callers that presented a client certificate
-    /// of the configured CA (`--client-ca-file`): the API server.
-    pub client_auth: bool,
-    /// ... naming one of these (`--client-cert-identity`; empty: any the CA signed).
-    pub client_identities: Vec<String>,
-    /// Generated certificates: whether their CA bundle reaches the webhook
-    /// configurations (`/readyz` fails once the served certificate would expire first).
-    pub certificates: Option<Arc<staleness::BundleWatch>>,
-    /// Keys of the tokens that make a re-invocation of the pod webhook answer as the first
-    /// invocation did, without a second claim (`reinvoke.rs`).
-    pub tokens: Arc<reinvoke::TokenKeys>,
-}
-
-/// The connection's peer's verified client certificate, if it presented one: the names
-/// it goes by (`client_auth::names_of`).
-#[derive(Clone, Debug)]
-pub struct PeerCertificate(pub Option<Vec<String>>);
-
-pub use body::{LARGE_BODY, LARGE_SLOTS};
-pub use listener::{bind, serve, ServeOptions};
-/// Conversions answered at once (`/convert`).
-pub const CONVERT_SLOTS: usize = 2;
-
-/// The webhook's routes. `/metrics` is served on the health port only (`startup.rs`):
-/// its labels name namespaces and workloads, and the webhook port is reachable by every
-/// pod the NetworkPolicy lets through.
-pub fn router(app: Arc<App>) -> Router {
-    Router::new()
-        .route("/mutate", post(mutate))
-        .route("/validate", post(validate))
-        .route("/convert", post(convert_handler))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .layer(axum::middleware::from_fn_with_state(
-            app.clone(),
-            body::refuse_oversized,
-        ))
-        .with_state(app)
-}
-
-async fn convert_handler(State(app): State<Arc<App>>, request: Request) -> Response {
-    let body = match body::read(&app, request).await {
-        Ok(b) => b,
-        Err(response) => return response,
-    };
-    let _slot = match body::slot(&app, &app.convert_slots, || {
-        format!("{CONVERT_SLOTS} conversions are already being answered; retry")
-    })
-    .await
-    {
-        Ok(s) => s,
-        Err(response) => return response,
-    };
-    match serde_json::from_slice::<Value>(&body.bytes) {
-        Ok(review) if review["request"].is_object() => {
-            axum::Json(convert::review(&review)).into_response()
-        }
-        Ok(_) => bad_request("expected a ConversionReview with a request".into()),
-        Err(e) => bad_request(format!("the body is not a ConversionReview: {e}")),
-    }
-}
-
-async fn mutate(State(app): State<Arc<App>>, request: Request) -> Response {
-    admit(app, Endpoint::Mutate, request).await
-}
-
-async fn validate(State(app): State<Arc<App>>, request: Request) -> Response {
-    admit(app, Endpoint::Validate, request).await
-}
-
-async fn readyz(State(app): State<Arc<App>>) -> Response {
-    ready_answer(&app)
-}
-
-/// `/readyz` of a serving host: "ok", or 503 with what it waits for.
-pub fn ready_answer(app: &App) -> Response {
-    // Not part of `KubeCapabilities::not_ready_reason`: admissions are still answered
-    // (whoever's TLS handshake still succeeds is served).
-    let certificates = app
-        .certificates
-        .as_ref()
-        .and_then(|c| c.refresh(tls::unix_now()));
-    match app.capabilities.not_ready_reason().or(certificates) {
-        None => "ok".into_response(),
-        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
-    }
-}
-
-async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response {
+pub(super) async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -> Response {
     let started = Instant::now();
     if app.client_auth {
         let presented = request
@@ -311,7 +177,7 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
         let (worker, asked) = (app.clone(), request.clone());
         let again = tokio::task::spawn_blocking(move || {
             let caps: &dyn Capabilities = worker.capabilities.as_ref();
-            reinvoke::answer(&asked, &worker.tokens, caps, tls::unix_now())
+            reinvoke::answer(&asked, &worker.tokens, caps, crate::tls::unix_now())
         });
         if let Ok(Some(answer)) = again.await {
             app.metrics.reinvocations.inc();
@@ -341,7 +207,12 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
     let evaluation = tokio::task::spawn_blocking(move || {
         let caps: Arc<dyn Capabilities> = worker.capabilities.clone();
         let mut response = evaluate::evaluate(&worker.engine, &request, &worker.settings, caps);
-        reinvoke::sign(&request, &mut response, &worker.tokens, tls::unix_now());
+        reinvoke::sign(
+            &request,
+            &mut response,
+            &worker.tokens,
+            crate::tls::unix_now(),
+        );
         response
     });
     match evaluation.await {
@@ -389,54 +260,6 @@ fn unrelated_pod_answer(app: &App, request: &Value) -> Option<AdmissionResponse>
     Some(answer)
 }
 
-/// The namespace a pod creation may claim a slot in: not a dry run, and the pod has a
-/// controller (unowned pods are never spread). Such creations are rate-limited, by the
-/// namespace the policy decides in — the pod's own `metadata.namespace` when it names one
-/// (a review POSTed by anyone may give another in `request.namespace`), else the
-/// request's.
-fn may_claim(request: &Value) -> Option<&str> {
-    let requested = owned_pod_create(request).filter(|_| !dry_run(request))?;
-    let own = request["object"]["metadata"]["namespace"]
-        .as_str()
-        .filter(|n| !n.is_empty());
-    Some(own.unwrap_or(requested))
-}
-
-/// The namespace of a pod creation (dry run or not) whose pod has a controller: the
-/// requests a WorkloadSpread may spread.
-fn owned_pod_create(request: &Value) -> Option<&str> {
-    let resource = &request["resource"];
-    let is_pod_create = resource["group"] == ""
-        && resource["resource"] == "pods"
-        && request["subResource"]
-            .as_str()
-            .unwrap_or_default()
-            .is_empty()
-        && request["operation"] == "CREATE";
-    let owned = request["object"]["metadata"]["ownerReferences"]
-        .as_array()
-        .is_some_and(|refs| refs.iter().any(|r| r["controller"] == true));
-    (is_pod_create && owned)
-        .then(|| request["namespace"].as_str())
-        .flatten()
-}
-
-/// Whether the API server will store nothing of this request (`dryRun`).
-fn dry_run(request: &Value) -> bool {
-    request["dryRun"] == true
-}
-
-/// The namespace of a WorkloadSpread creation (any served version) that is not a dry run.
-fn workloadspread_created(request: &Value) -> Option<&str> {
-    let resource = &request["resource"];
-    (resource["group"] == "apps.kruise.io"
-        && resource["resource"] == "workloadspreads"
-        && request["operation"] == "CREATE"
-        && !dry_run(request))
-    .then(|| request["namespace"].as_str())
-    .flatten()
-}
-
 fn outcome_of(r: &AdmissionResponse) -> Outcome {
     match (r.allowed, &r.patch, &r.status) {
         (true, Some(_), _) => Outcome::Mutated,
@@ -444,10 +267,6 @@ fn outcome_of(r: &AdmissionResponse) -> Outcome {
         (false, _, Some(s)) if s.code >= 500 => Outcome::Error,
         (false, _, _) => Outcome::Rejected,
     }
-}
-
-fn bad_request(message: String) -> Response {
-    (StatusCode::BAD_REQUEST, message).into_response()
 }
 
 /// The API server accepts absent fields; explicit nulls are noise in its audit log.
@@ -458,66 +277,9 @@ fn without_nulls(v: Value) -> Value {
     }
 }
 
-/// Allow-list from a policy's metadata (`contextAwareResources`, `hostCapabilities`).
-pub fn allow_list_from_metadata(metadata: &Value) -> AllowList {
-    let resources = metadata["contextAwareResources"]
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|r| {
-                    Some((
-                        r["apiVersion"].as_str()?.to_string(),
-                        r["kind"].as_str()?.to_string(),
-                    ))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let capabilities = metadata["hostCapabilities"]
-        .as_array()
-        .map(|c| {
-            c.iter()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    AllowList {
-        capabilities,
-        resources: Some(resources),
-        group_kinds: vec![],
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn metadata_allow_list() {
-        let metadata: Value = serde_yaml::from_str(include_str!("../../../metadata.yml")).unwrap();
-        let allow = allow_list_from_metadata(&metadata);
-        assert!(allow.permits_resource("apps/v1", "ReplicaSet"));
-        assert!(!allow.permits_resource("v1", "Secret"));
-        assert!(allow.permits_capability("kubernetes", "get_resource"));
-        assert!(!allow.permits_capability("kubernetes", "list_resources_all"));
-    }
-
-    /// The claim limiter counts the namespace the claim is made in: the pod's own, which
-    /// a review POSTed by anyone may contradict in `request.namespace` (#40).
-    #[test]
-    fn claims_are_limited_in_the_pods_own_namespace() {
-        let review = |pod_ns: Value, dry_run: bool| {
-            json!({"resource": {"group": "", "resource": "pods"}, "operation": "CREATE",
-                "namespace": "decoy", "dryRun": dry_run,
-                "object": {"metadata": {"namespace": pod_ns,
-                    "ownerReferences": [{"controller": true, "kind": "ReplicaSet", "name": "web"}]}}})
-        };
-        assert_eq!(may_claim(&review(json!("team-a"), false)), Some("team-a"));
-        assert_eq!(may_claim(&review(json!(""), false)), Some("decoy"));
-        assert_eq!(may_claim(&review(Value::Null, false)), Some("decoy"));
-        assert_eq!(may_claim(&review(json!("team-a"), true)), None, "a dry run");
-    }
 
     #[test]
     fn nulls_are_dropped() {

@@ -129,7 +129,7 @@ pub async fn serve(
             let presented = stream.get_ref().1.peer_certificates().map(|chain| {
                 chain
                     .first()
-                    .map(|c| super::client_auth::names_of(c))
+                    .map(|c| crate::tls::client_auth::names_of(c))
                     .unwrap_or_default()
             });
             let service = with_peer(presented);

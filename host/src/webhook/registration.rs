@@ -12,9 +12,9 @@
 //! them whenever a configuration holds no webhook at all (an upgrade from a chart that
 //! rendered them, a re-applied manifest).
 
-use super::rotation::{watch_named, Published, GENERATION_ANNOTATION};
-use super::staleness::TargetError;
 use super::App;
+use crate::tls::publish::{watch_named, Published, GENERATION_ANNOTATION};
+use crate::tls::staleness::TargetError;
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::{

@@ -11,6 +11,7 @@
 //! claim. A token that does not verify (forged, copied onto another user's pod, older
 //! than [`MAX_AGE_SECONDS`]) is ignored: the pod is evaluated as any other.
 
+use super::classify::pod_create;
 use crate::capabilities::Capabilities;
 use crate::engine::evaluate::AdmissionResponse;
 use base64::Engine as _;
@@ -74,13 +75,11 @@ impl TokenKeys {
     }
 }
 
-/// The secret replicas sharing generated certificates derive the key from: the signing
-/// CA's key (rotated every few years), else the serving key.
-pub fn secret_of(state: &super::certs::TlsState) -> &str {
-    state
-        .ca
-        .as_ref()
-        .map_or(&state.serving.key_pem, |ca| &ca.key_pem)
+/// The keys follow the secret the TLS side loads (`tls::SecretObserver`).
+impl crate::tls::SecretObserver for TokenKeys {
+    fn observe(&self, secret: &str) {
+        TokenKeys::observe(self, secret);
+    }
 }
 
 /// What a token binds and carries.
@@ -117,18 +116,6 @@ fn decode(token: &str, keys: &TokenKeys) -> Option<Claim> {
     keys.verify(&payload, &tag)
         .then(|| serde_json::from_slice(&payload).ok())
         .flatten()
-}
-
-/// A pod CREATE (not a subresource): the requests tokens are for.
-fn pod_create(request: &Value) -> bool {
-    let resource = &request["resource"];
-    resource["group"] == ""
-        && resource["resource"] == "pods"
-        && request["subResource"]
-            .as_str()
-            .unwrap_or_default()
-            .is_empty()
-        && request["operation"] == "CREATE"
 }
 
 fn controller_uid(pod: &Value) -> Option<&str> {

@@ -10,8 +10,8 @@
 //! in the certificate), and a bundle's generation (that time, then a step when the overlap
 //! ends) keeps a replica that has not read the new files from writing an older bundle back.
 
-use super::rotation::{Published, Targets};
-use super::tls::{unix_now, CertBundle, CertResolver};
+use super::publish::{Published, Targets};
+use super::{unix_now, CertBundle, CertResolver, SecretObserver};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{Api, Client};
@@ -151,16 +151,16 @@ pub struct Timing {
 }
 
 /// Re-reads the files every `timing.poll`: publishes their bundle (with the overlap) to
-/// `published` (written to the targets by `rotation::keep_bundles`), and serves a new
-/// certificate through `resolver` — at once when its CAs were already served, `grace`
-/// after it was first seen otherwise. Runs until the process ends.
+/// `published` (written to the targets by `publish::keep_bundles`), and serves a new
+/// certificate through `resolver` (its key told to `derived`) — at once when its CAs were
+/// already served, `grace` after it was first seen otherwise. Runs until the process ends.
 #[allow(clippy::too_many_arguments)]
 pub async fn keep(
     client: Client,
     targets: Targets,
     files: Files,
     resolver: Arc<CertResolver>,
-    tokens: Arc<super::reinvoke::TokenKeys>,
+    derived: Arc<dyn SecretObserver>,
     published: watch::Sender<Published>,
     timing: Timing,
     mut served: CertBundle,
@@ -227,7 +227,7 @@ pub async fn keep(
         match files_now.certified_key() {
             Ok(key) => {
                 resolver.replace(key);
-                tokens.observe(&files_now.key_pem);
+                derived.observe(&files_now.key_pem);
                 tracing::info!(cert = %files.cert.display(), "serving certificate reloaded");
                 served = files_now;
                 waiting = None;
@@ -253,7 +253,7 @@ mod tests {
 
     #[test]
     fn a_certificate_is_matched_to_the_ca_that_signed_it() {
-        let issuer = crate::serve::client_auth::tests::ca;
+        let issuer = crate::tls::client_auth::tests::ca;
         let (one, two) = (issuer("one"), issuer("two"));
         let key = rcgen::KeyPair::generate().unwrap();
         let leaf = rcgen::CertificateParams::new(vec!["host".to_string()])
@@ -299,7 +299,7 @@ mod tests {
             "the settled bundle wins"
         );
         // A replica still on the old files computes an older generation: it writes nothing
-        // over the new bundle (rotation::needs_patch).
+        // over the new bundle (publish::needs_patch).
         let old_leaf = cert("host", 2_000);
         let lagging = bundle(&old_ca, &old_leaf, &blocks(&during.bundle), 10_100, 600);
         assert!(lagging.generation < during.generation);

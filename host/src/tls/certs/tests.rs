@@ -37,7 +37,7 @@ fn the_serving_certificate_is_renewed_by_the_same_ca_without_a_bundle_change() {
     assert_eq!(s1.bundle(), s0.bundle());
     assert_eq!(s1.generation, s0.generation);
     // The renewed pair is a valid rustls key (the CA re-created from its key signs).
-    crate::serve::tls::CertBundle::from_state(&s1)
+    crate::tls::CertBundle::from_state(&s1)
         .certified_key()
         .unwrap();
 }

@@ -80,7 +80,7 @@ struct Streak {
 #[derive(Default)]
 struct Inner {
     state: Option<TlsState>,
-    /// Writing the bundle into the targets (`rotation::keep_bundles`).
+    /// Writing the bundle into the targets (`publish::keep_bundles`).
     write: Option<Streak>,
     /// Checking that the targets carry the next CA (`rotation::rotate_once`).
     check: Option<Streak>,

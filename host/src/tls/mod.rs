@@ -1,16 +1,23 @@
-//! TLS for `serve`: certificates from files, or a self-generated CA + serving
-//! certificate (optionally shared by all replicas through a Secret, rotated:
-//! `certs.rs`, `rotation.rs`) whose CA bundle is written out and kept in the webhook
-//! configurations; optionally client certificates required of callers (the API server).
+//! The webhook's TLS (a wing below `webhook/`, which it never imports): certificates from
+//! files, or a self-generated CA + serving certificate, optionally shared by all replicas
+//! through a Secret (`secret.rs`) and rotated (`certs.rs` decides what is due,
+//! `rotation.rs` polls the Secret), whose CA bundle is written out and kept in the webhook
+//! configurations and the CRD's conversion (`publish.rs`; with files from cert-manager:
+//! `file_bundle.rs`; its health: `staleness.rs`); optionally client certificates required
+//! of callers (the API server: `client_auth.rs`). This file: the served certificate and
+//! the rustls configuration over it. Keys derived from the shared secret (the webhook's
+//! re-invocation tokens) are told it through [`SecretObserver`].
 
-use super::certs::TlsState;
+pub mod certs;
+pub mod client_auth;
+pub mod file_bundle;
+pub mod publish;
+pub mod rotation;
+pub mod secret;
+pub mod staleness;
+
 use anyhow::{bail, Context, Result};
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
-use k8s_openapi::ByteString;
-use kube::api::PostParams;
-use kube::{Api, Client};
+use certs::TlsState;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use std::path::{Path, PathBuf};
@@ -46,7 +53,7 @@ impl CertBundle {
     /// A fresh CA and a serving certificate for `sans` (default lifetimes).
     #[cfg(test)]
     pub fn generate(sans: &[String]) -> Result<Self> {
-        let state = TlsState::generate(sans, unix_now(), &super::certs::Lifetimes::default())?;
+        let state = TlsState::generate(sans, unix_now(), &certs::Lifetimes::default())?;
         Ok(Self::from_state(&state))
     }
 
@@ -83,6 +90,23 @@ impl CertBundle {
     }
 }
 
+/// Told the secret that every replica serving the same certificates shares, whenever it
+/// is loaded: keys derived from it (the pod webhook's re-invocation tokens,
+/// `webhook::reinvoke::TokenKeys`) follow the certificates without TLS knowing of them.
+pub trait SecretObserver: Send + Sync {
+    fn observe(&self, secret: &str);
+}
+
+/// Every API call of the rotation and of the bundle's publication is abandoned after this.
+const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `call`, or an error once [`CALL_TIMEOUT`] passed.
+async fn bounded<T>(call: impl std::future::Future<Output = T>) -> Result<T> {
+    tokio::time::timeout(CALL_TIMEOUT, call)
+        .await
+        .map_err(|_| anyhow::anyhow!("the API server did not answer within {CALL_TIMEOUT:?}"))
+}
+
 /// Seconds since the epoch.
 pub fn unix_now() -> i64 {
     std::time::SystemTime::now()
@@ -95,10 +119,10 @@ pub fn unix_now() -> i64 {
 /// (`--client-ca-file`), a certificate a caller presents must be one that CA signed (else
 /// the handshake fails) — the API server presents one for the webhooks its admission
 /// configuration's kubeConfigFile names; callers without one pass the handshake (the
-/// webhook routes refuse them: `serve::App::client_auth`).
+/// webhook routes refuse them: `webhook::App::client_auth`).
 pub fn server_config(
     resolver: Arc<CertResolver>,
-    client: Option<Arc<super::client_auth::ReloadingVerifier>>,
+    client: Option<Arc<client_auth::ReloadingVerifier>>,
 ) -> Result<Arc<rustls::ServerConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider)
@@ -148,22 +172,22 @@ pub struct FileReloader {
     pub key: PathBuf,
     pub resolver: Arc<CertResolver>,
     loaded: (String, String),
-    /// Re-invocation token keys, derived from the serving key (`reinvoke.rs`).
-    pub tokens: Arc<super::reinvoke::TokenKeys>,
+    /// Told the serving key (keys derived from it: the re-invocation tokens').
+    derived: Arc<dyn SecretObserver>,
 }
 
 impl FileReloader {
-    /// Loads the files once; [`FileReloader::reload_if_changed`] picks up rotations.
-    pub fn new(cert: &Path, key: &Path) -> Result<Self> {
+    /// Loads the files once (their key told to `derived`);
+    /// [`FileReloader::reload_if_changed`] picks up rotations.
+    pub fn new(cert: &Path, key: &Path, derived: Arc<dyn SecretObserver>) -> Result<Self> {
         let bundle = CertBundle::from_files(cert, key, None)?;
-        let tokens = Arc::new(super::reinvoke::TokenKeys::default());
-        tokens.observe(&bundle.key_pem);
+        derived.observe(&bundle.key_pem);
         Ok(FileReloader {
             cert: cert.to_path_buf(),
             key: key.to_path_buf(),
             resolver: Arc::new(CertResolver::new(bundle.certified_key()?)),
             loaded: (bundle.cert_pem, bundle.key_pem),
-            tokens,
+            derived,
         })
     }
 
@@ -177,7 +201,7 @@ impl FileReloader {
             return Ok(false);
         }
         self.resolver.replace(bundle.certified_key()?);
-        self.tokens.observe(&bundle.key_pem);
+        self.derived.observe(&bundle.key_pem);
         self.loaded = (bundle.cert_pem, bundle.key_pem);
         Ok(true)
     }
@@ -204,52 +228,6 @@ fn last_pem_block(pem: &str) -> Option<String> {
     Some(pem[start..].to_string())
 }
 
-/// Sets `caBundle` on every webhook of the Mutating and Validating configurations
-/// called `name` (those that exist); retries on conflicts.
-pub async fn patch_ca_bundle(client: &Client, name: &str, ca_pem: &str) -> Result<usize> {
-    let ca = ByteString(ca_pem.as_bytes().to_vec());
-    let mut patched = 0;
-    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    for _ in 0..5 {
-        let Some(mut c) = mutating.get_opt(name).await? else {
-            break;
-        };
-        for w in c.webhooks.iter_mut().flatten() {
-            w.client_config.ca_bundle = Some(ca.clone());
-        }
-        match mutating.replace(name, &PostParams::default(), &c).await {
-            Ok(_) => {
-                patched += 1;
-                break;
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => {
-                return Err(e).context(format!("patching MutatingWebhookConfiguration {name}"))
-            }
-        }
-    }
-    for _ in 0..5 {
-        let Some(mut c) = validating.get_opt(name).await? else {
-            break;
-        };
-        for w in c.webhooks.iter_mut().flatten() {
-            w.client_config.ca_bundle = Some(ca.clone());
-        }
-        match validating.replace(name, &PostParams::default(), &c).await {
-            Ok(_) => {
-                patched += 1;
-                break;
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => {
-                return Err(e).context(format!("patching ValidatingWebhookConfiguration {name}"))
-            }
-        }
-    }
-    Ok(patched)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,10 +243,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ca = dir.path().join("ca.crt");
         std::fs::write(&ca, &b.ca_pem).unwrap();
-        let client = crate::serve::client_auth::ReloadingVerifier::new(&ca).unwrap();
+        let client = client_auth::ReloadingVerifier::new(&ca).unwrap();
         server_config(resolver, Some(client)).unwrap();
         std::fs::write(&ca, "not pem").unwrap();
-        let err = crate::serve::client_auth::ReloadingVerifier::new(&ca).unwrap_err();
+        let err = client_auth::ReloadingVerifier::new(&ca).unwrap_err();
         assert!(err.to_string().contains("no certificate"), "{err}");
     }
 
@@ -298,7 +276,11 @@ mod tests {
             CertBundle::generate(&["a".into()]).unwrap(),
         );
         write(&first);
-        let mut reloader = FileReloader::new(&cert, &key).unwrap();
+        struct Nobody;
+        impl SecretObserver for Nobody {
+            fn observe(&self, _: &str) {}
+        }
+        let mut reloader = FileReloader::new(&cert, &key, Arc::new(Nobody)).unwrap();
         let served = |r: &FileReloader| r.resolver.current().cert[0].clone();
         let before = served(&reloader);
         assert!(!reloader.reload_if_changed().unwrap(), "unchanged files");

@@ -1,5 +1,5 @@
 //! Generated certificates that expire and rotate (issue #30, item 4): what the shared
-//! Secret holds and when it changes, decided here with the time passed in; `tls.rs`
+//! Secret holds and when it changes, decided here with the time passed in; `rotation.rs`
 //! reads and writes the Secret and serves the result.
 //!
 //! The Secret holds a CA with its key, the serving certificate it signed, and the CA
@@ -112,6 +112,15 @@ impl TlsState {
             legacy_bundle: None,
             generation: 1,
         })
+    }
+
+    /// The secret replicas sharing generated certificates derive keys from
+    /// (`tls::SecretObserver`): the signing CA's key (rotated every few years), else the
+    /// serving key.
+    pub fn shared_secret(&self) -> &str {
+        self.ca
+            .as_ref()
+            .map_or(&self.serving.key_pem, |ca| &ca.key_pem)
     }
 
     /// The CAs to trust: the signing one, the next one, the retired ones.

@@ -1,5 +1,5 @@
 //! The CRD conversion webhook (`/convert`): WorkloadSpread v1alpha1 ⇄ v1beta1 through
-//! `core`'s lossless conversions. Without it the API server (strategy `None`) only
+//! `core`'s lossless conversions (`workloadspread_core::api::convert`). Without it the API server (strategy `None`) only
 //! relabels the apiVersion, and v1alpha1's `requiredNodeSelectorTerm` /
 //! `preferredNodeSelectorTerms` are pruned from the stored v1beta1 object.
 
@@ -8,27 +8,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
-use workloadspread_core::api::{v1alpha1, v1beta1, CRD_PROVIDER, CRD_PROVIDER_ANNOTATION, GROUP};
-
-/// Why a WorkloadSpread could not be converted (the `ConversionReview`'s failure message).
-#[derive(Debug, thiserror::Error)]
-pub enum ConvertError {
-    #[error("converting WorkloadSpread {name} from {from}: {source}")]
-    Invalid {
-        name: String,
-        from: String,
-        source: serde_json::Error,
-    },
-    #[error("cannot convert WorkloadSpread {name} from {from:?} to {desired:?}")]
-    Unsupported {
-        name: String,
-        from: String,
-        desired: String,
-    },
-}
-
-const V1ALPHA1: &str = "apps.kruise.io/v1alpha1";
-const V1BETA1: &str = "apps.kruise.io/v1beta1";
+use workloadspread_core::api::convert::{convert, ConvertError};
+use workloadspread_core::api::{CRD_PROVIDER, CRD_PROVIDER_ANNOTATION, GROUP};
 
 /// Answers a `ConversionReview` (apiextensions.k8s.io/v1).
 pub fn review(review: &Value) -> Value {
@@ -46,42 +27,6 @@ pub fn review(review: &Value) -> Value {
             "result": {"status": "Failure", "message": e.to_string()}}),
     };
     json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview", "response": response})
-}
-
-/// Converts one WorkloadSpread to `desired`; metadata is kept as sent.
-pub fn convert(object: &Value, desired: &str) -> Result<Value, ConvertError> {
-    let from = object["apiVersion"].as_str().unwrap_or_default();
-    let name = object["metadata"]["name"].as_str().unwrap_or("<unnamed>");
-    let fail = |source| ConvertError::Invalid {
-        name: name.into(),
-        from: from.into(),
-        source,
-    };
-    let mut out = match (from, desired) {
-        (a, b) if a == b => return Ok(object.clone()),
-        (V1ALPHA1, V1BETA1) => {
-            let alpha: v1alpha1::WorkloadSpread =
-                serde_json::from_value(object.clone()).map_err(fail)?;
-            serde_json::to_value(v1beta1::WorkloadSpread::from(alpha)).map_err(fail)?
-        }
-        (V1BETA1, V1ALPHA1) => {
-            let beta: v1beta1::WorkloadSpread =
-                serde_json::from_value(object.clone()).map_err(fail)?;
-            serde_json::to_value(v1alpha1::WorkloadSpread::from(beta)).map_err(fail)?
-        }
-        _ => {
-            return Err(ConvertError::Unsupported {
-                name: name.into(),
-                from: from.into(),
-                desired: desired.into(),
-            })
-        }
-    };
-    // The API server requires the metadata back unchanged (typed decoding drops fields).
-    out["metadata"] = object["metadata"].clone();
-    out["apiVersion"] = json!(desired);
-    out["kind"] = object["kind"].clone();
-    Ok(out)
 }
 
 /// Where the API server reaches `/convert`.
@@ -192,6 +137,9 @@ pub async fn disable_on_crd(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use workloadspread_core::api::{
+        v1alpha1::API_VERSION as V1ALPHA1, v1beta1::API_VERSION as V1BETA1,
+    };
 
     #[test]
     fn only_our_crd_is_patched() {
@@ -213,33 +161,9 @@ mod tests {
     }
 
     fn alpha() -> Value {
-        json!({"apiVersion": V1ALPHA1, "kind": "WorkloadSpread",
-            "metadata": {"name": "ws", "namespace": "n", "uid": "u", "resourceVersion": "7", "labels": {"a": "b"}},
+        json!({"apiVersion": V1ALPHA1, "kind": "WorkloadSpread", "metadata": {"name": "ws"},
             "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-                "subsets": [{"name": "a", "maxReplicas": 3,
-                    "requiredNodeSelectorTerm": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
-                    "preferredNodeSelectorTerms": [{"weight": 5, "preference": {"matchExpressions": [{"key": "x", "operator": "Exists"}]}}]}]},
-            "status": {"observedGeneration": 2, "subsetStatuses": [{"name": "a", "replicas": 1, "missingReplicas": 2}]}})
-    }
-
-    #[test]
-    fn round_trip_keeps_fields_and_metadata() {
-        let beta = convert(&alpha(), V1BETA1).unwrap();
-        assert_eq!(beta["apiVersion"], V1BETA1);
-        assert_eq!(beta["metadata"], alpha()["metadata"]);
-        let subset = &beta["spec"]["subsets"][0];
-        assert_eq!(
-            subset["requiredNodeSelector"]["matchExpressions"][0]["key"],
-            "zone"
-        );
-        assert_eq!(subset["preferredNodeSelector"][0]["weight"], 5);
-        assert!(subset.get("requiredNodeSelectorTerm").is_none());
-        let back = convert(&beta, V1ALPHA1).unwrap();
-        assert_eq!(back["spec"], alpha()["spec"]);
-        assert_eq!(
-            back["status"]["subsetStatuses"],
-            alpha()["status"]["subsetStatuses"]
-        );
+                "subsets": [{"name": "a", "maxReplicas": 3}]}})
     }
 
     #[test]
