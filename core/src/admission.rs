@@ -26,7 +26,7 @@ pub use choose::{chosen_subset, Free};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use room::{limit, occupancy, recount_missing, Limit};
+use room::{limit, recount_missing, Limit};
 pub use room::{unconfirmed, Departed};
 use std::collections::BTreeSet;
 
@@ -332,41 +332,6 @@ fn claim_with(
         generated_uid: uid,
         status_changed: true,
     }
-}
-
-/// The planned deletion cost of a pod a claim placed in `subset`
-/// ([`crate::controller::cost::admission_cost`]), for the admission to write in its
-/// patch: the pods of `version` per subset are the status's occupancy, less `unused`
-/// (the subsets of placeholders held and not taken: slots, not pods), plus the pod
-/// itself where the status does not record it under `key` (an unlimited subset, which
-/// claims do not track, or a placeholder the pod is taking, then also in `unused`).
-/// Deletions count as the claim's `scale` confirms them.
-pub fn claimed_pod_cost(
-    ws: &WorkloadSpread,
-    scale: Scale,
-    status: &WorkloadSpreadStatus,
-    version: &str,
-    subset: &str,
-    key: &str,
-    unused: &[&str],
-) -> Option<i64> {
-    let statuses = status.versioned_subset_statuses.get(version);
-    let counts: Vec<usize> = ws
-        .spec
-        .subsets
-        .iter()
-        .map(|spec| {
-            let s = statuses.and_then(|v| v.iter().find(|s| s.name == spec.name));
-            let mut n = s.map_or(0, |s| occupancy(s, scale.departed));
-            n -= unused.iter().filter(|u| **u == spec.name).count() as i64;
-            let recorded = s.is_some_and(|s| s.creating_pods.contains_key(key));
-            if spec.name == subset && !recorded {
-                n += 1;
-            }
-            usize::try_from(n).unwrap_or(0)
-        })
-        .collect();
-    crate::controller::cost::admission_cost(ws, scale.rules, &counts, subset)
 }
 
 /// `updateSubsetForPod(Delete|Eviction)`: records the pod in `deletingPods` of its

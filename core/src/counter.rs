@@ -140,7 +140,7 @@ pub struct ClaimResponse {
     /// pod once before the host renames the placeholder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<String>,
-    /// The pod's planned deletion cost (`admission::claimed_pod_cost`), which the guest
+    /// The pod's planned deletion cost (`controller::cost::claimed_pod_cost`), which the guest
     /// writes in its patch so the controller does not patch the pod for it (#28).
     /// Absent from hosts before it: the controller then writes the cost, as before.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -40,13 +40,13 @@ pub fn reservation(pod: &Pod) -> Option<&str> {
     pod.metadata
         .annotations
         .as_ref()?
-        .get(crate::admission::reserve::RESERVATION_ANNOTATION)
+        .get(crate::api::RESERVATION_ANNOTATION)
         .map(String::as_str)
 }
 
 /// Pod metadata only this system writes: the subset a pod is counted in
 /// ([`crate::api::MATCHED_WORKLOADSPREAD_ANNOTATION`]), the placeholder it was admitted
-/// into ([`crate::admission::reserve::RESERVATION_ANNOTATION`]), the controller's counted
+/// into ([`crate::api::RESERVATION_ANNOTATION`]), the controller's counted
 /// stamp and the best-effort pending label ([`crate::api::PENDING_LABEL`]). A pod created
 /// with its own copy would be counted in another pod's slot or another subset, or counted
 /// by admissions as placed when it was not; the chart's ValidatingAdmissionPolicy
@@ -54,13 +54,10 @@ pub fn reservation(pod: &Pod) -> Option<&str> {
 /// by anyone but the controller.
 pub const SYSTEM_ANNOTATIONS: &[&str] = &[
     crate::api::MATCHED_WORKLOADSPREAD_ANNOTATION,
-    crate::admission::reserve::RESERVATION_ANNOTATION,
+    crate::api::RESERVATION_ANNOTATION,
     crate::api::COUNTED_ANNOTATION,
 ];
-pub const SYSTEM_LABELS: &[&str] = &[
-    crate::api::PENDING_LABEL,
-    crate::admission::reserve::RESERVATION_LABEL,
-];
+pub const SYSTEM_LABELS: &[&str] = &[crate::api::PENDING_LABEL, crate::api::RESERVATION_LABEL];
 
 /// Removes [`SYSTEM_ANNOTATIONS`] and [`SYSTEM_LABELS`] from an incoming pod (admission
 /// does so before it decides; it sets them itself where they belong). Returns the keys

@@ -19,8 +19,7 @@ use crate::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::SignedDuration;
 
-/// Pod annotation naming the placeholder a pod was admitted into.
-pub const RESERVATION_ANNOTATION: &str = "workloadspread.io/reservation";
+pub use crate::api::{RESERVATION_ANNOTATION, RESERVATION_LABEL};
 
 /// A placeholder another writer has seen for longer than this (by its own monotonic
 /// clock, from when it first saw it: [`stale::Sightings`]) is *stale*: its holder hands
@@ -59,11 +58,6 @@ pub fn is_placeholder(key: &str) -> bool {
 pub fn placeholder_key(holder: &str, n: u64) -> String {
     format!("~{holder}.{n}")
 }
-
-/// Pod label naming the placeholder the pod took ([`reservation_label_value`]): whoever
-/// finds placeholders stale lists the pods by it and settles the ones a pod names instead
-/// of dropping them.
-pub const RESERVATION_LABEL: &str = "workloadspread.io/reservation";
 
 /// The holder of placeholder `key` (`~<holder>.<n>`).
 pub fn holder_of(key: &str) -> Option<&str> {

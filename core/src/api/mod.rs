@@ -43,6 +43,13 @@ pub const COUNTED_ANNOTATION: &str = "workloadspread.io/counted";
 pub const REBALANCE_ANNOTATION: &str = "workloadspread.io/rebalance";
 /// Version key used for pods whose workload kind has no versioned status.
 pub const VERSION_IGNORED: &str = "versionIgnored";
+/// Pod annotation naming the placeholder a pod was admitted into
+/// (`admission::reserve`).
+pub const RESERVATION_ANNOTATION: &str = "workloadspread.io/reservation";
+/// Pod label naming the placeholder the pod took (`admission::reserve::reservation_label_value`):
+/// whoever finds placeholders stale lists the pods by it and settles the ones a pod names
+/// instead of dropping them.
+pub const RESERVATION_LABEL: &str = "workloadspread.io/reservation";
 /// Subset name the controller uses for pods that belong to no spec subset.
 pub const FAKE_SUBSET_NAME: &str = "kruise.io/workloadspread-fake-subset-name";
 /// WorkloadSpread annotation: do not patch subset metadata into adopted existing pods.

@@ -17,7 +17,9 @@
 //! other than the latest always use it (they scale down from the first subset).
 
 use super::grouping::SubsetPods;
-use crate::api::v1beta1::WorkloadSpread;
+use crate::admission::room::occupancy;
+use crate::admission::Scale;
+use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
 use crate::api::{FAKE_SUBSET_NAME, POD_DELETION_COST_ANNOTATION};
 use crate::percent::scaled_value;
 use crate::pods::{deletion_order, is_active, name};
@@ -231,6 +233,41 @@ fn planned_path<'a>(
         level -= 1;
         Some((g, PLANNED_COST_BASE.saturating_sub(level_cost)))
     })
+}
+
+/// The planned deletion cost of a pod a claim placed in `subset`
+/// ([`admission_cost`]), for the admission to write in its
+/// patch: the pods of `version` per subset are the status's occupancy, less `unused`
+/// (the subsets of placeholders held and not taken: slots, not pods), plus the pod
+/// itself where the status does not record it under `key` (an unlimited subset, which
+/// claims do not track, or a placeholder the pod is taking, then also in `unused`).
+/// Deletions count as the claim's `scale` confirms them (`admission::room`).
+pub fn claimed_pod_cost(
+    ws: &WorkloadSpread,
+    scale: Scale,
+    status: &WorkloadSpreadStatus,
+    version: &str,
+    subset: &str,
+    key: &str,
+    unused: &[&str],
+) -> Option<i64> {
+    let statuses = status.versioned_subset_statuses.get(version);
+    let counts: Vec<usize> = ws
+        .spec
+        .subsets
+        .iter()
+        .map(|spec| {
+            let s = statuses.and_then(|v| v.iter().find(|s| s.name == spec.name));
+            let mut n = s.map_or(0, |s| occupancy(s, scale.departed));
+            n -= unused.iter().filter(|u| **u == spec.name).count() as i64;
+            let recorded = s.is_some_and(|s| s.creating_pods.contains_key(key));
+            if spec.name == subset && !recorded {
+                n += 1;
+            }
+            usize::try_from(n).unwrap_or(0)
+        })
+        .collect();
+    admission_cost(ws, scale.rules, &counts, subset)
 }
 
 /// The planned cost of a pod being admitted into `subset` (issue #28: written in the

@@ -16,8 +16,9 @@ use super::{
 use crate::admission::expire::{expire, Expired, Overdue, PodFacts};
 use crate::admission::reserve::stale::{self, Naming, Resolved, Stale};
 use crate::admission::reserve::{decide, reserve, settle, Claimant, Decision, Holding};
-use crate::admission::{claimed_pod_cost, unclaim, Claim, PodKey, Scale};
+use crate::admission::{unclaim, Claim, PodKey, Scale};
 use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
+use crate::controller::cost::claimed_pod_cost;
 use crate::rules::Rules;
 use crate::Timestamp;
 use std::collections::BTreeSet;
@@ -436,7 +437,7 @@ pub fn hand_out(
 }
 
 /// The whole answer to a claim placed by `claim` on `status`: its subset, generated id
-/// and the pod's planned deletion cost (`admission::claimed_pod_cost`; `unused`: the
+/// and the pod's planned deletion cost (`controller::cost::claimed_pod_cost`; `unused`: the
 /// subsets of placeholders held and not taken, slots rather than pods).
 pub(super) fn answer(
     ws: &WorkloadSpread,
