@@ -25,6 +25,11 @@ pub async fn config(kubeconfig: Option<&Path>, manager: &str) -> Result<kube::Co
     Ok(config)
 }
 
+/// `manager`'s API client, configured by [`config`].
+pub async fn client(kubeconfig: Option<&Path>, manager: &str) -> Result<kube::Client> {
+    Ok(kube::Client::try_from(config(kubeconfig, manager).await?)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
