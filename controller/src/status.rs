@@ -92,7 +92,7 @@ pub async fn render(args: &StatusArgs) -> Result<String> {
         spreads.get(&args.name),
     )
     .await?;
-    let ws: WorkloadSpread = crate::reconciler::decode(&object)?;
+    let ws: WorkloadSpread = crate::fetch::decode(&object)?;
     let workload = match ws.spec.target_ref.as_ref() {
         None => None,
         Some(t) => {
