@@ -1,13 +1,12 @@
 //! Support tools: `reconcile --offline` (one reconcile from files, as JSON) and
 //! `plan` (per-subset counts and scale-in order for a series of replica counts).
 
-use crate::args::RuleArgs;
+use crate::args::{PlanArgs, ReconcileArgs, RuleArgs};
 use crate::inputs::{node_infos, workload_view};
 use anyhow::{bail, Context as _, Result};
-use clap::Args;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use workloadspread_core::admission::reserve::stale::Sightings;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::controller::capacity::Capacity;
@@ -20,44 +19,6 @@ use workloadspread_core::controller::{
 use workloadspread_core::selector::NodeInfo;
 use workloadspread_core::Timestamp;
 use workloadspread_kube::manifests::load_objects;
-
-#[derive(Args)]
-pub struct ReconcileArgs {
-    #[command(flatten)]
-    rules: RuleArgs,
-    /// Required: compute from files only (no cluster access).
-    #[arg(long)]
-    offline: bool,
-    /// The WorkloadSpread (YAML/JSON, v1beta1 or v1alpha1).
-    #[arg(long = "workloadspread", short = 'w')]
-    workloadspread: PathBuf,
-    /// Files or directories with the workload, its ReplicaSets, pods and nodes
-    /// (e.g. `kubectl get deploy,rs,pods,nodes -o yaml`); repeatable.
-    #[arg(long = "objects", short = 'o')]
-    objects: Vec<PathBuf>,
-    /// The reconcile's "now" (RFC 3339; default: the current time).
-    #[arg(long)]
-    now: Option<String>,
-}
-
-#[derive(Args)]
-pub struct PlanArgs {
-    /// Replica counts to step through from 0, e.g. `10,4,0`.
-    #[arg(long, value_delimiter = ',', required = true)]
-    replicas: Vec<i32>,
-    /// Nodes (YAML/JSON file or directory, e.g. `kubectl get nodes -o yaml`): pods are
-    /// scheduled onto them and stay Pending where none fits; Adaptive reschedules.
-    #[arg(long)]
-    nodes: Option<PathBuf>,
-    /// `text` (tables) or `json` (the planner's steps, as the playground receives them).
-    #[arg(short, long, default_value = "text", value_parser = ["text", "json"])]
-    output: String,
-    /// Admission and deletion-cost rules: "planned" (default) or "reference" (OpenKruise's).
-    #[arg(long, default_value = "planned", value_parser = crate::args::parse_rules)]
-    rules: workloadspread_core::rules::Rules,
-    /// The WorkloadSpread (YAML/JSON).
-    file: PathBuf,
-}
 
 /// Reads one WorkloadSpread, converting v1alpha1 to v1beta1.
 pub fn load_workloadspread(path: &Path) -> Result<WorkloadSpread> {
