@@ -265,4 +265,45 @@ mod tests {
         let unique: std::collections::HashSet<_> = ReconcileFailure::ALL.iter().collect();
         assert_eq!(unique.len(), ReconcileFailure::ALL.len());
     }
+
+    /// A write failing through the Writer is counted under the kind it had before it.
+    #[test]
+    fn a_failed_write_keeps_its_reconcile_failure_kind() {
+        let refused = |write| WriteError::Api {
+            write,
+            target: "p".into(),
+            source: Box::new(kube::Error::Api(
+                kube::core::Status::failure("no", "Forbidden")
+                    .with_code(403)
+                    .boxed(),
+            )),
+        };
+        let expected = [
+            (WriteTarget::PodMetadata, ReconcileFailure::PodMetadata),
+            (WriteTarget::Eviction, ReconcileFailure::Evict),
+            (WriteTarget::Status, ReconcileFailure::Api),
+            (WriteTarget::Adoption, ReconcileFailure::Api),
+            (WriteTarget::Deletion, ReconcileFailure::Api),
+        ];
+        for (write, kind) in expected {
+            assert_eq!(
+                Error::from(refused(write)).metric_label(),
+                kind,
+                "{write:?}"
+            );
+        }
+        let pod = Error::from(refused(WriteTarget::PodMetadata)).to_string();
+        assert!(
+            pod.starts_with("patching the deletion cost or pending label of pod p: "),
+            "{pod}"
+        );
+        assert_eq!(
+            Error::from(WriteError::NotLeader).metric_label(),
+            ReconcileFailure::NotLeader
+        );
+        let timeout = Error::from(WriteError::Timeout(crate::calls::API_TIMEOUT));
+        assert_eq!(timeout.metric_label(), ReconcileFailure::Timeout);
+        let read = Error::from(CallError::Timeout(crate::calls::API_TIMEOUT));
+        assert_eq!(read.metric_label(), ReconcileFailure::Timeout);
+    }
 }
