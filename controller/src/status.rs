@@ -40,16 +40,11 @@ async fn bounded<T>(
 }
 
 async fn client(args: &StatusArgs) -> Result<(kube::Client, String)> {
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("finding a kubeconfig")?,
-    };
+    let config = workloadspread_kube::client::config(
+        args.kubeconfig.as_deref(),
+        workloadspread_core::contest::CONTROLLER_MANAGER,
+    )
+    .await?;
     let namespace = args
         .namespace
         .clone()
