@@ -1,6 +1,6 @@
 //! The command line: the commands and their arguments, parsed in one place.
 
-use crate::{capacity, offline, rebalance, status};
+use crate::{capacity, rebalance};
 use anyhow::{Context as _, Result};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -26,12 +26,73 @@ pub enum Command {
     /// Run the controller against a cluster.
     Run(RunArgs),
     /// Compute one reconcile from files and print what the controller would do (JSON).
-    Reconcile(offline::ReconcileArgs),
+    Reconcile(ReconcileArgs),
     /// Print per-subset counts and the scale-in order for a series of replica counts.
-    Plan(offline::PlanArgs),
+    Plan(PlanArgs),
     /// Show one WorkloadSpread live: per subset maximum, planned count, pods, creating
     /// and deleting; pods outside every subset; the next pods a scale-in removes.
-    Status(status::StatusArgs),
+    Status(StatusArgs),
+}
+
+/// `reconcile --offline`: one reconcile from files (the `offline` module).
+#[derive(Args)]
+pub struct ReconcileArgs {
+    #[command(flatten)]
+    pub(crate) rules: RuleArgs,
+    /// Required: compute from files only (no cluster access).
+    #[arg(long)]
+    pub(crate) offline: bool,
+    /// The WorkloadSpread (YAML/JSON, v1beta1 or v1alpha1).
+    #[arg(long = "workloadspread", short = 'w')]
+    pub(crate) workloadspread: PathBuf,
+    /// Files or directories with the workload, its ReplicaSets, pods and nodes
+    /// (e.g. `kubectl get deploy,rs,pods,nodes -o yaml`); repeatable.
+    #[arg(long = "objects", short = 'o')]
+    pub(crate) objects: Vec<PathBuf>,
+    /// The reconcile's "now" (RFC 3339; default: the current time).
+    #[arg(long)]
+    pub(crate) now: Option<String>,
+}
+
+/// `plan`: the planner stepped through replica counts (the `offline` module).
+#[derive(Args)]
+pub struct PlanArgs {
+    /// Replica counts to step through from 0, e.g. `10,4,0`.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub(crate) replicas: Vec<i32>,
+    /// Nodes (YAML/JSON file or directory, e.g. `kubectl get nodes -o yaml`): pods are
+    /// scheduled onto them and stay Pending where none fits; Adaptive reschedules.
+    #[arg(long)]
+    pub(crate) nodes: Option<PathBuf>,
+    /// `text` (tables) or `json` (the planner's steps, as the playground receives them).
+    #[arg(short, long, default_value = "text", value_parser = ["text", "json"])]
+    pub(crate) output: String,
+    /// Admission and deletion-cost rules: "planned" (default) or "reference" (OpenKruise's).
+    #[arg(long, default_value = "planned", value_parser = parse_rules)]
+    pub(crate) rules: workloadspread_core::rules::Rules,
+    /// The WorkloadSpread (YAML/JSON).
+    pub(crate) file: PathBuf,
+}
+
+/// `status`: one WorkloadSpread live (the `status` module).
+#[derive(Args)]
+pub struct StatusArgs {
+    /// The WorkloadSpread.
+    pub(crate) name: String,
+    /// Its namespace (default: the kubeconfig context's, else "default").
+    #[arg(short = 'n', long)]
+    pub(crate) namespace: Option<String>,
+    /// `table` (default) or `json`.
+    #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
+    pub(crate) output: String,
+    /// Pods on the scale-in path to show.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) next: usize,
+    /// kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long)]
+    pub(crate) kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) rules: RuleArgs,
 }
 
 /// Rules shared by the online and offline reconcile.

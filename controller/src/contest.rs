@@ -6,7 +6,8 @@
 //! spread, the other manager and what to do), until the spread is deleted or the
 //! controller restarts.
 
-use crate::context::Context;
+use crate::metrics::Metrics;
+use crate::writer::Writer;
 use crate::writes::publish_events;
 use kube::api::DynamicObject;
 use kube::ResourceExt;
@@ -66,14 +67,19 @@ impl Standing {
 
 /// Whether this controller must leave `object` alone; on the first sight of its contest
 /// it logs, records the event and sets the gauge.
-pub async fn stands_back(object: &DynamicObject, ctx: &Context) -> bool {
+pub async fn stands_back(
+    object: &DynamicObject,
+    standing: &Standing,
+    metrics: &Metrics,
+    writer: &Writer,
+) -> bool {
     let key = key(object);
     let found = {
-        let mut contests = ctx.standing.lock();
+        let mut contests = standing.lock();
         let found = contests
             .observe(&key, object.managed_fields())
             .map(|o| o.new.then(|| o.contest.message(spread_of(&key))));
-        ctx.metrics
+        metrics
             .contested
             .set(i64::try_from(contests.len()).unwrap_or(i64::MAX));
         found
@@ -83,7 +89,7 @@ pub async fn stands_back(object: &DynamicObject, ctx: &Context) -> bool {
     };
     if let Some(message) = new {
         tracing::error!("{message}");
-        publish_events(object, &[Event::warning("Contested", message)], ctx).await;
+        publish_events(object, &[Event::warning("Contested", message)], writer).await;
     }
     true
 }

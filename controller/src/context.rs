@@ -1,12 +1,20 @@
-//! What every reconcile shares: the [`Context`] (clients, caches, settings, the Lease),
-//! the [`Error`] a reconcile fails with (counted by kind), and the bounds of its API calls.
+//! What every reconcile shares: the [`Context`] (clients, caches, settings, the
+//! [`Writer`] every write goes through) and the [`Error`] a reconcile fails with (counted
+//! and retried by kind: `backoff`).
 
+use crate::backoff::Backoff;
+use crate::calls::CallError;
+use crate::capacity;
+use crate::contest::Standing;
 use crate::inputs::InputError;
 use crate::leader::Leadership;
-use crate::metrics::{Metrics, ReconcileFailure};
+use crate::metrics::{Metrics, ReconcileFailure, WriteTarget};
+use crate::pacing::StatusPacing;
 use crate::placeholders::Placeholders;
 use crate::pod_caches::PodCaches;
+use crate::rebalance;
 use crate::workloads::Workloads;
+use crate::writer::{WriteError, Writer};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::SignedDuration;
 use kube::api::ApiResource;
@@ -21,8 +29,6 @@ use workloadspread_core::version::VersionedKinds;
 use workloadspread_core::workload::WorkloadKinds;
 use workloadspread_core::Timestamp;
 
-/// Bound of every API call a reconcile makes.
-const API_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default spacing of one WorkloadSpread's status writes (`--status-interval-ms`).
 pub const STATUS_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -37,29 +43,28 @@ pub struct Context {
     pub kinds: WorkloadKinds,
     pub versioned: VersionedKinds,
     pub options: ReconcileOptions,
-    pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     pub clock: fn() -> Timestamp,
-    /// Fences every write: false once the Lease was not renewed within its deadline.
-    pub leadership: Arc<Leadership>,
+    /// Every write: fenced by the Lease, bounded, failures counted by kind.
+    pub writer: Writer,
+    /// Consecutive failures per WorkloadSpread: when to retry.
+    pub backoff: Backoff,
     /// When each placeholder was first seen, per WorkloadSpread.
     pub placeholders: Placeholders,
-    /// Rebalancing's default and rate limit (`crate::rebalance`).
-    pub limiter: crate::rebalance::Limiter,
-    /// The client evictions go through (no retry of 429: `crate::rebalance`).
-    pub evictions: Client,
+    /// Rebalancing's default and rate limit.
+    pub limiter: rebalance::Limiter,
     /// API resources discovered, by (apiVersion, kind).
     pub(crate) resources: Mutex<HashMap<(String, String), ApiResource>>,
     /// Adaptive rescheduling may delete pods (`--no-reschedule` turns it off).
     pub reschedule: bool,
     /// Drop creatingPods entries whose pod is confirmed absent after this long.
     pub early_drop: Option<SignedDuration>,
-    /// Status writes per WorkloadSpread at most once per interval (`crate::pacing`).
-    pub pacing: crate::pacing::StatusPacing,
-    /// Provisioner signals and node room (`crate::capacity`; off by default).
-    pub capacity: crate::capacity::Reader,
-    /// Spreads another manager writes too: left alone (`crate::contest`).
-    pub standing: Arc<crate::contest::Standing>,
+    /// Status writes per WorkloadSpread at most once per interval.
+    pub pacing: StatusPacing,
+    /// Provisioner signals and node room (off by default).
+    pub capacity: capacity::Reader,
+    /// Spreads another manager writes too: left alone.
+    pub standing: Arc<Standing>,
 }
 
 impl Context {
@@ -78,8 +83,8 @@ impl Context {
         leadership: Arc<Leadership>,
     ) -> Self {
         Context {
-            leadership,
-            evictions: client.clone(),
+            writer: Writer::new(client.clone(), recorder, leadership, metrics.clone()),
+            backoff: Backoff::default(),
             client,
             pods,
             nodes,
@@ -87,46 +92,41 @@ impl Context {
             kinds,
             versioned,
             options,
-            recorder,
             metrics,
             clock,
             placeholders: Placeholders::default(),
-            limiter: crate::rebalance::Limiter::new(Default::default()),
+            limiter: rebalance::Limiter::new(Default::default()),
             resources: Mutex::new(HashMap::new()),
             reschedule: true,
             early_drop: None,
-            pacing: crate::pacing::StatusPacing::new(STATUS_INTERVAL),
-            capacity: crate::capacity::Reader::new(Default::default()),
+            pacing: StatusPacing::new(STATUS_INTERVAL),
+            capacity: capacity::Reader::new(Default::default()),
             standing: Arc::default(),
         }
     }
 
-    /// Sharing what is contested with `/readyz` (`crate::contest`).
-    pub fn with_standing(mut self, standing: Arc<crate::contest::Standing>) -> Self {
+    /// Sharing what is contested with `/readyz`.
+    pub fn with_standing(mut self, standing: Arc<Standing>) -> Self {
         self.standing = standing;
         self
     }
 
     /// Reading provisioner signals and node room with `settings` (#42).
-    pub fn with_capacity(mut self, settings: crate::capacity::Settings) -> Self {
-        self.capacity = crate::capacity::Reader::new(settings);
+    pub fn with_capacity(mut self, settings: capacity::Settings) -> Self {
+        self.capacity = capacity::Reader::new(settings);
         self
     }
 
     /// Status writes per WorkloadSpread at most once per `interval` (zero: no pacing).
     pub fn with_status_interval(mut self, interval: Duration) -> Self {
-        self.pacing = crate::pacing::StatusPacing::new(interval);
+        self.pacing = StatusPacing::new(interval);
         self
     }
 
     /// With rebalancing's default and rate limit, evicting through `evictions`.
-    pub fn with_rebalancing(
-        mut self,
-        settings: crate::rebalance::Settings,
-        evictions: Client,
-    ) -> Self {
-        self.limiter = crate::rebalance::Limiter::new(settings);
-        self.evictions = evictions;
+    pub fn with_rebalancing(mut self, settings: rebalance::Settings, evictions: Client) -> Self {
+        self.limiter = rebalance::Limiter::new(settings);
+        self.writer = self.writer.with_evictions(evictions);
         self
     }
 
@@ -193,21 +193,42 @@ impl From<kube::Error> for Error {
     }
 }
 
-/// A replica whose Lease renewal is overdue writes nothing (it may be paused or cut off
-/// while another replica has taken over).
-pub(crate) fn ensure_leading(ctx: &Context) -> Result<(), Error> {
-    if ctx.leadership.holds() {
-        Ok(())
-    } else {
-        Err(Error::NotLeader)
+impl From<CallError> for Error {
+    fn from(e: CallError) -> Self {
+        match e {
+            CallError::Timeout(d) => Error::Timeout(d),
+            CallError::Api(e) => Error::Kube(e),
+        }
     }
 }
 
-/// Every API call of a reconcile is abandoned after API_TIMEOUT (and retried).
-pub(crate) async fn bounded<T>(call: impl std::future::Future<Output = T>) -> Result<T, Error> {
-    tokio::time::timeout(API_TIMEOUT, call)
-        .await
-        .map_err(|_| Error::Timeout(API_TIMEOUT))
+/// A failed write keeps the kind it was counted under before the Writer: a refused
+/// cost or pending-label patch is `PodMetadata`, a refused eviction `Evict`, any other
+/// refused write `Api`.
+impl From<WriteError> for Error {
+    fn from(e: WriteError) -> Self {
+        match e {
+            WriteError::NotLeader => Error::NotLeader,
+            WriteError::Timeout(d) => Error::Timeout(d),
+            WriteError::Api {
+                write: WriteTarget::PodMetadata,
+                target,
+                source,
+            } => Error::PodMetadata {
+                pod: target,
+                source,
+            },
+            WriteError::Api {
+                write: WriteTarget::Eviction,
+                target,
+                source,
+            } => Error::Evict {
+                pod: target,
+                source,
+            },
+            WriteError::Api { source, .. } => Error::Kube(source),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -227,7 +248,7 @@ mod tests {
                 source: decode,
             },
             Error::CachesNotSynced,
-            Error::Timeout(API_TIMEOUT),
+            Error::Timeout(crate::calls::API_TIMEOUT),
             Error::Conflicts("ns/web".into()),
             Error::NotLeader,
         ];
@@ -243,5 +264,46 @@ mod tests {
         assert_eq!(seen.len(), failures.len(), "two kinds share a label");
         let unique: std::collections::HashSet<_> = ReconcileFailure::ALL.iter().collect();
         assert_eq!(unique.len(), ReconcileFailure::ALL.len());
+    }
+
+    /// A write failing through the Writer is counted under the kind it had before it.
+    #[test]
+    fn a_failed_write_keeps_its_reconcile_failure_kind() {
+        let refused = |write| WriteError::Api {
+            write,
+            target: "p".into(),
+            source: Box::new(kube::Error::Api(
+                kube::core::Status::failure("no", "Forbidden")
+                    .with_code(403)
+                    .boxed(),
+            )),
+        };
+        let expected = [
+            (WriteTarget::PodMetadata, ReconcileFailure::PodMetadata),
+            (WriteTarget::Eviction, ReconcileFailure::Evict),
+            (WriteTarget::Status, ReconcileFailure::Api),
+            (WriteTarget::Adoption, ReconcileFailure::Api),
+            (WriteTarget::Deletion, ReconcileFailure::Api),
+        ];
+        for (write, kind) in expected {
+            assert_eq!(
+                Error::from(refused(write)).metric_label(),
+                kind,
+                "{write:?}"
+            );
+        }
+        let pod = Error::from(refused(WriteTarget::PodMetadata)).to_string();
+        assert!(
+            pod.starts_with("patching the deletion cost or pending label of pod p: "),
+            "{pod}"
+        );
+        assert_eq!(
+            Error::from(WriteError::NotLeader).metric_label(),
+            ReconcileFailure::NotLeader
+        );
+        let timeout = Error::from(WriteError::Timeout(crate::calls::API_TIMEOUT));
+        assert_eq!(timeout.metric_label(), ReconcileFailure::Timeout);
+        let read = Error::from(CallError::Timeout(crate::calls::API_TIMEOUT));
+        assert_eq!(read.metric_label(), ReconcileFailure::Timeout);
     }
 }

@@ -1,6 +1,6 @@
 //! What a reconcile does once the status is written, beyond the reference: the pending
 //! stamps and label removals of best-effort admissions (`core::controller::pending`)
-//! and rebalancing (`core::controller::rebalance`, applied by `crate::rebalance`).
+//! and rebalancing (`core::controller::rebalance`, applied by the `rebalance` module).
 //! Each decision is `core`'s; this module gathers its inputs.
 
 use crate::context::{Context, Error};
@@ -26,7 +26,7 @@ pub struct Inputs {
     pub view: WorkloadView<Arc<Pod>>,
     /// The workload object, `None` when it does not exist.
     pub workload: Option<Value>,
-    /// Provisioner signals and subset room (`crate::capacity`).
+    /// Provisioner signals and subset room (the `capacity` module).
     pub capacity: workloadspread_core::controller::capacity::Capacity,
 }
 
@@ -94,5 +94,6 @@ pub async fn rebalance(
         evictions = ?plan.evictions.iter().map(|e| e.pod.as_str()).collect::<Vec<_>>(),
         "rebalance plan"
     );
-    crate::rebalance::apply(ws, &plan, ctx).await
+    let applied = crate::rebalance::apply(ws, &plan, &ctx.limiter, &ctx.writer, &ctx.metrics);
+    Ok(applied.await?)
 }

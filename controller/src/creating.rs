@@ -5,11 +5,12 @@
 //! status, and an entry past its window that a live pod carries means the cache is
 //! behind: the reconcile waits for it instead of freeing a slot the pod holds.
 
-use crate::context::{bounded, Context, Error};
+use crate::calls::{bounded, CallError};
+use crate::placeholders::Placeholders;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::SignedDuration;
 use kube::runtime::reflector::Store;
-use kube::Api;
+use kube::{Api, Client};
 use std::collections::BTreeSet;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::controller::creating::{absent, drop_creating, early_check, expiring};
@@ -26,18 +27,28 @@ pub struct Unseen {
     pub behind: BTreeSet<String>,
 }
 
-/// Drops creatingPods entries past `ctx.early_drop` whose pod neither the cache nor a
+/// What the live check reads with, and its windows.
+pub struct Check<'a> {
+    pub client: &'a Client,
+    pub placeholders: &'a Placeholders,
+    /// Drop entries whose pod is confirmed absent after this long (`None`: never early).
+    pub early_drop: Option<SignedDuration>,
+    /// The creating window (`ReconcileOptions::creating_window`).
+    pub window: SignedDuration,
+}
+
+/// Drops creatingPods entries past `check.early_drop` whose pod neither the cache nor a
 /// live (consistent) read of the namespace shows, and finds the entries past their
 /// window that only the live read shows (`core::controller::creating`).
 pub async fn drop_unseen(
     ws: &mut WorkloadSpread,
     pods: &Store<Pod>,
-    ctx: &Context,
-) -> Result<Unseen, Error> {
-    let now = crate::placeholders::monotonic_now();
-    let sightings = ctx.placeholders.observe(ws, now);
+    with: Check<'_>,
+) -> Result<Unseen, CallError> {
+    let now = workloadspread_kube::clock::monotonic_now();
+    let sightings = with.placeholders.observe(ws, now);
     let cached = pods.state();
-    let check = match ctx.early_drop {
+    let check = match with.early_drop {
         Some(early) => early_check(
             ws,
             cached.iter().map(|p| p.as_ref()),
@@ -47,7 +58,7 @@ pub async fn drop_unseen(
         ),
         None => Default::default(),
     };
-    let window = ctx.options.creating_window;
+    let window = with.window;
     let windows = (window, StatusCalc::placeholder_window(window));
     let due = expiring(
         ws,
@@ -63,7 +74,7 @@ pub async fn drop_unseen(
         });
     }
     let ns = ws.metadata.namespace.clone().unwrap_or_default();
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<Pod> = Api::namespaced(with.client.clone(), &ns);
     // Metadata only, read from etcd (no resourceVersion): pods created a moment ago count.
     let live: Vec<Pod> = bounded(api.list_metadata(&kube::api::ListParams::default()))
         .await??

@@ -3,11 +3,14 @@
 #![forbid(unsafe_code)]
 
 mod args;
+mod backoff;
+mod calls;
 mod capacity;
 mod contest;
 mod context;
 mod converge;
 mod creating;
+mod fetch;
 mod inputs;
 mod leader;
 mod metrics;
@@ -20,10 +23,10 @@ mod reconciler;
 mod status;
 mod watch;
 mod workloads;
+mod writer;
 mod writes;
 
 use args::{parse_cli, Command};
-use std::time::Duration;
 
 fn main() {
     let cli = parse_cli();
@@ -56,12 +59,4 @@ fn init_logging(json: bool) {
     } else {
         builder.init();
     }
-}
-
-/// Wall clock for the core (which never reads it itself).
-pub fn now() -> workloadspread_core::Timestamp {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO);
-    workloadspread_core::timestamp_since_epoch(since)
 }

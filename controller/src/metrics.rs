@@ -1,6 +1,5 @@
 //! Prometheus metrics of the controller.
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -12,80 +11,9 @@ use std::time::Duration;
 use workloadspread_core::api::v1beta1::WorkloadSpreadStatus;
 use workloadspread_core::controller::view::StatusView;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SpreadLabels {
-    pub namespace: String,
-    pub workloadspread: String,
-}
+mod labels;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabels {
-    pub result: &'static str,
-}
-
-/// Why a reconcile failed, as counted (`context::Error::metric_label`).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum ReconcileFailure {
-    /// An API call failed.
-    Api,
-    Decode,
-    /// The workload or its pods could not be read.
-    Input,
-    /// A deletion-cost or pending-label patch failed.
-    PodMetadata,
-    CachesNotSynced,
-    /// An API call did not answer in time.
-    Timeout,
-    /// The status kept conflicting.
-    Conflicts,
-    /// The Lease was not renewed in time: nothing written.
-    NotLeader,
-    /// A rebalancing eviction failed.
-    Evict,
-}
-
-impl ReconcileFailure {
-    /// Every kind, exported from the start.
-    pub const ALL: [ReconcileFailure; 9] = [
-        ReconcileFailure::Api,
-        ReconcileFailure::Decode,
-        ReconcileFailure::Input,
-        ReconcileFailure::PodMetadata,
-        ReconcileFailure::CachesNotSynced,
-        ReconcileFailure::Timeout,
-        ReconcileFailure::Conflicts,
-        ReconcileFailure::NotLeader,
-        ReconcileFailure::Evict,
-    ];
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FailureLabels {
-    pub kind: ReconcileFailure,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CauseLabels {
-    pub cause: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OutcomeLabels {
-    pub outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReadLabels {
-    pub what: &'static str,
-    pub result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SubsetLabels {
-    pub namespace: String,
-    pub workloadspread: String,
-    pub subset: String,
-}
+pub use labels::*;
 
 /// Pod patches by purpose.
 #[derive(Default)]
@@ -101,6 +29,8 @@ pub struct Metrics {
     pub reconcile_duration: Histogram,
     /// Failed reconciles by kind (`context::Error::metric_label`).
     pub reconcile_errors: Family<FailureLabels, Counter>,
+    /// Failed writes by what they wrote and how they failed (`writer::Writer`).
+    write_failures: Family<WriteFailureLabels, Counter>,
     pub subset_pods: Family<SubsetLabels, Gauge>,
     pub patches: Patches,
     pub rescheduled: Counter,
@@ -115,7 +45,7 @@ pub struct Metrics {
     pub subset_planned: Family<SubsetLabels, Gauge>,
     /// Per WorkloadSpread: 1 while its pods match the planned spread.
     pub on_plan: Family<SpreadLabels, Gauge>,
-    /// WorkloadSpreads another manager writes too, left alone (`crate::contest`).
+    /// WorkloadSpreads another manager writes too, left alone (the `contest` module).
     pub contested: Gauge,
     /// Placeholders expired (a host died holding reserved slots).
     pub placeholders_expired: Counter,
@@ -125,7 +55,7 @@ pub struct Metrics {
     rebalance: Family<ResultLabels, Counter>,
     /// creatingPods entries dropped early: no pod carries them (`--creating-drop-seconds`).
     pub creating_dropped: Counter,
-    /// Reconciles deferred to the end of the status interval (`crate::pacing`).
+    /// Reconciles deferred to the end of the status interval (the `pacing` module).
     pub reconciles_deferred: Counter,
     /// Stuck pods rescheduled, by cause (`timer`, `no_capacity`, `wait_expired`; #42).
     fallbacks: Family<CauseLabels, Counter>,
@@ -152,6 +82,19 @@ impl Metrics {
                 .get_or_create(&FailureLabels { kind })
                 .inc_by(0);
         }
+        let write_failures = Family::<WriteFailureLabels, Counter>::default();
+        for write in WriteTarget::ALL {
+            for kind in WriteFailure::ALL {
+                write_failures
+                    .get_or_create(&WriteFailureLabels { write, kind })
+                    .inc_by(0);
+            }
+        }
+        registry.register(
+            "write_failures",
+            "Failed writes by what they wrote (write: Status, Adoption, PodMetadata, Deletion, Eviction, Event) and how they failed (kind: NotLeader (the Lease was not renewed in time: not sent), Timeout (no answer in time), Api (refused, or the API server was unreachable))",
+            write_failures.clone(),
+        );
         let subset_pods = Family::<SubsetLabels, Gauge>::default();
         let patches = Patches::default();
         let rescheduled = Counter::default();
@@ -335,6 +278,7 @@ impl Metrics {
             pod_cache_namespaces,
             reconcile_duration,
             reconcile_errors,
+            write_failures,
             subset_pods,
             patches,
             rescheduled,
@@ -382,6 +326,13 @@ impl Metrics {
                 .get_or_create(&FailureLabels { kind })
                 .inc();
         }
+    }
+
+    /// A `write` that failed `kind`.
+    pub fn write_failed(&self, write: WriteTarget, kind: WriteFailure) {
+        self.write_failures
+            .get_or_create(&WriteFailureLabels { write, kind })
+            .inc();
     }
 
     /// Notes that `namespace/name` exports the series of `subsets` and no others: the
@@ -495,48 +446,13 @@ impl Metrics {
     }
 
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
-            tracing::warn!("encoding metrics: {e}");
-        }
-        out
+        workloadspread_kube::metrics::encode(&self.registry)
     }
 }
 
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// Removes the series (and contests) of deleted WorkloadSpreads every `period`: those `spreads` (the
-/// controller's store) no longer holds. Runs until the process ends.
-pub async fn follow_deletions(
-    metrics: std::sync::Arc<Metrics>,
-    standing: std::sync::Arc<crate::contest::Standing>,
-    spreads: kube::runtime::reflector::Store<kube::api::DynamicObject>,
-    period: Duration,
-) {
-    let _ = spreads.wait_until_ready().await;
-    loop {
-        let left = standing.retain(&crate::contest::Standing::keys(
-            spreads.state().iter().map(|o| o.as_ref()),
-        ));
-        metrics
-            .contested
-            .set(i64::try_from(left).unwrap_or(i64::MAX));
-        let live: HashSet<(String, String)> = spreads
-            .state()
-            .iter()
-            .map(|o| {
-                (
-                    o.metadata.namespace.clone().unwrap_or_default(),
-                    o.metadata.name.clone().unwrap_or_default(),
-                )
-            })
-            .collect();
-        metrics.retain(&live);
-        tokio::time::sleep(period).await;
     }
 }
 

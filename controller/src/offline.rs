@@ -1,13 +1,12 @@
 //! Support tools: `reconcile --offline` (one reconcile from files, as JSON) and
 //! `plan` (per-subset counts and scale-in order for a series of replica counts).
 
-use crate::args::RuleArgs;
+use crate::args::{PlanArgs, ReconcileArgs, RuleArgs};
 use crate::inputs::{node_infos, workload_view};
 use anyhow::{bail, Context as _, Result};
-use clap::Args;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use workloadspread_core::admission::reserve::stale::Sightings;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::controller::capacity::Capacity;
@@ -17,82 +16,9 @@ use workloadspread_core::controller::rebalance::{
 use workloadspread_core::controller::{
     reconcile as core_reconcile, PlaceholderView, ReconcileInput, ReconcileOutput,
 };
-use workloadspread_core::manifests::objects_from_yaml;
 use workloadspread_core::selector::NodeInfo;
 use workloadspread_core::Timestamp;
-
-#[derive(Args)]
-pub struct ReconcileArgs {
-    #[command(flatten)]
-    rules: RuleArgs,
-    /// Required: compute from files only (no cluster access).
-    #[arg(long)]
-    offline: bool,
-    /// The WorkloadSpread (YAML/JSON, v1beta1 or v1alpha1).
-    #[arg(long = "workloadspread", short = 'w')]
-    workloadspread: PathBuf,
-    /// Files or directories with the workload, its ReplicaSets, pods and nodes
-    /// (e.g. `kubectl get deploy,rs,pods,nodes -o yaml`); repeatable.
-    #[arg(long = "objects", short = 'o')]
-    objects: Vec<PathBuf>,
-    /// The reconcile's "now" (RFC 3339; default: the current time).
-    #[arg(long)]
-    now: Option<String>,
-}
-
-#[derive(Args)]
-pub struct PlanArgs {
-    /// Replica counts to step through from 0, e.g. `10,4,0`.
-    #[arg(long, value_delimiter = ',', required = true)]
-    replicas: Vec<i32>,
-    /// Nodes (YAML/JSON file or directory, e.g. `kubectl get nodes -o yaml`): pods are
-    /// scheduled onto them and stay Pending where none fits; Adaptive reschedules.
-    #[arg(long)]
-    nodes: Option<PathBuf>,
-    /// `text` (tables) or `json` (the planner's steps, as the playground receives them).
-    #[arg(short, long, default_value = "text", value_parser = ["text", "json"])]
-    output: String,
-    /// Admission and deletion-cost rules: "planned" (default) or "reference" (OpenKruise's).
-    #[arg(long, default_value = "planned", value_parser = crate::args::parse_rules)]
-    rules: workloadspread_core::rules::Rules,
-    /// The WorkloadSpread (YAML/JSON).
-    file: PathBuf,
-}
-
-/// Every object in a YAML/JSON file, or in the `.yaml`/`.yml`/`.json` files of a
-/// directory (by name); lists flattened as `workloadspread_core::manifests` does.
-pub fn load_objects(path: &Path) -> Result<Vec<Value>> {
-    let mut objects = vec![];
-    for file in manifest_files(path)? {
-        let text = std::fs::read_to_string(&file)
-            .with_context(|| format!("reading {}", file.display()))?;
-        objects.extend(
-            objects_from_yaml(&text).with_context(|| format!("parsing {}", file.display()))?,
-        );
-    }
-    Ok(objects)
-}
-
-/// `path` itself, or the manifest files of the directory `path`, sorted by name.
-fn manifest_files(path: &Path) -> Result<Vec<PathBuf>> {
-    if !path.is_dir() {
-        return Ok(vec![path.to_path_buf()]);
-    }
-    let mut files = std::fs::read_dir(path)
-        .and_then(|dir| {
-            dir.map(|entry| entry.map(|e| e.path()))
-                .collect::<std::io::Result<Vec<_>>>()
-        })
-        .with_context(|| format!("listing {}", path.display()))?;
-    files.retain(|p| {
-        matches!(
-            p.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml" | "json")
-        )
-    });
-    files.sort();
-    Ok(files)
-}
+use workloadspread_kube::manifests::load_objects;
 
 /// Reads one WorkloadSpread, converting v1alpha1 to v1beta1.
 pub fn load_workloadspread(path: &Path) -> Result<WorkloadSpread> {
@@ -121,7 +47,7 @@ pub fn reconcile(args: ReconcileArgs) -> Result<()> {
         Some(s) => s
             .parse::<Timestamp>()
             .with_context(|| format!("--now {s:?}"))?,
-        None => crate::now(),
+        None => workloadspread_kube::clock::now(),
     };
     let reconciled = reconcile_objects(&ws, &objects, &args.rules, now)?;
     println!(
@@ -309,45 +235,6 @@ fn print_plan(steps: &[workloadspread_core::plan::PlanStep]) {
 mod tests {
     use super::*;
     use clap::Parser;
-
-    fn names(objects: &[Value]) -> Vec<&str> {
-        objects
-            .iter()
-            .filter_map(|o| o["metadata"]["name"].as_str())
-            .collect()
-    }
-
-    #[test]
-    fn loads_a_directory_of_dumps_in_file_name_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
-        write(
-            "b-pods.json",
-            r#"[{"kind": "Pod", "metadata": {"name": "p2"}}]"#,
-        );
-        write(
-            "a-dump.yaml",
-            "kind: PodList\nitems: [{kind: Pod, metadata: {name: p1}}]\n---\nkind: Node\nmetadata: {name: n}\n",
-        );
-        write("notes.txt", "not: [a manifest");
-        assert_eq!(names(&load_objects(dir.path()).unwrap()), ["p1", "n", "p2"]);
-        assert_eq!(
-            names(&load_objects(&dir.path().join("b-pods.json")).unwrap()),
-            ["p2"]
-        );
-
-        let missing = load_objects(&dir.path().join("absent.yaml")).unwrap_err();
-        assert!(
-            format!("{missing:#}").contains("reading")
-                && format!("{missing:#}").contains("absent.yaml")
-        );
-        write("c-broken.yml", "kind: [");
-        let broken = format!("{:#}", load_objects(dir.path()).unwrap_err());
-        assert!(
-            broken.contains("parsing") && broken.contains("c-broken.yml"),
-            "{broken}"
-        );
-    }
 
     #[derive(Parser)]
     struct T {

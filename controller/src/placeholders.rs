@@ -2,31 +2,18 @@
 //! (`docs/counter-protocol.md`, *Reserved slots*) and claims — by its own monotonic clock:
 //! a placeholder no counted pod stands for expires that long after
 //! (`workloadspread_core::controller::status`), and a claim whose pod never appears is
-//! dropped early that long after (`crate::creating`), so neither a host's skewed stamps nor
+//! dropped early that long after (the `creating` module), so neither a host's skewed stamps nor
 //! a step of this machine's wall clock makes one go early.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 use workloadspread_core::admission::reserve::stale::Sightings;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::Timestamp;
 
 /// A WorkloadSpread not reconciled for this long is forgotten (deleted ones).
 const FORGET_AFTER: Duration = Duration::from_secs(600);
-
-/// This process's monotonic time as a timestamp (its start's wall time plus the time
-/// elapsed since): for durations measured inside the process only.
-pub fn monotonic_now() -> Timestamp {
-    static START: OnceLock<(Instant, Duration)> = OnceLock::new();
-    let (at, wall) = START.get_or_init(|| {
-        let wall = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default();
-        (Instant::now(), wall)
-    });
-    workloadspread_core::timestamp_since_epoch(*wall + at.elapsed())
-}
 
 /// Sightings per WorkloadSpread uid.
 #[derive(Default)]
@@ -36,7 +23,8 @@ pub struct Placeholders {
 
 impl Placeholders {
     /// Notes the placeholders of `ws`'s status as seen now (monotonic) and returns the
-    /// sightings to reconcile with: ages are judged against [`monotonic_now`].
+    /// sightings to reconcile with: ages are judged against
+    /// `workloadspread_kube::clock::monotonic_now`.
     pub fn observe(&self, ws: &WorkloadSpread, now: Timestamp) -> Sightings {
         let status = ws.status.clone().unwrap_or_default();
         let uid = ws.metadata.uid.clone().unwrap_or_default();
@@ -97,14 +85,5 @@ mod tests {
         assert_eq!(p.len(), 1);
         p.observe(&ws("u1", json!({})), later);
         assert_eq!(p.len(), 0);
-    }
-
-    #[test]
-    fn monotonic_time_moves_forward_from_the_wall_clock_at_start() {
-        let a = monotonic_now();
-        let b = monotonic_now();
-        assert!(b >= a);
-        let wall = crate::now();
-        assert!(wall.duration_since(a).abs() < k8s_openapi::jiff::SignedDuration::from_secs(5));
     }
 }

@@ -4,21 +4,15 @@
 //! most `--rebalance-max-evictions` per WorkloadSpread per `--rebalance-interval-seconds`.
 //! Each eviction is an Event on the WorkloadSpread and a metric.
 
-use crate::context::{Context, Error};
 use crate::metrics::Metrics;
-use crate::writes::publish_event;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::EvictParams;
-use kube::Api;
+use crate::writer::{Evicted, WriteError, Writer};
+use crate::writes::ws_reference;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::controller::rebalance::{Hold, Rebalance};
 use workloadspread_core::controller::Event;
-
-/// Bound of one eviction call.
-const EVICT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The cluster default and the rate limit (`RebalanceArgs` in `main`).
 #[derive(Clone, Debug)]
@@ -90,26 +84,20 @@ impl Limiter {
     }
 }
 
-/// How an eviction ended.
-enum Outcome {
-    Evicted,
-    /// 429: a PodDisruptionBudget allows no disruption now.
-    Refused(String),
-    Gone,
-}
-
-/// Evicts what `plan` names; returns when to reconcile again (the next interval, while
-/// the spread is off plan).
+/// Evicts what `plan` names within `limiter`'s budget; returns when to reconcile again
+/// (the next interval, while the spread is off plan).
 pub async fn apply(
     ws: &WorkloadSpread,
     plan: &Rebalance,
-    ctx: &Context,
-) -> Result<Option<Duration>, Error> {
+    limiter: &Limiter,
+    writer: &Writer,
+    metrics: &Metrics,
+) -> Result<Option<Duration>, WriteError> {
     let key = (ws.namespace().to_string(), ws.name().to_string());
-    let interval = ctx.limiter.settings.interval;
+    let interval = limiter.settings.interval;
     match &plan.hold {
         Some(Hold::Off) | Some(Hold::Unsupported(_)) | Some(Hold::OnPlan) => return Ok(None),
-        Some(Hold::RateLimited) => return Ok(ctx.limiter.budget(&key).1.or(Some(interval))),
+        Some(Hold::RateLimited) => return Ok(limiter.budget(&key).1.or(Some(interval))),
         Some(hold) => {
             tracing::debug!(workloadspread = %key.1, namespace = %key.0, "not rebalancing: {hold}");
             // Off plan and held: looked at again once an interval, whatever clears the
@@ -119,14 +107,12 @@ pub async fn apply(
         }
         None => {}
     }
-    let pods: Api<Pod> = Api::namespaced(ctx.evictions.clone(), ws.namespace());
     for eviction in &plan.evictions {
-        crate::context::ensure_leading(ctx)?;
-        let outcome = evict(&pods, &eviction.pod).await?;
-        ctx.limiter.record(key.clone());
+        let outcome = writer.evict(ws.namespace(), &eviction.pod).await?;
+        limiter.record(key.clone());
         let event = match &outcome {
-            Outcome::Evicted => {
-                ctx.metrics.rebalance_evictions(Metrics::EVICTED).inc();
+            Evicted::Done => {
+                metrics.rebalance_evictions(Metrics::EVICTED).inc();
                 tracing::info!(workloadspread = %key.1, namespace = %key.0, pod = %eviction.pod,
                     "rebalancing: evicted ({})", eviction.message);
                 Event::normal(
@@ -137,8 +123,8 @@ pub async fn apply(
                     ),
                 )
             }
-            Outcome::Refused(why) => {
-                ctx.metrics.rebalance_evictions(Metrics::REFUSED).inc();
+            Evicted::Refused(why) => {
+                metrics.rebalance_evictions(Metrics::REFUSED).inc();
                 tracing::info!(workloadspread = %key.1, namespace = %key.0, pod = %eviction.pod,
                     "rebalancing: eviction refused, retried in {interval:?}: {why}");
                 Event::normal(
@@ -150,30 +136,14 @@ pub async fn apply(
                     ),
                 )
             }
-            Outcome::Gone => continue,
+            Evicted::Gone => continue,
         };
-        publish_event(ws, &event, ctx).await;
-        if matches!(outcome, Outcome::Refused(_)) {
+        writer.event(&ws_reference(ws), &event).await;
+        if matches!(outcome, Evicted::Refused(_)) {
             break;
         }
     }
     Ok(Some(interval))
-}
-
-async fn evict(pods: &Api<Pod>, name: &str) -> Result<Outcome, Error> {
-    let params = EvictParams::default();
-    let result = tokio::time::timeout(EVICT_TIMEOUT, pods.evict(name, &params))
-        .await
-        .map_err(|_| Error::Timeout(EVICT_TIMEOUT))?;
-    match result {
-        Ok(_) => Ok(Outcome::Evicted),
-        Err(kube::Error::Api(s)) if s.code == 429 => Ok(Outcome::Refused(s.message)),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Outcome::Gone),
-        Err(e) => Err(Error::Evict {
-            pod: name.to_string(),
-            source: Box::new(e),
-        }),
-    }
 }
 
 #[cfg(test)]

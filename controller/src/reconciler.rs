@@ -1,20 +1,22 @@
-//! The online reconcile: fetch inputs, decide through `core`, write.
+//! The online reconcile: fetch (`fetch`), decide (`core`'s reconcile), write (through
+//! the `Writer`).
 //!
 //! Order as the reference (§4.2): adoptions, deletion costs, status (guarded by
 //! `resourceVersion`; on 409 the WorkloadSpread is re-read and everything recomputed,
 //! so counter entries the admission host wrote meanwhile are kept), then deletion of
 //! pods stuck unschedulable, then events.
 
-use crate::context::{bounded, ensure_leading, Context, Error};
-use crate::inputs::{node_infos, workload_view};
-use crate::workloads::Lookup;
+use crate::calls::bounded;
+use crate::context::{Context, Error};
+use crate::fetch::{caches_synced, fetch, Fetch, Fetched};
+use crate::writer::WriteError;
+use crate::writes::{
+    adopt, delete_unschedulable, patch_pod_metadata, publish_events, ws_reference,
+};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ApiResource, DynamicObject, PostParams};
-use kube::discovery::pinned_kind;
+use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,15 +24,12 @@ use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::controller::cost::CostPatch;
 use workloadspread_core::controller::pending::costs_before_status;
 use workloadspread_core::controller::view::status_view;
-use workloadspread_core::controller::{
-    reconcile, Event, PlaceholderView, ReconcileInput, ReconcileOutput,
-};
+use workloadspread_core::controller::{reconcile, Event, ReconcileOutput};
 use workloadspread_kube::resource::workloadspread_resource;
+use workloadspread_kube::status::StatusWrite;
 
 /// Status write attempts per reconcile (each after a fresh read).
 const STATUS_ATTEMPTS: usize = 5;
-/// How long a reconcile waits for the pod and node caches' first list.
-const CACHE_WAIT: Duration = Duration::from_secs(30);
 
 /// Reconciles one WorkloadSpread.
 pub async fn run(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -38,38 +37,37 @@ pub async fn run(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action
     let result = reconcile_object(&object, &ctx).await;
     let failed = result.as_ref().err().map(Error::metric_label);
     ctx.metrics.observe_reconcile(started.elapsed(), failed);
+    if result.is_ok() {
+        ctx.backoff.succeeded(&key(&object));
+    }
     result
 }
 
-/// Backoff on errors.
-pub fn error_policy(object: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(workloadspread = %object.name_any(), namespace = ?object.namespace(), "reconcile failed: {error}");
-    Action::requeue(Duration::from_secs(5))
+/// Retries a failed reconcile after the backoff of its kind (`crate::backoff`).
+pub fn error_policy(object: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
+    let retry = ctx
+        .backoff
+        .failed(key(&object), error.metric_label(), Instant::now());
+    tracing::warn!(workloadspread = %object.name_any(), namespace = ?object.namespace(), ?retry, "reconcile failed: {error}");
+    match retry {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
+    }
 }
 
-use crate::writes::{
-    adopt, delete_unschedulable, patch_pod_metadata, publish, publish_events, ws_reference,
-};
+fn key(object: &DynamicObject) -> (String, String) {
+    (object.namespace().unwrap_or_default(), object.name_any())
+}
 
 async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
-    // Deciding on empty caches would drop every pod from the status. The namespace's
-    // pod cache starts with its first WorkloadSpread's first reconcile.
-    let ns = object.namespace().unwrap_or_default();
+    let (ns, name) = key(object);
     let pods = ctx.pods.store(&ns);
-    let synced = async {
-        let _ = pods.wait_until_ready().await;
-        let _ = ctx.nodes.wait_until_ready().await;
-    };
-    if tokio::time::timeout(CACHE_WAIT, synced).await.is_err() {
-        return Err(Error::CachesNotSynced);
-    }
-    let name = object.name_any();
-    let key = (ns.clone(), name.clone());
+    caches_synced(&pods, ctx).await?;
     // Within the interval after our last status write (a burst): the whole reconcile
     // waits for its end and then does at once what the events meanwhile asked for. Not
     // only the write: every pod event of a burst recomputing the status for nothing cost
     // more CPU than the admissions themselves (`crate::pacing`).
-    if let Some(wait) = ctx.pacing.wait(&key, Instant::now()) {
+    if let Some(wait) = ctx.pacing.wait(&key(object), Instant::now()) {
         tracing::debug!(workloadspread = %name, namespace = %ns, ?wait,
             "reconcile deferred: coalescing a burst");
         ctx.metrics.reconciles_deferred.inc();
@@ -81,54 +79,31 @@ async fn reconcile_object(object: &DynamicObject, ctx: &Context) -> Result<Actio
     let mut costs_written: BTreeMap<String, i64> = BTreeMap::new();
     for attempt in 0..STATUS_ATTEMPTS {
         // Fetch.
-        if current.metadata.deletion_timestamp.is_some()
-            || crate::contest::stands_back(&current, ctx).await
-        {
-            return Ok(Action::await_change());
-        }
-        let mut ws = decode(&current)?;
-        if ws.spec.target_ref.is_none() {
-            return Ok(Action::await_change());
-        }
-        let written = ws.status.clone();
-        let unseen = crate::creating::drop_unseen(&mut ws, &pods, ctx).await?;
-        if !unseen.behind.is_empty() {
-            // Pods the cache has not shown yet carry entries the recount would expire:
-            // wait for the cache rather than free slots those pods hold.
-            tracing::info!(
-                workloadspread = name,
-                entries = ?unseen.behind,
-                "the pod cache is behind a live read: waiting for it before recounting"
-            );
-            return Ok(Action::requeue(std::time::Duration::from_secs(1)));
-        }
+        let fetched = match fetch(&current, &pods, ctx).await? {
+            Fetch::Go(fetched) => fetched,
+            Fetch::Stop(action) => return Ok(action),
+        };
         // Decide (core).
-        let (mut output, inputs) = compute(&ws, &pods, ctx).await?;
-        if let Some(recheck) = unseen.recheck {
-            let recheck = std::time::Duration::try_from(recheck).unwrap_or_default();
-            output.requeue_after = Some(output.requeue_after.map_or(recheck, |r| r.min(recheck)));
-        }
+        let output = fetched.recheck(reconcile(&fetched.input(ctx)));
         // Write: adoptions, the costs the status must follow, the status.
         if attempt == 0 {
-            ensure_leading(ctx)?;
-            adopt(&ws, &output, ctx).await?;
+            adopt(&fetched.ws, &output, &ctx.writer, &ctx.metrics).await?;
         }
-        let costs = write_costs_first(&ws, &output, &inputs, &mut costs_written, ctx).await?;
+        let costs = write_costs_first(&fetched, &output, &mut costs_written, ctx).await?;
         // The version whose status counts the pods: the one written, or the one read.
-        let counted_in = match written.as_ref() == Some(&output.status) {
+        let counted_in = match fetched.written.as_ref() == Some(&output.status) {
             true => current.metadata.resource_version.clone(),
-            false => match write_status(&current, &ws, &output, &unseen.dropped, ctx).await? {
-                StatusWrite::Written(version) => version,
-                StatusWrite::Conflict(fresh) => {
+            false => match write_status(&current, &fetched, &output, ctx).await? {
+                Stored::Written(version) => version,
+                Stored::Conflict(fresh) => {
                     current = *fresh;
                     continue;
                 }
-                StatusWrite::Gone => return Ok(Action::await_change()),
+                Stored::Gone => return Ok(Action::await_change()),
             },
         };
         let done = StatusDone {
-            ws: &ws,
-            inputs: &inputs,
+            fetched: &fetched,
             output: &output,
             counted_in,
             current: &current,
@@ -149,30 +124,31 @@ struct Costs {
 }
 
 async fn write_costs_first(
-    ws: &WorkloadSpread,
+    fetched: &Fetched,
     output: &ReconcileOutput,
-    inputs: &crate::converge::Inputs,
     costs_written: &mut BTreeMap<String, i64>,
     ctx: &Context,
 ) -> Result<Costs, Error> {
-    let (first, later) = costs_before_status(&output.deletion_costs, &inputs.namespace_pods);
+    let pods = &fetched.inputs.namespace_pods;
+    let (first, later) = costs_before_status(&output.deletion_costs, pods);
     let first: Vec<CostPatch> = first
         .into_iter()
         .filter(|c| costs_written.get(&c.pod) != Some(&c.cost))
         .collect();
-    ensure_leading(ctx)?;
-    let failed = match patch_pod_metadata(ws, &first, &[], ctx).await {
+    let failed = match patch_pod_metadata(&fetched.ws, &first, &[], &ctx.writer, &ctx.metrics).await
+    {
         Ok(()) => {
             costs_written.extend(first.into_iter().map(|c| (c.pod, c.cost)));
             None
         }
-        Err(e) => Some(e),
+        Err(WriteError::NotLeader) => return Err(Error::NotLeader),
+        Err(e) => Some(e.into()),
     };
     Ok(Costs { later, failed })
 }
 
 /// How a status write came out.
-enum StatusWrite {
+enum Stored {
     /// Stored, in this `resourceVersion`.
     Written(Option<String>),
     /// Someone wrote first: decide again on this fresh copy.
@@ -184,32 +160,24 @@ enum StatusWrite {
 /// Writes `output`'s status on `current` (guarded by its `resourceVersion`).
 async fn write_status(
     current: &DynamicObject,
-    ws: &WorkloadSpread,
+    fetched: &Fetched,
     output: &ReconcileOutput,
-    dropped: &std::collections::BTreeSet<String>,
     ctx: &Context,
-) -> Result<StatusWrite, Error> {
-    let ns = current.namespace().unwrap_or_default();
-    let name = current.name_any();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &ns, &workloadspread_resource());
+) -> Result<Stored, Error> {
+    let (ns, name) = key(current);
     let new_status = serde_json::to_value(&output.status).map_err(|e| Error::Decode {
         what: "status".into(),
         source: e,
     })?;
-    let mut updated = current.clone();
-    if let Some(map) = updated.data.as_object_mut() {
-        map.insert("status".into(), new_status);
-    }
-    ensure_leading(ctx)?;
-    match bounded(api.replace_status(&name, &PostParams::default(), &updated)).await? {
-        Ok(written) => {
+    match ctx.writer.status(current, new_status).await? {
+        StatusWrite::Written(version) => {
             ctx.pacing.wrote((ns.clone(), name.clone()), Instant::now());
             ctx.metrics.status_writes.inc();
             ctx.metrics
                 .placeholders_expired
                 .inc_by(output.expired_placeholders as u64);
             tracing::debug!(workloadspread = %name, namespace = %ns, "status written");
+            let dropped = &fetched.unseen.dropped;
             if !dropped.is_empty() {
                 ctx.metrics.creating_dropped.inc_by(dropped.len() as u64);
                 let event = Event::warning(
@@ -222,26 +190,26 @@ async fn write_status(
                         ctx.early_drop.map_or(0, |d| d.as_secs())
                     ),
                 );
-                publish(ws_reference(ws), &event, ctx).await;
+                ctx.writer.event(&ws_reference(&fetched.ws), &event).await;
             }
-            Ok(StatusWrite::Written(written.metadata.resource_version))
+            Ok(Stored::Written(version))
         }
-        Err(kube::Error::Api(s)) if s.code == 409 => {
+        StatusWrite::Conflict => {
             ctx.metrics.conflicts.inc();
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(ctx.client.clone(), &ns, &workloadspread_resource());
             Ok(match bounded(api.get_opt(&name)).await?? {
-                Some(fresh) => StatusWrite::Conflict(Box::new(fresh)),
-                None => StatusWrite::Gone,
+                Some(fresh) => Stored::Conflict(Box::new(fresh)),
+                None => Stored::Gone,
             })
         }
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(StatusWrite::Gone),
-        Err(e) => Err(e.into()),
+        StatusWrite::Gone => Ok(Stored::Gone),
     }
 }
 
 /// A reconcile whose status is stored (or needed no write).
 struct StatusDone<'a> {
-    ws: &'a WorkloadSpread,
-    inputs: &'a crate::converge::Inputs,
+    fetched: &'a Fetched,
     output: &'a ReconcileOutput,
     /// The version whose status counts the pods.
     counted_in: Option<String>,
@@ -257,18 +225,18 @@ async fn after_status(
     ctx: &Context,
 ) -> Result<Action, Error> {
     let StatusDone {
-        ws,
-        inputs,
+        fetched,
         output,
         counted_in,
         current,
     } = done;
+    let (ws, inputs) = (&fetched.ws, &fetched.inputs);
     let ns = ws.metadata.namespace.clone().unwrap_or_default();
     let name = ws.metadata.name.clone().unwrap_or_default();
     // Only now that the status counts them may admissions stop counting pending pods.
     let pending = crate::converge::pending(ws, inputs, counted_in, object, ctx);
-    ensure_leading(ctx)?;
-    patch_pod_metadata(ws, &costs.later, &pending.patches, ctx).await?;
+    let (writer, metrics) = (&ctx.writer, &ctx.metrics);
+    patch_pod_metadata(ws, &costs.later, &pending.patches, writer, metrics).await?;
     if let Some(e) = costs.failed {
         return Err(e);
     }
@@ -294,9 +262,8 @@ async fn after_status(
     for outcome in ctx.capacity.ended_waits(ws, output, &inputs.view.pods) {
         ctx.metrics.wait_ended(outcome);
     }
-    ensure_leading(ctx)?;
-    delete_unschedulable(ws, output, ctx).await?;
-    publish_events(current, &output.events, ctx).await;
+    delete_unschedulable(ws, output, ctx.reschedule, writer, metrics).await?;
+    publish_events(current, &output.events, writer).await;
     let rebalance = crate::converge::rebalance(ws, inputs, output, ctx).await?;
     let pending_requeue = pending
         .requeue_after
@@ -308,13 +275,6 @@ async fn after_status(
     Ok(match requeue {
         Some(d) => Action::requeue(d.max(Duration::from_millis(100))),
         None => Action::await_change(),
-    })
-}
-
-pub(crate) fn decode(object: &DynamicObject) -> Result<WorkloadSpread, Error> {
-    workloadspread_kube::resource::decode_workloadspread(object).map_err(|e| Error::Decode {
-        what: format!("WorkloadSpread {}", object.name_any()),
-        source: e,
     })
 }
 
@@ -338,176 +298,4 @@ fn oldest_pending(ws: &WorkloadSpread, pods: &[Arc<Pod>], ctx: &Context) -> Opti
         .map(|t| now.duration_since(t.0))
         .max()
         .and_then(|d| Duration::try_from(d).ok())
-}
-
-/// Gathers the inputs and runs `core`'s reconcile; also returns the inputs.
-async fn compute(
-    ws: &WorkloadSpread,
-    pods: &Store<Pod>,
-    ctx: &Context,
-) -> Result<(ReconcileOutput, crate::converge::Inputs), Error> {
-    let ns = ws.metadata.namespace.clone().unwrap_or_default();
-    let workload = get_workload(ws, ctx).await?;
-    let is_deployment = ws
-        .spec
-        .target_ref
-        .as_ref()
-        .is_some_and(|t| t.kind == "Deployment");
-    let owner = workload
-        .as_ref()
-        .and_then(|w| w["metadata"]["uid"].as_str())
-        .filter(|_| is_deployment);
-    let replica_sets = match owner {
-        Some(uid) => cached(|| ctx.workloads.replica_sets(&ns, uid)).await?,
-        None => vec![],
-    };
-    // The namespace's own cache: no scan of other namespaces' pods, and no copy of any:
-    // the workload's (the view) and those in the pending flow (read after the status
-    // write) are the cache's `Arc`s. A copy of every pod per reconcile cost 137 ms and
-    // hundreds of MB with 1 000 WorkloadSpreads of 10 pods in one namespace; a copy of
-    // the workload's pods was 8 % of the controller's CPU during a 3 000-pod burst.
-    let cached = pods.state();
-    let pods: Vec<Arc<Pod>> = cached
-        .iter()
-        .filter(|p| workloadspread_core::controller::pending::in_pending_flow(p))
-        .cloned()
-        .collect();
-    let view = workload_view(
-        ws,
-        workload.as_ref(),
-        &replica_sets,
-        &cached,
-        &ctx.kinds,
-        &ctx.versioned,
-    )?;
-    let nodes = node_infos(ctx.nodes.state().iter().map(|n| n.as_ref()));
-    let now = (ctx.clock)();
-    let sightings = ctx
-        .placeholders
-        .observe(ws, crate::placeholders::monotonic_now());
-    let rebalancing =
-        workloadspread_core::controller::rebalance::enabled(ws, ctx.limiter.settings.default);
-    let capacity = ctx
-        .capacity
-        .read(
-            &ctx.client,
-            ws,
-            &view.pods,
-            &ctx.nodes,
-            rebalancing,
-            &ctx.metrics,
-        )
-        .await;
-    let input = ReconcileInput {
-        ws,
-        pods: &view.pods,
-        workload_replicas: view.replicas,
-        latest_version: &view.latest_version,
-        nodes: &nodes,
-        versioned_kinds: &ctx.versioned,
-        now,
-        options: &ctx.options,
-        placeholders: PlaceholderView {
-            sightings: &sightings,
-            now: crate::placeholders::monotonic_now(),
-        },
-        capacity: &capacity,
-    };
-    let output = reconcile(&input);
-    let inputs = crate::converge::Inputs {
-        namespace_pods: pods,
-        view,
-        workload,
-        capacity,
-    };
-    Ok((output, inputs))
-}
-
-/// The target from its watch cache; a kind we do not watch is read from the API server.
-async fn get_workload(ws: &WorkloadSpread, ctx: &Context) -> Result<Option<Value>, Error> {
-    let Some(target) = ws.spec.target_ref.as_ref() else {
-        return Ok(None);
-    };
-    let ns = ws.metadata.namespace.clone().unwrap_or_default();
-    let (group, _) = target
-        .api_version
-        .split_once('/')
-        .unwrap_or(("", &target.api_version));
-    let gk = (group.to_string(), target.kind.clone());
-    let lookup = cached(|| match ctx.workloads.get(&gk, &ns, &target.name) {
-        Lookup::NotSynced => None,
-        other => Some(other),
-    })
-    .await?;
-    match lookup {
-        Lookup::Found(v) => Ok(Some(v)),
-        Lookup::Missing => Ok(None),
-        Lookup::NotWatched | Lookup::NotSynced => get_unwatched(ws, ctx).await,
-    }
-}
-
-/// Polls a cache until it answers (its first list), for at most CACHE_WAIT.
-async fn cached<T>(read: impl Fn() -> Option<T>) -> Result<T, Error> {
-    let deadline = tokio::time::Instant::now() + CACHE_WAIT;
-    loop {
-        if let Some(v) = read() {
-            return Ok(v);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(Error::CachesNotSynced);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// A live GET, for a target kind that is neither built in, OpenKruise's nor configured.
-async fn get_unwatched(ws: &WorkloadSpread, ctx: &Context) -> Result<Option<Value>, Error> {
-    let Some(target) = ws.spec.target_ref.as_ref() else {
-        return Ok(None);
-    };
-    let Some(resource) = resource_for(ctx, &target.api_version, &target.kind).await? else {
-        return Ok(None);
-    };
-    let ns = ws.metadata.namespace.clone().unwrap_or_default();
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &resource);
-    let Some(object) = bounded(api.get_opt(&target.name)).await?? else {
-        return Ok(None);
-    };
-    let mut v = serde_json::to_value(&object).map_err(|e| Error::Decode {
-        what: target.name.clone(),
-        source: e,
-    })?;
-    v["apiVersion"] = resource.api_version.clone().into();
-    v["kind"] = resource.kind.clone().into();
-    Ok(Some(v))
-}
-
-/// The API resource of a kind, discovered once; `None` when the cluster does not serve it.
-async fn resource_for(
-    ctx: &Context,
-    api_version: &str,
-    kind: &str,
-) -> Result<Option<ApiResource>, Error> {
-    let key = (api_version.to_string(), kind.to_string());
-    if let Some(r) = ctx
-        .resources
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&key)
-    {
-        return Ok(Some(r.clone()));
-    }
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
-    match bounded(pinned_kind(&ctx.client, &gvk)).await? {
-        Ok((resource, _)) => {
-            ctx.resources
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(key, resource.clone());
-            Ok(Some(resource))
-        }
-        Err(kube::Error::Discovery(_)) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
 }

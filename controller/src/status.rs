@@ -5,42 +5,20 @@
 //! subset; the next pods a scale-in removes; on plan or not
 //! (`workloadspread_core::controller::view`).
 
-use crate::args::RuleArgs;
+use crate::args::StatusArgs;
 use crate::inputs::workload_view;
 use anyhow::{Context as _, Result};
-use clap::Args;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::pinned_kind;
 use serde_json::Value;
-use std::path::PathBuf;
 use std::time::Duration;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::controller::view::{status_view, table, StatusView};
 
 /// Bound of each API call.
 const TIMEOUT: Duration = Duration::from_secs(15);
-
-#[derive(Args)]
-pub struct StatusArgs {
-    /// The WorkloadSpread.
-    name: String,
-    /// Its namespace (default: the kubeconfig context's, else "default").
-    #[arg(short = 'n', long)]
-    namespace: Option<String>,
-    /// `table` (default) or `json`.
-    #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
-    output: String,
-    /// Pods on the scale-in path to show.
-    #[arg(long, default_value_t = 5)]
-    next: usize,
-    /// kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
-    #[command(flatten)]
-    rules: RuleArgs,
-}
 
 pub fn status(args: StatusArgs) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -62,16 +40,11 @@ async fn bounded<T>(
 }
 
 async fn client(args: &StatusArgs) -> Result<(kube::Client, String)> {
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("finding a kubeconfig")?,
-    };
+    let config = workloadspread_kube::client::config(
+        args.kubeconfig.as_deref(),
+        workloadspread_core::contest::CONTROLLER_MANAGER,
+    )
+    .await?;
     let namespace = args
         .namespace
         .clone()
@@ -92,7 +65,7 @@ pub async fn render(args: &StatusArgs) -> Result<String> {
         spreads.get(&args.name),
     )
     .await?;
-    let ws: WorkloadSpread = crate::reconciler::decode(&object)?;
+    let ws: WorkloadSpread = crate::fetch::decode(&object)?;
     let workload = match ws.spec.target_ref.as_ref() {
         None => None,
         Some(t) => {

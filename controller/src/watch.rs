@@ -98,7 +98,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
 
 async fn wait_for_leadership(e: &LeaderElector) {
     loop {
-        match e.try_acquire(crate::now()).await {
+        match e.try_acquire(workloadspread_kube::clock::now()).await {
             Ok(true) => return,
             Ok(false) => {}
             Err(err) => tracing::warn!("leader election: {err}"),
@@ -127,7 +127,7 @@ async fn keep_leading(
             );
             break;
         }
-        match e.try_acquire(crate::now()).await {
+        match e.try_acquire(workloadspread_kube::clock::now()).await {
             Ok(true) => {
                 last_ok = tokio::time::Instant::now();
                 leadership.renewed();
@@ -185,7 +185,7 @@ async fn run_controller(
         grace.clamp(Duration::from_secs(1), Duration::from_secs(10)),
         grace,
     ));
-    tokio::spawn(crate::metrics::follow_deletions(
+    tokio::spawn(follow_deletions(
         metrics.clone(),
         standing.clone(),
         spreads.clone(),
@@ -210,7 +210,7 @@ async fn run_controller(
                 },
             ),
             metrics,
-            crate::now,
+            workloadspread_kube::clock::now,
             leadership,
         )
         .with_rebalancing(args.rules.rebalance()?, clients.evictions)
@@ -259,6 +259,37 @@ async fn run_controller(
         })
         .await;
     Ok(())
+}
+
+/// Removes the series (and contests) of deleted WorkloadSpreads every `period`: those `spreads` (the
+/// controller's store) no longer holds. Runs until the process ends.
+async fn follow_deletions(
+    metrics: Arc<Metrics>,
+    standing: Arc<crate::contest::Standing>,
+    spreads: kube::runtime::reflector::Store<kube::api::DynamicObject>,
+    period: Duration,
+) {
+    let _ = spreads.wait_until_ready().await;
+    loop {
+        let left = standing.retain(&crate::contest::Standing::keys(
+            spreads.state().iter().map(|o| o.as_ref()),
+        ));
+        metrics
+            .contested
+            .set(i64::try_from(left).unwrap_or(i64::MAX));
+        let live: std::collections::HashSet<(String, String)> = spreads
+            .state()
+            .iter()
+            .map(|o| {
+                (
+                    o.metadata.namespace.clone().unwrap_or_default(),
+                    o.metadata.name.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        metrics.retain(&live);
+        tokio::time::sleep(period).await;
+    }
 }
 
 /// Polls `stream` (discarding its events) until `store` holds its first list; says

@@ -1,33 +1,28 @@
-//! What a reconcile writes besides the status: adoption patches, deletion costs and
-//! pending-label changes, deletions of pods stuck unschedulable, and events.
+//! What a reconcile writes besides the status, through the [`Writer`]: adoption
+//! patches, deletion costs and pending-label changes, deletions of pods stuck
+//! unschedulable, and events.
 
-use crate::context::{bounded, Context, Error};
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
-use kube::runtime::events::{Event as KubeEvent, EventType};
-use kube::Api;
+use crate::metrics::Metrics;
+use crate::writer::{Deleted, Patched, WriteError, Writer};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::DynamicObject;
 use std::collections::HashSet;
-use std::time::Duration;
 use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::controller::cost::CostPatch;
 use workloadspread_core::controller::pending::{pod_patches, PendingPatch};
 use workloadspread_core::controller::{Event, ReconcileOutput};
 
-/// Bound of one event write.
-const EVENT_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// Adoption patches (before the status that counts the adopted pods).
 pub(crate) async fn adopt(
     ws: &WorkloadSpread,
     output: &ReconcileOutput,
-    ctx: &Context,
-) -> Result<(), Error> {
+    writer: &Writer,
+    metrics: &Metrics,
+) -> Result<(), WriteError> {
     let ns = ws.metadata.namespace.clone().unwrap_or_default();
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let pp = PatchParams::default();
     for adoption in &output.adoptions {
-        bounded(pods.patch(&adoption.pod, &pp, &Patch::Strategic(&adoption.patch))).await??;
-        ctx.metrics.patches.adoption.inc();
+        writer.adopt(&ns, &adoption.pod, &adoption.patch).await?;
+        metrics.patches.adoption.inc();
     }
     Ok(())
 }
@@ -39,11 +34,10 @@ pub(crate) async fn patch_pod_metadata(
     ws: &WorkloadSpread,
     deletion_costs: &[CostPatch],
     pending: &[(String, PendingPatch)],
-    ctx: &Context,
-) -> Result<(), Error> {
+    writer: &Writer,
+    metrics: &Metrics,
+) -> Result<(), WriteError> {
     let ns = ws.metadata.namespace.clone().unwrap_or_default();
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let pp = PatchParams::default();
     let costs: HashSet<&str> = deletion_costs.iter().map(|c| c.pod.as_str()).collect();
     let unlabelled: HashSet<&str> = pending
         .iter()
@@ -51,41 +45,51 @@ pub(crate) async fn patch_pod_metadata(
         .map(|(n, _)| n.as_str())
         .collect();
     for (pod, patch) in pod_patches(deletion_costs, pending) {
-        match bounded(pods.patch(&pod, &pp, &Patch::Strategic(&patch))).await? {
-            Ok(_) => {}
+        match writer.pod_metadata(&ns, &pod, &patch).await {
+            Ok(Patched::Done) => {}
             // Gone since the cache listed it (a scale-in): nothing left to rank.
-            Err(kube::Error::Api(s)) if s.code == 404 => continue,
-            Err(e) => {
+            Ok(Patched::Gone) => continue,
+            Err(e @ WriteError::Api { .. }) => {
                 let event = Event::warning(
                     "PatchPodMetadataFailed",
                     format!(
-                        "Failed to patch the deletion cost or pending label of Pod {ns}/{pod}: {e}"
+                        "Failed to patch the deletion cost or pending label of Pod {ns}/{pod}: {}",
+                        api_cause(&e)
                     ),
                 );
-                publish(ws_reference(ws), &event, ctx).await;
-                return Err(Error::PodMetadata {
-                    pod,
-                    source: Box::new(e),
-                });
+                writer.event(&ws_reference(ws), &event).await;
+                return Err(e);
             }
+            Err(e) => return Err(e),
         }
         if costs.contains(pod.as_str()) {
-            ctx.metrics.patches.deletion_cost.inc();
+            metrics.patches.deletion_cost.inc();
         }
         if unlabelled.contains(pod.as_str()) {
-            ctx.metrics.patches.pending_label.inc();
+            metrics.patches.pending_label.inc();
         }
     }
     Ok(())
 }
 
+/// What the API server said to a refused write.
+fn api_cause(e: &WriteError) -> String {
+    match e {
+        WriteError::Api { source, .. } => source.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// Deletes the pods `output` found stuck unschedulable (when rescheduling is on).
 pub(crate) async fn delete_unschedulable(
     ws: &WorkloadSpread,
     output: &ReconcileOutput,
-    ctx: &Context,
-) -> Result<(), Error> {
+    reschedule: bool,
+    writer: &Writer,
+    metrics: &Metrics,
+) -> Result<(), WriteError> {
     let ns = ws.metadata.namespace.clone().unwrap_or_default();
-    if !ctx.reschedule {
+    if !reschedule {
         if !output.pods_to_delete.is_empty() {
             let event = Event::warning(
                 "ReschedulingDisabled",
@@ -96,11 +100,10 @@ pub(crate) async fn delete_unschedulable(
                     output.pods_to_delete
                 ),
             );
-            publish(ws_reference(ws), &event, ctx).await;
+            writer.event(&ws_reference(ws), &event).await;
         }
         return Ok(());
     }
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let causes = output
         .reschedule_causes
         .iter()
@@ -112,27 +115,19 @@ pub(crate) async fn delete_unschedulable(
         .cloned()
         .chain(std::iter::repeat(None));
     for ((pod, cause), uid) in output.pods_to_delete.iter().zip(causes).zip(uids) {
-        // Only the pod that was judged stuck: a successor of the same name is not it.
-        let params = DeleteParams {
-            preconditions: uid.map(|uid| kube::api::Preconditions {
-                uid: Some(uid),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match bounded(pods.delete(pod, &params)).await? {
-            Ok(_) => {
-                ctx.metrics.rescheduled.inc();
+        match writer.delete_pod(&ns, pod, uid).await {
+            Ok(Deleted::Done) => {
+                metrics.rescheduled.inc();
                 if let Some(cause) = cause {
-                    ctx.metrics.fallback(cause.label());
+                    metrics.fallback(cause.label());
                     if let Some(event) = fallback_event(ws, pod, cause) {
-                        publish(ws_reference(ws), &event, ctx).await;
+                        writer.event(&ws_reference(ws), &event).await;
                     }
                 }
             }
             // Gone, or replaced under its name (the uid precondition): nothing to do.
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-            Err(e) => {
+            Ok(Deleted::Gone) => {}
+            Err(e @ WriteError::Api { .. }) => {
                 let event = Event::warning(
                     "DeletePodFailed",
                     format!(
@@ -140,9 +135,10 @@ pub(crate) async fn delete_unschedulable(
                         ws.metadata.name.clone().unwrap_or_default()
                     ),
                 );
-                publish(ws_reference(ws), &event, ctx).await;
-                return Err(e.into());
+                writer.event(&ws_reference(ws), &event).await;
+                return Err(e);
             }
+            Err(e) => return Err(e),
         }
     }
     Ok(())
@@ -169,7 +165,8 @@ fn fallback_event(
     Some(Event::normal("RescheduleForCapacity", message))
 }
 
-pub(crate) async fn publish_events(object: &DynamicObject, events: &[Event], ctx: &Context) {
+/// Records `events` on the WorkloadSpread `object` (in the version read).
+pub(crate) async fn publish_events(object: &DynamicObject, events: &[Event], writer: &Writer) {
     let reference = ObjectReference {
         api_version: Some("apps.kruise.io/v1beta1".into()),
         kind: Some("WorkloadSpread".into()),
@@ -180,15 +177,11 @@ pub(crate) async fn publish_events(object: &DynamicObject, events: &[Event], ctx
         field_path: None,
     };
     for e in events {
-        publish(reference.clone(), e, ctx).await;
+        writer.event(&reference, e).await;
     }
 }
 
-/// Records `e` on the WorkloadSpread.
-pub(crate) async fn publish_event(ws: &WorkloadSpread, e: &Event, ctx: &Context) {
-    publish(ws_reference(ws), e, ctx).await;
-}
-
+/// The WorkloadSpread `ws` as an event's subject.
 pub(crate) fn ws_reference(ws: &WorkloadSpread) -> ObjectReference {
     ObjectReference {
         api_version: Some("apps.kruise.io/v1beta1".into()),
@@ -197,29 +190,5 @@ pub(crate) fn ws_reference(ws: &WorkloadSpread) -> ObjectReference {
         namespace: ws.metadata.namespace.clone(),
         uid: ws.metadata.uid.clone(),
         ..Default::default()
-    }
-}
-
-pub(crate) async fn publish(reference: ObjectReference, e: &Event, ctx: &Context) {
-    let event = KubeEvent {
-        type_: if e.type_ == "Warning" {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: e.reason.to_string(),
-        note: Some(e.message.clone()),
-        action: e.reason.to_string(),
-        secondary: None,
-    };
-    // Bounded like every other call: a stalled events API must not hold the reconcile
-    // (an event is best effort; a lost one is logged).
-    match tokio::time::timeout(EVENT_TIMEOUT, ctx.recorder.publish(&event, &reference)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(err)) => tracing::warn!("recording event {}: {err}", e.reason),
-        Err(_) => tracing::warn!(
-            "recording event {}: no answer in {EVENT_TIMEOUT:?}",
-            e.reason
-        ),
     }
 }

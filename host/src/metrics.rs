@@ -459,11 +459,7 @@ impl Metrics {
 
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
-            tracing::warn!("encoding metrics: {e}");
-        }
-        out
+        workloadspread_kube::metrics::encode(&self.registry)
     }
 }
 

@@ -15,7 +15,9 @@ pub async fn config(kubeconfig: Option<&Path>, manager: &str) -> Result<kube::Co
                 .with_context(|| format!("reading {}", path.display()))?;
             kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
         }
-        None => kube::Config::infer().await?,
+        None => kube::Config::infer()
+            .await
+            .context("finding a kubeconfig")?,
     };
     let agent = workloadspread_core::contest::user_agent(manager);
     config.headers.push((
@@ -23,6 +25,11 @@ pub async fn config(kubeconfig: Option<&Path>, manager: &str) -> Result<kube::Co
         http::HeaderValue::from_str(&agent).with_context(|| format!("user agent {agent:?}"))?,
     ));
     Ok(config)
+}
+
+/// `manager`'s API client, configured by [`config`].
+pub async fn client(kubeconfig: Option<&Path>, manager: &str) -> Result<kube::Client> {
+    Ok(kube::Client::try_from(config(kubeconfig, manager).await?)?)
 }
 
 #[cfg(test)]

@@ -33,3 +33,25 @@ async fn ctrl_c(component: &str) {
         std::future::pending::<()>().await;
     }
 }
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::time::Duration;
+
+    /// SIGTERM (what the kubelet sends) stops a component.
+    #[tokio::test]
+    async fn sigterm_is_a_request_to_stop() {
+        let stop = tokio::spawn(super::shutdown("test"));
+        // The handler is installed at the task's first poll (this sleep yields to it);
+        // from then on SIGTERM no longer ends this test process.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let pid = std::process::id().to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let stopped = tokio::time::timeout(Duration::from_secs(5), stop).await;
+        assert!(matches!(stopped, Ok(Ok(()))), "{stopped:?}");
+    }
+}

@@ -5,12 +5,11 @@ use crate::capabilities::{parse_selector, AllowList, Capabilities, HostCallError
 use anyhow::Context as _;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use workloadspread_core::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
 use workloadspread_core::counter;
 use workloadspread_core::fields::FieldSelector;
-use workloadspread_core::manifests::objects_from_yaml;
 use workloadspread_core::workload::{parse_group, TARGET_NAME_FIELD};
 use workloadspread_core::Timestamp;
 
@@ -71,11 +70,7 @@ impl ClusterState {
     /// selector terms are served under their v1beta1 names.
     pub fn load_objects(path: &Path) -> anyhow::Result<Vec<Value>> {
         let mut objects = vec![];
-        for file in manifest_files(path)? {
-            let text = std::fs::read_to_string(&file)
-                .with_context(|| format!("reading {}", file.display()))?;
-            let parsed =
-                objects_from_yaml(&text).with_context(|| format!("parsing {}", file.display()))?;
+        for (file, parsed) in workloadspread_kube::manifests::read(path)? {
             for o in parsed {
                 objects.push(stored(o).with_context(|| format!("in {}", file.display()))?);
             }
@@ -285,27 +280,6 @@ struct ListAnswer<'a> {
     #[serde(flatten)]
     list: Value,
     items: Vec<workloadspread_core::masks::Masked<'a>>,
-}
-
-/// `path` itself, or the manifest files of the directory `path`, sorted by name.
-fn manifest_files(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    if !path.is_dir() {
-        return Ok(vec![path.to_path_buf()]);
-    }
-    let mut files = std::fs::read_dir(path)
-        .and_then(|dir| {
-            dir.map(|entry| entry.map(|e| e.path()))
-                .collect::<std::io::Result<Vec<_>>>()
-        })
-        .with_context(|| format!("listing {}", path.display()))?;
-    files.retain(|p| {
-        matches!(
-            p.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml" | "json")
-        )
-    });
-    files.sort();
-    Ok(files)
 }
 
 /// `object` in the version the API server stores it in.

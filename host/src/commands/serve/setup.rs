@@ -12,12 +12,8 @@ use std::time::Duration;
 
 /// The host's API client (`workloadspread_kube::client`: named `workloadspread-host`).
 pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
-    let config = workloadspread_kube::client::config(
-        kubeconfig.map(PathBuf::as_path),
-        workloadspread_core::contest::HOST_MANAGER,
-    )
-    .await?;
-    Ok(kube::Client::try_from(config)?)
+    let manager = workloadspread_core::contest::HOST_MANAGER;
+    workloadspread_kube::client::client(kubeconfig.map(PathBuf::as_path), manager).await
 }
 
 /// How this replica serves TLS.
