@@ -120,7 +120,7 @@ impl Committer {
                 let reserving = self.reserving.is_some();
                 let pool = reserving.then_some(&mut shared.pool);
                 let facts = Facts {
-                    now: (self.clock)(),
+                    now: self.now(),
                     departed: &departed,
                     overdue: overdue.as_ref(),
                     confirm_takes: false,
@@ -168,7 +168,7 @@ impl Committer {
             let budget = left.min(CALL_TIMEOUT);
             let params = PostParams::default();
             let reserves = batch.iter().any(|p| matches!(p.work, Work::Reserve { .. }));
-            let late = reserves && super::late_reserve_answer();
+            let late = reserves && self.late_reserve_answer();
             let write = async {
                 let written = api.replace_status(name, &params, &updated).await;
                 if late {

@@ -66,7 +66,7 @@ impl Committer {
             if deletions_recorded(status, &c.pod.version) {
                 return None;
             }
-            let answer = hand_out(&ws, c, (self.clock)(), &mut shared.pool)?;
+            let answer = hand_out(&ws, c, self.now(), &mut shared.pool)?;
             let refill = self.claimed(&ws, &mut shared.pool, c, &answer);
             (refill, spec, answer.reservation)
         };

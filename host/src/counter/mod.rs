@@ -34,11 +34,12 @@ pub use error::CommitError;
 
 use self::reserve::{Handed, Pool, ReservePolicy, Return, SlotKey};
 use crate::metrics::{CounterLabels, CounterOp, CounterResult, Metrics};
+use k8s_openapi::jiff::SignedDuration;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::Client;
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -83,40 +84,45 @@ const _: () = assert!(
         && MAX_WAIT.as_millis() < ANSWER_BUDGET.as_millis()
 );
 
-/// Fault tests only (`serve --late-reserve-answers N`): the next N status writes that
-/// reserve placeholders land, but their answers come [`LATE_ANSWER`] late, past the call
-/// timeout — a slow API server or network, deterministically.
-static LATE_RESERVE_ANSWERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-/// How late such an answer comes: past [`CALL_TIMEOUT`].
+/// How late a reserve write's answer comes under [`Faults::late_reserve_answers`]: past
+/// [`CALL_TIMEOUT`].
 const LATE_ANSWER: Duration = Duration::from_millis(2100);
 
-/// Fault tests only (`serve --settle-delay-ms MS`): how long handed-out placeholders
-/// wait for their settle write, [`SETTLE_DELAY`] unless set — a slow host, so that a
-/// fault can surely land between a hand-out and its settle.
-static SETTLE_DELAY_MS: std::sync::atomic::AtomicU64 =
-    std::sync::atomic::AtomicU64::new(SETTLE_DELAY.as_millis() as u64);
-
-/// Sets the settle delay (fault tests).
-pub fn set_settle_delay(ms: u64) {
-    SETTLE_DELAY_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
+/// How one host process's counter works.
+#[derive(Clone, Copy, Debug)]
+pub struct CounterSettings {
+    pub batching: BatchPolicy,
+    /// `None`: every claim is written before it is answered.
+    pub reserving: Option<ReservePolicy>,
+    pub lifetimes: Lifetimes,
+    pub faults: Faults,
 }
 
-/// How long handed-out placeholders wait for their settle write.
-fn settle_delay() -> Duration {
-    Duration::from_millis(SETTLE_DELAY_MS.load(std::sync::atomic::Ordering::Relaxed))
+/// Fault tests only (hidden `serve` flags): a slow or skewed host, deterministically.
+/// [`Faults::default`] is production.
+#[derive(Clone, Copy, Debug)]
+pub struct Faults {
+    /// `--clock-offset-seconds`: added to the wall clock the counter stamps with (a host
+    /// whose clock is off).
+    pub clock_offset: SignedDuration,
+    /// `--settle-delay-ms`: how long handed-out placeholders wait for their settle write,
+    /// [`SETTLE_DELAY`] in production (a slow host: a fault can surely land between a
+    /// hand-out and its settle).
+    pub settle_delay: Duration,
+    /// `--late-reserve-answers N`: the first N status writes that reserve placeholders
+    /// land, but their answers come [`LATE_ANSWER`] late, past the call timeout (a slow
+    /// API server or network).
+    pub late_reserve_answers: u32,
 }
 
-/// Sets how many reserve writes are answered late (fault tests).
-pub fn set_late_reserve_answers(n: u32) {
-    LATE_RESERVE_ANSWERS.store(n, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Whether this reserve write's answer is to come late (takes one of the faults left).
-fn late_reserve_answer() -> bool {
-    use std::sync::atomic::Ordering;
-    LATE_RESERVE_ANSWERS
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-        .is_ok()
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            clock_offset: SignedDuration::ZERO,
+            settle_delay: SETTLE_DELAY,
+            late_reserve_answers: 0,
+        }
+    }
 }
 
 /// A counter operation from the policy.
@@ -247,7 +253,11 @@ pub struct Committer {
     /// How long an idle queue lives, and how long entries wait for the controller.
     lifetimes: Lifetimes,
     metrics: Arc<Metrics>,
+    /// Wall time; [`Committer::now`] adds the fault tests' offset.
     clock: fn() -> Timestamp,
+    faults: Faults,
+    /// Reserve writes still to answer late ([`Faults::late_reserve_answers`]).
+    late_answers_left: AtomicU32,
     /// The WorkloadSpread reflector, once the capabilities have started it.
     reflector: OnceLock<Store<DynamicObject>>,
 }
@@ -272,11 +282,9 @@ impl Committer {
     /// and its entry and memory go.
     pub fn new(
         client: Client,
-        batching: BatchPolicy,
-        reserving: Option<ReservePolicy>,
+        settings: CounterSettings,
         metrics: Arc<Metrics>,
         clock: fn() -> Timestamp,
-        lifetimes: Lifetimes,
     ) -> Arc<Self> {
         let holder = holder_id();
         let labels = crate::metrics::HolderLabels {
@@ -286,16 +294,31 @@ impl Committer {
         Arc::new(Committer {
             client,
             resource: workloadspread_kube::resource::workloadspread_resource(),
-            batching,
-            reserving: reserving.filter(|r| r.max_block > 0),
+            batching: settings.batching,
+            reserving: settings.reserving.filter(|r| r.max_block > 0),
             holder,
             next_key: Arc::default(),
             queues: Mutex::new(HashMap::new()),
-            lifetimes,
+            lifetimes: settings.lifetimes,
             metrics,
             clock,
+            faults: settings.faults,
+            late_answers_left: AtomicU32::new(settings.faults.late_reserve_answers),
             reflector: OnceLock::new(),
         })
+    }
+
+    /// The clock the counter stamps with: wall time, moved by the fault tests' offset.
+    fn now(&self) -> Timestamp {
+        (self.clock)() + self.faults.clock_offset
+    }
+
+    /// Whether this reserve write's answer is to come late (takes one of the faults left).
+    fn late_reserve_answer(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.late_answers_left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     /// Lets every attempt start from the reflector's copy when it is newer.

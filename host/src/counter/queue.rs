@@ -1,9 +1,7 @@
 //! One queue per WorkloadSpread: a task that batches the operations sent to it, adds
 //! its own maintenance (settles, returns) and stops — its entry removed — once idle.
 
-use super::{
-    internal, lock, settle_delay, Committer, Pending, Queue, QueueKey, Shared, Work, TICK,
-};
+use super::{internal, lock, Committer, Pending, Queue, QueueKey, Shared, Work, TICK};
 use crate::counter::reserve::Pool;
 use kube::api::DynamicObject;
 use kube::Api;
@@ -177,11 +175,13 @@ impl Committer {
     fn maintenance(&self, queue: &Queue) -> Vec<Pending> {
         let mut shared = lock(&queue.shared);
         let mut work = vec![];
-        let settles = shared.pool.settles_due(Instant::now(), settle_delay());
+        let settles = shared
+            .pool
+            .settles_due(Instant::now(), self.faults.settle_delay);
         if !settles.is_empty() {
             work.push(internal(Work::Settle(settles)));
         }
-        for r in shared.pool.expired(Instant::now(), (self.clock)()) {
+        for r in shared.pool.expired(Instant::now(), self.now()) {
             work.push(internal(Work::Return(r)));
         }
         work

@@ -7,7 +7,7 @@
 //! kinds) are cached cluster-wide, every other kind — pods, ReplicaSets, Deployments … —
 //! only in the namespaces that hold a WorkloadSpread (a watch per such namespace, started
 //! when the first WorkloadSpread appears there, stopped a grace period after the last one
-//! went). Pods of other namespaces are answered without the policy (`serve::mod`), and a
+//! went). Pods of other namespaces are answered without the policy (`webhook::admit`), and a
 //! read the caches cannot answer yet is made live.
 //!
 //! A kind the API server does not serve at start is discovered again in the background
@@ -142,6 +142,18 @@ pub struct KubeCapabilities {
     discovered: Mutex<HashMap<KindKey, Discovered>>,
     metrics: Arc<Metrics>,
     lookups: lookup::Lookups,
+    settings: IndexSettings,
+}
+
+/// How the index keeps its caches.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IndexSettings {
+    /// How long a namespace's pod cache outlives the namespace's last read.
+    pub namespace_grace: Duration,
+    /// Fault tests only (`serve --watch-delay-ms MS`): each change the WorkloadSpread
+    /// watch delivers reaches this host that late — a slow watch: an edit is stored well
+    /// before the host's caches show it (its first list is not delayed).
+    pub watch_delay: Duration,
 }
 
 /// Whether the policy cannot work without `kind`: everything but OpenKruise's workload
@@ -160,7 +172,7 @@ impl KubeCapabilities {
         allow: AllowList,
         (committer, counting): (Option<Arc<Committer>>, bool),
         metrics: Arc<Metrics>,
-        namespace_grace: Duration,
+        settings: IndexSettings,
     ) -> anyhow::Result<Arc<Self>> {
         let caps = Arc::new(KubeCapabilities {
             client,
@@ -173,6 +185,7 @@ impl KubeCapabilities {
             discovered: Default::default(),
             metrics,
             lookups: Default::default(),
+            settings,
         });
         let wanted = caps.allow.resources.clone().unwrap_or_default();
         for (api_version, kind) in wanted {
@@ -183,7 +196,10 @@ impl KubeCapabilities {
         if !caps.lock_unserved().is_empty() {
             tokio::spawn(rediscover(Arc::downgrade(&caps)));
         }
-        tokio::spawn(follow_namespaces(Arc::downgrade(&caps), namespace_grace));
+        tokio::spawn(follow_namespaces(
+            Arc::downgrade(&caps),
+            settings.namespace_grace,
+        ));
         Ok(caps)
     }
 
@@ -221,7 +237,11 @@ impl KubeCapabilities {
                     .clone()
                     .map(|c| (c, self.metrics.contested.clone())),
             };
-            let (store, _) = spawn_reflector(api, resource.clone(), followers);
+            let delay = match is_workloadspread {
+                true => self.settings.watch_delay,
+                false => Duration::ZERO,
+            };
+            let (store, _) = spawn_reflector(api, resource.clone(), followers, delay);
             if let (true, Some(c)) = (is_workloadspread, &self.committer) {
                 c.use_reflector(store.clone());
             }
@@ -454,33 +474,16 @@ struct Followers {
     )>,
 }
 
-/// Fault tests only (`serve --watch-delay-ms MS`): each change a WorkloadSpread watch
-/// delivers reaches this host MS late — a slow watch: an edit is stored well before the
-/// host's caches show it (its first list is not delayed).
-static WATCH_DELAY_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Sets the WorkloadSpread watch's delay (fault tests).
-pub fn set_watch_delay(ms: u64) {
-    WATCH_DELAY_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// How late a change of `kind` reaches the cache.
-fn watch_delay(kind: &str) -> Duration {
-    match kind == workloadspread_core::api::KIND {
-        true => Duration::from_millis(WATCH_DELAY_MS.load(std::sync::atomic::Ordering::Relaxed)),
-        false => Duration::ZERO,
-    }
-}
-
 /// A watch of `api` into a cache; `followers` follow its events too.
+/// Each change it delivers reaches the cache `delay` late ([`IndexSettings::watch_delay`]).
 fn spawn_reflector(
     api: Api<DynamicObject>,
     resource: ApiResource,
     followers: Followers,
+    delay: Duration,
 ) -> (Store<DynamicObject>, tokio::task::AbortHandle) {
     let writer = reflector::store::Writer::new(resource.clone());
     let store = writer.as_reader();
-    let delay = watch_delay(&resource.kind);
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
         // Each change waits `delay` from its own arrival, in order (a serial wait would

@@ -47,7 +47,8 @@ impl KubeCapabilities {
         for ns in wanted {
             let entry = stores.entry(ns.clone()).or_insert_with(|| {
                 let api = Api::namespaced_with(self.client.clone(), ns, resource);
-                let (store, watch) = spawn_reflector(api, resource.clone(), Followers::default());
+                let (store, watch) =
+                    spawn_reflector(api, resource.clone(), Followers::default(), Duration::ZERO);
                 tracing::debug!(kind = %resource.kind, namespace = %ns, "watching");
                 NamespaceStore {
                     store,

@@ -11,7 +11,8 @@
 //! ends) keeps a replica that has not read the new files from writing an older bundle back.
 
 use super::publish::{Published, Targets};
-use super::{unix_now, CertBundle, CertResolver, SecretObserver};
+use super::{CertBundle, CertResolver, SecretObserver};
+use crate::clock::unix_now;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{Api, Client};

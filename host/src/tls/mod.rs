@@ -53,7 +53,8 @@ impl CertBundle {
     /// A fresh CA and a serving certificate for `sans` (default lifetimes).
     #[cfg(test)]
     pub fn generate(sans: &[String]) -> Result<Self> {
-        let state = TlsState::generate(sans, unix_now(), &certs::Lifetimes::default())?;
+        let now = crate::clock::unix_now();
+        let state = TlsState::generate(sans, now, &certs::Lifetimes::default())?;
         Ok(Self::from_state(&state))
     }
 
@@ -105,13 +106,6 @@ async fn bounded<T>(call: impl std::future::Future<Output = T>) -> Result<T> {
     tokio::time::timeout(CALL_TIMEOUT, call)
         .await
         .map_err(|_| anyhow::anyhow!("the API server did not answer within {CALL_TIMEOUT:?}"))
-}
-
-/// Seconds since the epoch.
-pub fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// rustls server configuration over `resolver` (HTTP/1.1: the API server then opens one

@@ -7,7 +7,7 @@
 
 use super::bounded;
 use super::staleness::{BundleWatch, TargetError};
-use super::unix_now;
+use crate::clock::unix_now;
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::{

@@ -8,7 +8,8 @@ use super::certs::{Issued, Lifetimes, TlsState};
 use super::publish::{get, Published, Targets, CRD, MUTATING, VALIDATING};
 use super::secret::{load_or_create, to_secret};
 use super::staleness::{BundleWatch, TargetError};
-use super::{bounded, unix_now, CertBundle, CertResolver, SecretObserver};
+use super::{bounded, CertBundle, CertResolver, SecretObserver};
+use crate::clock::unix_now;
 use anyhow::{Context, Result};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,

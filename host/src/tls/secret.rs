@@ -4,7 +4,7 @@
 
 use super::bounded;
 use super::certs::{Issued, Lifetimes, TlsState};
-use super::unix_now;
+use crate::clock::unix_now;
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;

@@ -177,7 +177,7 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
         let (worker, asked) = (app.clone(), request.clone());
         let again = tokio::task::spawn_blocking(move || {
             let caps: &dyn Capabilities = worker.capabilities.as_ref();
-            reinvoke::answer(&asked, &worker.tokens, caps, crate::tls::unix_now())
+            reinvoke::answer(&asked, &worker.tokens, caps, crate::clock::unix_now())
         });
         if let Ok(Some(answer)) = again.await {
             app.metrics.reinvocations.inc();
@@ -211,7 +211,7 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
             &request,
             &mut response,
             &worker.tokens,
-            crate::tls::unix_now(),
+            crate::clock::unix_now(),
         );
         response
     });

@@ -142,7 +142,7 @@ pub fn ready_answer(app: &App) -> Response {
     let certificates = app
         .certificates
         .as_ref()
-        .and_then(|c| c.refresh(crate::tls::unix_now()));
+        .and_then(|c| c.refresh(crate::clock::unix_now()));
     match app.capabilities.not_ready_reason().or(certificates) {
         None => "ok".into_response(),
         Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),

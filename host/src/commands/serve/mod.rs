@@ -238,10 +238,6 @@ pub fn serve(args: ServeArgs) -> Result<()> {
 }
 
 async fn serve_main(args: ServeArgs) -> Result<()> {
-    crate::clock::set_clock_offset(args.clock_offset_seconds);
-    crate::counter::set_late_reserve_answers(args.late_reserve_answers);
-    crate::counter::set_settle_delay(args.settle_delay_ms);
-    crate::index::set_watch_delay(args.watch_delay_ms);
     let worst = crate::webhook::limits::worst_case_mib(
         args.max_concurrency,
         args.policy_args.max_memory_mib,
@@ -302,23 +298,28 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
     startup.step("connecting to the API server");
     let client = kube_client(args.kubeconfig.as_ref()).await?;
     let committer = (!args.no_counter).then(|| {
-        crate::counter::Committer::new(
-            client.clone(),
-            crate::counter::BatchPolicy {
+        let settings = crate::counter::CounterSettings {
+            batching: crate::counter::BatchPolicy {
                 window: Duration::from_millis(args.batch_window_ms),
                 max_batch: usize::from(args.max_batch),
             },
-            Some(crate::counter::reserve::ReservePolicy {
+            reserving: Some(crate::counter::reserve::ReservePolicy {
                 max_block: usize::from(args.reserve_max),
                 ..Default::default()
             }),
-            metrics.clone(),
-            crate::clock::skewed_now,
-            crate::counter::Lifetimes {
+            lifetimes: crate::counter::Lifetimes {
                 idle: Duration::from_secs(args.counter_idle_seconds.max(1)),
                 expiry: Duration::from_secs(args.counter_expiry_seconds.max(5)),
             },
-        )
+            faults: crate::counter::Faults {
+                clock_offset: k8s_openapi::jiff::SignedDuration::from_secs(
+                    args.clock_offset_seconds,
+                ),
+                settle_delay: Duration::from_millis(args.settle_delay_ms),
+                late_reserve_answers: args.late_reserve_answers,
+            },
+        };
+        crate::counter::Committer::new(client.clone(), settings, metrics.clone(), crate::clock::now)
     });
     let module = args.policy.clone().unwrap_or_else(default_policy);
     let allow = crate::webhook::allow_list_from_metadata(&policy_metadata(
@@ -335,7 +336,10 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         allow,
         (committer.clone(), counting),
         metrics.clone(),
-        Duration::from_secs(args.namespace_cache_grace_seconds),
+        crate::index::IndexSettings {
+            namespace_grace: Duration::from_secs(args.namespace_cache_grace_seconds),
+            watch_delay: Duration::from_millis(args.watch_delay_ms),
+        },
     )
     .await?;
     startup.step("validating the policy settings");

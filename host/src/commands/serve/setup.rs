@@ -106,7 +106,7 @@ pub(super) async fn tls(
         }
         None => crate::tls::certs::TlsState::generate(
             &args.tls_sans,
-            crate::tls::unix_now(),
+            crate::clock::unix_now(),
             &lifetimes,
         )?,
     };
@@ -188,7 +188,7 @@ async fn files_with_bundle(
         &bundle.ca_pem,
         &bundle.cert_pem,
         &live,
-        crate::tls::unix_now(),
+        crate::clock::unix_now(),
         timing.overlap,
     );
     let health = Arc::new(crate::tls::staleness::BundleWatch::new(
