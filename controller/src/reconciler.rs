@@ -170,7 +170,8 @@ async fn write_status(
         source: e,
     })?;
     match ctx.writer.status(current, new_status).await? {
-        StatusWrite::Written(version) => {
+        StatusWrite::Written(written) => {
+            let version = written.metadata.resource_version;
             ctx.pacing.wrote((ns.clone(), name.clone()), Instant::now());
             ctx.metrics.status_writes.inc();
             ctx.metrics

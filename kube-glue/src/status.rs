@@ -8,10 +8,10 @@ use serde_json::Value;
 use std::time::Duration;
 
 /// How a status write came out.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum StatusWrite {
-    /// Stored, in this `resourceVersion`.
-    Written(Option<String>),
+    /// Stored: the object as the API server stored it (its new `resourceVersion`).
+    Written(Box<DynamicObject>),
     /// 409: someone wrote first (read again, decide again).
     Conflict,
     /// 404: the WorkloadSpread is gone.
@@ -46,18 +46,28 @@ impl StatusWriter {
         current: &DynamicObject,
         status: Value,
     ) -> Result<StatusWrite, StatusError> {
-        let ns = current.namespace().unwrap_or_default();
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), &ns, &workloadspread_resource());
         let mut updated = current.clone();
         if let Some(map) = updated.data.as_object_mut() {
             map.insert("status".into(), status);
         }
-        let (name, params) = (current.name_any(), PostParams::default());
-        let call = api.replace_status(&name, &params, &updated);
-        match tokio::time::timeout(self.timeout, call).await {
+        self.replace_within(&updated, self.timeout).await
+    }
+
+    /// Writes the status `updated` carries, guarded by its `resourceVersion`, within
+    /// `budget` (a caller with a deadline of its own gives what is left of it).
+    pub async fn replace_within(
+        &self,
+        updated: &DynamicObject,
+        budget: Duration,
+    ) -> Result<StatusWrite, StatusError> {
+        let ns = updated.namespace().unwrap_or_default();
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &ns, &workloadspread_resource());
+        let (name, params) = (updated.name_any(), PostParams::default());
+        let call = api.replace_status(&name, &params, updated);
+        match tokio::time::timeout(budget, call).await {
             Ok(answer) => outcome(answer),
-            Err(_) => Err(StatusError::Timeout(self.timeout)),
+            Err(_) => Err(StatusError::Timeout(budget)),
         }
     }
 }
@@ -65,7 +75,7 @@ impl StatusWriter {
 /// What the API server's answer to a status replace means.
 fn outcome(answer: Result<DynamicObject, kube::Error>) -> Result<StatusWrite, StatusError> {
     match answer {
-        Ok(written) => Ok(StatusWrite::Written(written.metadata.resource_version)),
+        Ok(written) => Ok(StatusWrite::Written(Box::new(written))),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(StatusWrite::Conflict),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(StatusWrite::Gone),
         Err(e) => Err(StatusError::Api(Box::new(e))),
@@ -91,8 +101,8 @@ mod tests {
         .unwrap();
         stored.metadata.resource_version = Some("42".into());
         assert_eq!(
-            outcome(Ok(stored)).unwrap(),
-            StatusWrite::Written(Some("42".into()))
+            outcome(Ok(stored.clone())).unwrap(),
+            StatusWrite::Written(Box::new(stored))
         );
         assert_eq!(outcome(refused(409)).unwrap(), StatusWrite::Conflict);
         assert_eq!(outcome(refused(404)).unwrap(), StatusWrite::Gone);

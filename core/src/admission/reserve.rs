@@ -207,13 +207,22 @@ pub fn decide(
 
 /// Whether `version` records a placeholder of a holder other than `holder`.
 fn has_foreign(status: &WorkloadSpreadStatus, version: &str, holder: &str) -> bool {
+    placeholders(status, version).any(|k| !held_by(k, holder))
+}
+
+/// The placeholders `version` records, in every subset.
+pub fn placeholders<'s>(
+    status: &'s WorkloadSpreadStatus,
+    version: &str,
+) -> impl Iterator<Item = &'s str> + 's {
     status
         .versioned_subset_statuses
         .get(version)
         .into_iter()
         .flatten()
         .flat_map(|s| s.creating_pods.keys())
-        .any(|k| is_placeholder(k) && !held_by(k, holder))
+        .map(String::as_str)
+        .filter(|k| is_placeholder(k))
 }
 
 /// Whether the pod (by name, or by the claim's generated id when unnamed) is already in

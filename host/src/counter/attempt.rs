@@ -14,10 +14,11 @@ use super::{
 use crate::capabilities::ProviderError as _;
 use crate::metrics::ReservationEvent;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DynamicObject, ListParams, PostParams};
+use kube::api::{DynamicObject, ListParams};
 use kube::Api;
 use std::time::{Duration, Instant};
 use workloadspread_core::admission::reserve::stale::{self, Naming, Stale};
+use workloadspread_kube::status::{StatusError, StatusWrite};
 
 impl Committer {
     /// Applies `batch` to the WorkloadSpread and writes the status once; on 409
@@ -166,39 +167,42 @@ impl Committer {
             }
             self.metrics.status_writes.inc();
             let budget = left.min(CALL_TIMEOUT);
-            let params = PostParams::default();
             let reserves = batch.iter().any(|p| matches!(p.work, Work::Reserve { .. }));
             let late = reserves && self.late_reserve_answer();
             let write = async {
-                let written = api.replace_status(name, &params, &updated).await;
+                let written = self.status.replace_within(&updated, budget).await;
                 if late {
                     tokio::time::sleep(super::LATE_ANSWER).await;
                 }
                 written
             };
-            let Ok(written) = tokio::time::timeout(budget, write).await else {
-                // It may have landed: the next attempt reads the object again.
-                self.metrics.unanswered_writes.inc();
-                failure = CommitError::Write {
-                    name: name.into(),
-                    reason: format!("no answer in {budget:?}"),
-                };
-                read_live = true;
-                continue;
+            let written = match tokio::time::timeout(budget, write).await {
+                Ok(Ok(written)) => Ok(written),
+                Ok(Err(StatusError::Api(e))) => Err(*e),
+                Ok(Err(StatusError::Timeout(_))) | Err(_) => {
+                    // It may have landed: the next attempt reads the object again.
+                    self.metrics.unanswered_writes.inc();
+                    failure = CommitError::Write {
+                        name: name.into(),
+                        reason: format!("no answer in {budget:?}"),
+                    };
+                    read_live = true;
+                    continue;
+                }
             };
             match written {
-                Ok(written) => {
+                Ok(StatusWrite::Written(written)) => {
                     self.count_expired(resolution.expired);
-                    carried.extend(self.answer(queue, written, batch, outcomes));
+                    carried.extend(self.answer(queue, *written, batch, outcomes));
                     return carried;
                 }
-                Err(kube::Error::Api(s)) if s.code == 409 => {
+                Ok(StatusWrite::Conflict) => {
                     // Someone wrote meanwhile; the reflector may not have seen it yet.
                     self.metrics.conflicts.inc();
                     failure = CommitError::Conflict { name: name.into() };
                     read_live = true;
                 }
-                Err(kube::Error::Api(s)) if s.code == 404 => {
+                Ok(StatusWrite::Gone) => {
                     failure = CommitError::Deleted { name: name.into() };
                     break;
                 }

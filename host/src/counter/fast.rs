@@ -11,7 +11,7 @@ use super::{lock, Committer, Queue, QueueKey};
 use crate::counter::reserve::Pool;
 use crate::metrics::ReservationEvent;
 use std::sync::Arc;
-use workloadspread_core::admission::reserve::held_by;
+use workloadspread_core::admission::reserve::{held_by, placeholders};
 use workloadspread_core::api::v1beta1::WorkloadSpreadStatus;
 use workloadspread_core::counter::batch::hand_out;
 use workloadspread_core::counter::{ClaimRequest, ClaimResponse};
@@ -107,12 +107,7 @@ fn deletions_recorded(status: &WorkloadSpreadStatus, version: &str) -> bool {
 
 /// Whether every placeholder of this replica in `version` is one its pool knows.
 fn own_placeholders_known(status: &WorkloadSpreadStatus, version: &str, pool: &Pool) -> bool {
-    status
-        .versioned_subset_statuses
-        .get(version)
-        .into_iter()
-        .flatten()
-        .flat_map(|s| s.creating_pods.keys())
+    placeholders(status, version)
         .filter(|k| held_by(k, pool.holder()))
         .all(|k| pool.knows(k))
 }

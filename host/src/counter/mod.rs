@@ -51,6 +51,7 @@ use workloadspread_core::counter::{
     ClaimRequest, ClaimResponse, ReleaseRequest, ReleaseResponse, UnclaimRequest, WorkloadSpreadKey,
 };
 use workloadspread_core::Timestamp;
+use workloadspread_kube::status::StatusWriter;
 
 /// Write attempts per batch (409s and transient errors) before giving up.
 const MAX_ATTEMPTS: u32 = 30;
@@ -242,6 +243,8 @@ struct Queue {
 /// The group-commit queues of one host process.
 pub struct Committer {
     client: Client,
+    /// Every status write, each bounded by what is left of its batch's deadline.
+    status: StatusWriter,
     resource: ApiResource,
     batching: BatchPolicy,
     /// `None`: every claim is written before it is answered.
@@ -292,6 +295,7 @@ impl Committer {
         };
         metrics.holder.get_or_create(&labels).set(1);
         Arc::new(Committer {
+            status: StatusWriter::new(client.clone(), CALL_TIMEOUT),
             client,
             resource: workloadspread_kube::resource::workloadspread_resource(),
             batching: settings.batching,

@@ -283,46 +283,42 @@ pub async fn ensure_bundles(
 /// called `name` (those that exist); retries on conflicts.
 pub async fn patch_ca_bundle(client: &Client, name: &str, ca_pem: &str) -> Result<usize> {
     let ca = ByteString(ca_pem.as_bytes().to_vec());
-    let mut patched = 0;
-    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    for _ in 0..5 {
-        let Some(mut c) = mutating.get_opt(name).await? else {
-            break;
-        };
+    let mutating = set_bundle(client, name, |c: &mut MutatingWebhookConfiguration| {
         for w in c.webhooks.iter_mut().flatten() {
             w.client_config.ca_bundle = Some(ca.clone());
         }
-        match mutating.replace(name, &PostParams::default(), &c).await {
-            Ok(_) => {
-                patched += 1;
-                break;
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => {
-                return Err(e).context(format!("patching MutatingWebhookConfiguration {name}"))
-            }
-        }
-    }
-    for _ in 0..5 {
-        let Some(mut c) = validating.get_opt(name).await? else {
-            break;
-        };
+    });
+    let validating = set_bundle(client, name, |c: &mut ValidatingWebhookConfiguration| {
         for w in c.webhooks.iter_mut().flatten() {
             w.client_config.ca_bundle = Some(ca.clone());
         }
-        match validating.replace(name, &PostParams::default(), &c).await {
-            Ok(_) => {
-                patched += 1;
-                break;
-            }
+    });
+    Ok(usize::from(mutating.await?) + usize::from(validating.await?))
+}
+
+/// Replaces the webhook configuration `name` (if it exists) with `set` applied, each
+/// call bounded; retries on conflicts. Whether it was written.
+async fn set_bundle<K>(client: &Client, name: &str, set: impl Fn(&mut K)) -> Result<bool>
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + DeserializeOwned
+        + serde::Serialize,
+{
+    let api: Api<K> = Api::all(client.clone());
+    for _ in 0..5 {
+        let Some(mut c) = bounded(api.get_opt(name)).await?? else {
+            return Ok(false);
+        };
+        set(&mut c);
+        match bounded(api.replace(name, &PostParams::default(), &c)).await? {
+            Ok(_) => return Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => {
-                return Err(e).context(format!("patching ValidatingWebhookConfiguration {name}"))
-            }
+            Err(e) => return Err(e).context(format!("patching {} {name}", K::kind(&()))),
         }
     }
-    Ok(patched)
+    Ok(false)
 }
 
 #[cfg(test)]
