@@ -1,8 +1,11 @@
 //! How long a failed reconcile waits before it is tried again, by what failed:
 //!
-//! * `NotLeader`: not retried. The replica stops leading (its Lease was not renewed in
-//!   time) and shuts down; the next leader reconciles every WorkloadSpread afresh. A
-//!   change of the object still triggers a reconcile, which the Writer fences again.
+//! * `NotLeader`: after [`BASE`], without doubling. A replica that lost its Lease for
+//!   good stops and the next leader reconciles every WorkloadSpread afresh; but a renewal
+//!   that lands late (its call slower than the renew deadline) gives the Lease back to a
+//!   replica that keeps running, and the spreads refused meanwhile must not wait for a
+//!   watch event to be reconciled again (their timed work: expiring placeholders,
+//!   creating windows, rescheduling). A non-leader returns at its first write: cheap.
 //! * `Conflicts`: after [`CONFLICT_RETRY`]. The status kept changing under us (the
 //!   admission host writes it too); a fresh read soon will most likely go through.
 //! * Everything else — the API server refusing or unreachable, a call timing out, caches
@@ -29,15 +32,14 @@ pub const MAX: Duration = Duration::from_secs(60);
 /// reconciled fine by a watch event in between).
 const FORGET_AFTER: Duration = Duration::from_secs(300);
 
-/// When to retry after the `consecutive`-th failure (1 for the first) of kind `kind`;
-/// `None`: not until something changes.
-pub fn delay(kind: ReconcileFailure, consecutive: u32) -> Option<Duration> {
+/// When to retry after the `consecutive`-th failure (1 for the first) of kind `kind`.
+pub fn delay(kind: ReconcileFailure, consecutive: u32) -> Duration {
     match kind {
-        ReconcileFailure::NotLeader => None,
-        ReconcileFailure::Conflicts => Some(CONFLICT_RETRY),
+        ReconcileFailure::NotLeader => BASE,
+        ReconcileFailure::Conflicts => CONFLICT_RETRY,
         _ => {
             let doublings = consecutive.saturating_sub(1).min(16);
-            Some(BASE.saturating_mul(1 << doublings).min(MAX))
+            BASE.saturating_mul(1 << doublings).min(MAX)
         }
     }
 }
@@ -50,12 +52,7 @@ pub struct Backoff {
 
 impl Backoff {
     /// Notes a failure of kind `kind` of `key` at `now`; returns when to retry.
-    pub fn failed(
-        &self,
-        key: (String, String),
-        kind: ReconcileFailure,
-        now: Instant,
-    ) -> Option<Duration> {
+    pub fn failed(&self, key: (String, String), kind: ReconcileFailure, now: Instant) -> Duration {
         let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
         failures.retain(|_, (_, at)| now.saturating_duration_since(*at) < FORGET_AFTER);
         let (count, at) = failures.entry(key).or_insert((0, now));
@@ -90,19 +87,17 @@ mod tests {
 
     #[test]
     fn each_kind_has_its_retry() {
-        assert_eq!(delay(ReconcileFailure::NotLeader, 1), None);
-        assert_eq!(delay(ReconcileFailure::NotLeader, 9), None);
-        assert_eq!(delay(ReconcileFailure::Conflicts, 1), Some(CONFLICT_RETRY));
-        assert_eq!(delay(ReconcileFailure::Conflicts, 9), Some(CONFLICT_RETRY));
-        let secs = |n| delay(ReconcileFailure::Api, n).map(|d| d.as_secs());
-        assert_eq!(
-            [1, 2, 3, 4, 5, 6].map(secs),
-            [5, 10, 20, 40, 60, 60].map(Some)
-        );
-        assert_eq!(secs(u32::MAX), Some(60), "bounded, without overflow");
+        // A late renewal gives the Lease back without a restart: retried, not doubled.
+        assert_eq!(delay(ReconcileFailure::NotLeader, 1), BASE);
+        assert_eq!(delay(ReconcileFailure::NotLeader, 9), BASE);
+        assert_eq!(delay(ReconcileFailure::Conflicts, 1), CONFLICT_RETRY);
+        assert_eq!(delay(ReconcileFailure::Conflicts, 9), CONFLICT_RETRY);
+        let secs = |n| delay(ReconcileFailure::Api, n).as_secs();
+        assert_eq!([1, 2, 3, 4, 5, 6].map(secs), [5, 10, 20, 40, 60, 60]);
+        assert_eq!(secs(u32::MAX), 60, "bounded, without overflow");
         for kind in ReconcileFailure::ALL {
             let retry = delay(kind, 1);
-            assert!(retry.is_none_or(|d| d <= BASE), "{kind:?}: {retry:?}");
+            assert!(retry <= BASE, "{kind:?}: {retry:?}");
         }
     }
 
@@ -111,20 +106,20 @@ mod tests {
         let backoff = Backoff::default();
         let t0 = Instant::now();
         let timeout = ReconcileFailure::Timeout;
-        assert_eq!(backoff.failed(key("a"), timeout, t0), Some(BASE));
-        assert_eq!(backoff.failed(key("a"), timeout, t0), Some(BASE * 2));
+        assert_eq!(backoff.failed(key("a"), timeout, t0), BASE);
+        assert_eq!(backoff.failed(key("a"), timeout, t0), BASE * 2);
         assert_eq!(
             backoff.failed(key("b"), timeout, t0),
-            Some(BASE),
+            BASE,
             "another WorkloadSpread starts at the base"
         );
-        assert_eq!(backoff.failed(key("a"), timeout, t0), Some(BASE * 4));
+        assert_eq!(backoff.failed(key("a"), timeout, t0), BASE * 4);
         backoff.succeeded(&key("a"));
-        assert_eq!(backoff.failed(key("a"), timeout, t0), Some(BASE));
+        assert_eq!(backoff.failed(key("a"), timeout, t0), BASE);
         // Long after its last failure a WorkloadSpread is forgotten: memory follows
         // what fails now, whatever the churn.
         let later = t0 + FORGET_AFTER;
-        assert_eq!(backoff.failed(key("c"), timeout, later), Some(BASE));
+        assert_eq!(backoff.failed(key("c"), timeout, later), BASE);
         assert_eq!(backoff.len(), 1);
     }
 }

@@ -49,10 +49,7 @@ pub fn error_policy(object: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>
         .backoff
         .failed(key(&object), error.metric_label(), Instant::now());
     tracing::warn!(workloadspread = %object.name_any(), namespace = ?object.namespace(), ?retry, "reconcile failed: {error}");
-    match retry {
-        Some(after) => Action::requeue(after),
-        None => Action::await_change(),
-    }
+    Action::requeue(retry)
 }
 
 fn key(object: &DynamicObject) -> (String, String) {
