@@ -126,8 +126,9 @@ pub struct Holding<'a> {
 ///   placeholders being given back fill it, it waits for that return (placed among
 ///   every candidate once it may wait no more).
 ///
-/// On [`Decision::Claimed`] `status` holds the claim; otherwise nothing to write changed
-/// (at most the version's initial subset statuses were filled in).
+/// On [`Decision::Claimed`] `status` holds the claim; otherwise it is unchanged (a version
+/// without subset statuses always has room for the restricted claim, the one step that
+/// could fill them in).
 pub fn decide(
     status: &mut WorkloadSpreadStatus,
     ws: &WorkloadSpread,
