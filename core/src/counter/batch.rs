@@ -327,10 +327,11 @@ fn claim_holding(
         };
     }
     let mut status = ws.status.clone().unwrap_or_default();
-    match claim_decision(ws, &mut status, req, &*holdings, facts, may_wait) {
+    let held = Held::of(&*holdings, &req.pod.version);
+    match claim_decision(ws, &mut status, req, &held, facts, may_wait) {
         Decision::Take { subset, key } => {
             let taking = (subset.as_str(), key.as_str());
-            match take(ws, &status, req, taking, facts, holdings) {
+            match take(ws, &status, req, taking, (facts, &held), holdings) {
                 Some(answer) => Outcome::Now(Answer::Claim(answer)),
                 // Decided from the holdings' own list: they hold it. Should they not,
                 // the claim comes again with the next write rather than spill.
@@ -340,27 +341,46 @@ fn claim_holding(
         Decision::Wait => Outcome::Wait,
         Decision::Claimed(claim) => {
             let scale = req.scale().with_departed(facts.departed);
-            let unused = holdings.unused(&req.pod.version);
-            let unused: Vec<&str> = unused.iter().map(|(s, _)| s.as_str()).collect();
-            let answer = answer(ws, &status, req, claim, scale, &unused);
+            let answer = answer(ws, &status, req, claim, scale, &held.unused_subsets());
             ws.status = Some(status);
             Outcome::Written(Answer::Claim(answer))
         }
     }
 }
 
-/// What [`decide`] makes of `req` on `status` (changed only by a claim) for `holdings`.
+/// What the holdings hold of one version, read once per claim: the decision and the
+/// answer's cost see the same placeholders.
+struct Held {
+    holder: String,
+    unused: Vec<(String, String)>,
+    returning: Vec<(String, String)>,
+}
+
+impl Held {
+    fn of(holdings: &(dyn Holdings + '_), version: &str) -> Self {
+        Held {
+            holder: holdings.holder().to_string(),
+            unused: holdings.unused(version),
+            returning: holdings.returning(version),
+        }
+    }
+
+    /// The subsets of the unused placeholders (slots, not pods, for the cost).
+    fn unused_subsets(&self) -> Vec<&str> {
+        self.unused.iter().map(|(s, _)| s.as_str()).collect()
+    }
+}
+
+/// What [`decide`] makes of `req` on `status` (changed only by a claim) for `held`.
 fn claim_decision(
     ws: &WorkloadSpread,
     status: &mut WorkloadSpreadStatus,
     req: &ClaimRequest,
-    holdings: &(dyn Holdings + '_),
+    held: &Held,
     facts: Facts<'_>,
     may_wait: bool,
 ) -> Decision {
-    let version = &req.pod.version;
-    let (unused, returning) = (holdings.unused(version), holdings.returning(version));
-    let (unused, returning) = (refs(&unused), refs(&returning));
+    let (unused, returning) = (refs(&held.unused), refs(&held.returning));
     let claimant = Claimant {
         pod: req.pod_key(),
         new_uid: &req.generated_uid,
@@ -370,7 +390,7 @@ fn claim_decision(
         may_wait,
     };
     let holding = Holding {
-        holder: holdings.holder(),
+        holder: &held.holder,
         unused: &unused,
         returning: &returning,
     };
@@ -388,18 +408,16 @@ fn take(
     status: &WorkloadSpreadStatus,
     req: &ClaimRequest,
     (subset, key): (&str, &str),
-    facts: Facts<'_>,
+    (facts, held): (Facts<'_>, &Held),
     holdings: &mut (dyn Holdings + '_),
 ) -> Option<ClaimResponse> {
     let scale = req.scale().with_departed(facts.departed);
-    let unused = holdings.unused(&req.pod.version);
-    let unused: Vec<&str> = unused.iter().map(|(s, _)| s.as_str()).collect();
     let claim = Claim {
         subset: Some(subset.to_string()),
         generated_uid: req.pod.name.is_empty().then(|| req.generated_uid.clone()),
         status_changed: false,
     };
-    let answer = answer(ws, status, req, claim, scale, &unused);
+    let answer = answer(ws, status, req, claim, scale, &held.unused_subsets());
     let taking = Taking {
         version: &req.pod.version,
         subset,
@@ -428,12 +446,12 @@ pub fn hand_out(
         confirm_takes: false,
     };
     let mut status = ws.status.clone().unwrap_or_default();
-    let Decision::Take { subset, key } =
-        claim_decision(ws, &mut status, req, &*holdings, facts, true)
+    let held = Held::of(&*holdings, &req.pod.version);
+    let Decision::Take { subset, key } = claim_decision(ws, &mut status, req, &held, facts, true)
     else {
         return None;
     };
-    take(ws, &status, req, (&subset, &key), facts, holdings)
+    take(ws, &status, req, (&subset, &key), (facts, &held), holdings)
 }
 
 /// The whole answer to a claim placed by `claim` on `status`: its subset, generated id
