@@ -5,7 +5,7 @@
 mod error;
 mod selector;
 
-pub use error::{HostCallError, ProviderError};
+pub use error::{HostCallError, ProviderError, HOST_CALL_ERROR_KINDS};
 pub(crate) use selector::parse_selector;
 use serde_json::Value;
 

@@ -327,6 +327,9 @@ impl Metrics {
             reinvocations.clone(),
         );
         let host_call_errors = Family::<HostCallErrorLabels, Counter>::default();
+        for kind in crate::capabilities::HOST_CALL_ERROR_KINDS {
+            let _ = host_call_errors.get_or_create(&HostCallErrorLabels { kind });
+        }
         registry.register(
             "host_call_errors",
             "Host calls of the policy that failed, by kind: NotFound (the object does not exist: normal for a deleted owner), Denied (not granted by the policy's capabilities), Invalid/Unknown (a request the host cannot serve), Api (the API server failed or did not answer in time), the counter's (Gone, Recreated, Conflict, Write, Read, Timeout, NoAnswer, Stopped, Internal: see the counter's log), Internal",
@@ -541,5 +544,15 @@ mod tests {
             r#"workloadspread_host_evaluations_total{endpoint="Mutate",outcome="Mutated"} 1"#
         ));
         assert!(text.contains("workloadspread_host_counter_batch_size_count 1"));
+    }
+
+    /// Before any failure, every kind of failed host call has its series at 0.
+    #[test]
+    fn host_call_errors_are_exported_at_zero() {
+        let text = Metrics::new().encode();
+        for kind in crate::capabilities::HOST_CALL_ERROR_KINDS {
+            let series = format!(r#"workloadspread_host_host_call_errors_total{{kind="{kind}"}} 0"#);
+            assert!(text.contains(&series), "no {series} in:\n{text}");
+        }
     }
 }

@@ -14,6 +14,28 @@ pub trait ProviderError: std::error::Error + Send + Sync + 'static {
     fn metric_label(&self) -> &'static str;
 }
 
+/// Every `kind` label a failed host call is counted under
+/// ([`HostCallError::metric_label`], the counter's [`ProviderError::metric_label`]): the
+/// host exports each series at 0 from the start, so that `rate()` and `increase()` see the
+/// first failure of a kind (a series born with it would not).
+pub const HOST_CALL_ERROR_KINDS: [&str; 15] = [
+    "Denied",
+    "Unknown",
+    "Invalid",
+    "NotFound",
+    "Recreated",
+    "Api",
+    "Internal",
+    "Recorded",
+    "Gone",
+    "Read",
+    "Write",
+    "Conflict",
+    "Timeout",
+    "Stopped",
+    "NoAnswer",
+];
+
 /// A failed host call.
 #[derive(Debug, thiserror::Error)]
 pub enum HostCallError {
@@ -112,7 +134,8 @@ impl HostCallError {
         }
     }
 
-    /// The `kind` label of `workloadspread_host_host_call_errors_total`.
+    /// The `kind` label of `workloadspread_host_host_call_errors_total` (one of
+    /// [`HOST_CALL_ERROR_KINDS`]).
     pub fn metric_label(&self) -> &'static str {
         match self {
             HostCallError::CapabilityDenied { .. } | HostCallError::ResourceDenied { .. } => {
@@ -133,6 +156,28 @@ impl HostCallError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every kind a host call failure is counted under is one the host exports at 0
+    /// (the counter's own kinds: `counter::error`'s test).
+    #[test]
+    fn every_kind_is_exported_from_the_start() {
+        let all = [
+            HostCallError::capability_denied("kubernetes", "get_resource"),
+            HostCallError::resource_denied("v1", "Secret"),
+            HostCallError::unknown_binding("nope"),
+            HostCallError::Invalid("selector".into()),
+            HostCallError::not_found("v1", "Pod", Some("ns"), "p"),
+            HostCallError::Recreated { what: "w".into() },
+            HostCallError::api("reading", "timeout"),
+            HostCallError::Encode(serde_json::from_str::<u8>("x").unwrap_err()),
+            HostCallError::Internal("outside an evaluation".into()),
+            HostCallError::Recorded("recorded".into()),
+        ];
+        for e in all {
+            let kind = e.metric_label();
+            assert!(HOST_CALL_ERROR_KINDS.contains(&kind), "{e}: kind {kind} not exported");
+        }
+    }
 
     #[test]
     fn the_guest_gets_a_code_only_where_it_decides_on_one() {

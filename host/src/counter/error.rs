@@ -107,6 +107,33 @@ impl ProviderError for CommitError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capabilities::HOST_CALL_ERROR_KINDS;
+
+    /// Every kind a counter failure is counted under is one the host exports at 0.
+    #[test]
+    fn every_kind_is_exported_from_the_start() {
+        let n = || "web".to_string();
+        let r = || "down".to_string();
+        let all = [
+            CommitError::NotFound { name: n() },
+            CommitError::Deleted { name: n() },
+            CommitError::Recreated { name: n() },
+            CommitError::Read { name: n(), reason: r() },
+            CommitError::Write { name: n(), reason: r() },
+            CommitError::Conflict { name: n() },
+            CommitError::NoTimeToWrite { name: n() },
+            CommitError::Codec(r()),
+            CommitError::NotAttempted,
+            CommitError::Conflict { name: n() }.gave_up(Duration::from_secs(6)),
+            CommitError::Stopped,
+            CommitError::NoAnswer(Duration::from_secs(8)),
+            CommitError::Internal("lost"),
+        ];
+        for e in all {
+            let kind = e.metric_label();
+            assert!(HOST_CALL_ERROR_KINDS.contains(&kind), "{e}: kind {kind} not exported");
+        }
+    }
 
     #[test]
     fn a_failure_keeps_its_kind_and_words_past_its_time() {
