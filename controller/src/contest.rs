@@ -4,7 +4,8 @@
 //! controller; it says so once with a Warning event on the spread, a gauge
 //! (`workloadspread_controller_contested_workloadspreads`) and `/readyz` (503 naming the
 //! spread, the other manager and what to do), until the spread is deleted or the
-//! controller restarts.
+//! controller restarts. An event that could not be recorded (this replica was not leading
+//! then, or the API server refused it) is tried again at the spread's next reconcile.
 
 use crate::metrics::Metrics;
 use crate::writer::Writer;
@@ -19,7 +20,14 @@ use workloadspread_core::controller::Event;
 /// The contests found so far, keyed `namespace/name/uid`.
 #[derive(Default)]
 pub struct Standing {
-    contests: Mutex<Contests>,
+    contests: Mutex<Known>,
+}
+
+#[derive(Default)]
+struct Known {
+    contests: Contests,
+    /// The contests whose `Contested` event was recorded.
+    announced: HashSet<String>,
 }
 
 fn key(object: &DynamicObject) -> String {
@@ -31,13 +39,13 @@ fn key(object: &DynamicObject) -> String {
 }
 
 impl Standing {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Contests> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Known> {
         self.contests.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// What `/readyz` says while a spread is contested: which, by whom, what to do.
     pub fn not_ready_reason(&self) -> Option<String> {
-        let contests = self.lock();
+        let contests = &self.lock().contests;
         let (key, contest) = contests.iter().next()?;
         let spread = spread_of(key);
         let more = contests.len() - 1;
@@ -54,9 +62,10 @@ impl Standing {
     /// Forgets the spreads not in `live` (`namespace/name/uid` keys); returns how many
     /// are contested now.
     pub fn retain(&self, live: &HashSet<String>) -> usize {
-        let mut contests = self.lock();
-        contests.retain(&|k| live.contains(k));
-        contests.len()
+        let mut known = self.lock();
+        known.contests.retain(&|k| live.contains(k));
+        known.announced.retain(|k| live.contains(k));
+        known.contests.len()
     }
 
     /// The `namespace/name/uid` keys of `objects` (what [`Standing::retain`] keeps).
@@ -66,7 +75,7 @@ impl Standing {
 }
 
 /// Whether this controller must leave `object` alone; on the first sight of its contest
-/// it logs, records the event and sets the gauge.
+/// it logs and sets the gauge, and it records the `Contested` event until one is recorded.
 pub async fn stands_back(
     object: &DynamicObject,
     standing: &Standing,
@@ -75,21 +84,97 @@ pub async fn stands_back(
 ) -> bool {
     let key = key(object);
     let found = {
-        let mut contests = standing.lock();
-        let found = contests
+        let mut known = standing.lock();
+        let found = known
+            .contests
             .observe(&key, object.managed_fields())
-            .map(|o| o.new.then(|| o.contest.message(spread_of(&key))));
+            .map(|o| (o.new, o.contest.message(spread_of(&key))));
         metrics
             .contested
-            .set(i64::try_from(contests.len()).unwrap_or(i64::MAX));
-        found
+            .set(i64::try_from(known.contests.len()).unwrap_or(i64::MAX));
+        found.map(|(new, message)| (new, !known.announced.contains(&key), message))
     };
-    let Some(new) = found else {
+    let Some((new, unannounced, message)) = found else {
         return false;
     };
-    if let Some(message) = new {
+    if new {
         tracing::error!("{message}");
-        publish_events(object, &[Event::warning("Contested", message)], writer).await;
+    }
+    if unannounced && publish_events(object, &[Event::warning("Contested", message)], writer).await
+    {
+        standing.lock().announced.insert(key);
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::leader::Leadership;
+    use axum::http::StatusCode;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// An API server for events only: the first POST fails, later ones are stored (the
+    /// body echoed); counts them.
+    async fn event_sink() -> (String, Arc<AtomicUsize>) {
+        let posts = Arc::new(AtomicUsize::new(0));
+        let seen = posts.clone();
+        let app = axum::Router::new().fallback(move |body: String| {
+            let seen = seen.clone();
+            async move {
+                match seen.fetch_add(1, Ordering::SeqCst) {
+                    0 => (StatusCode::INTERNAL_SERVER_ERROR, String::new()),
+                    _ => (StatusCode::CREATED, body),
+                }
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, posts)
+    }
+
+    fn spread(status_writers: &[&str]) -> DynamicObject {
+        let entries: Vec<serde_json::Value> = status_writers
+            .iter()
+            .map(|m| {
+                serde_json::json!({"manager": m, "operation": "Update", "subresource": "status",
+                    "apiVersion": "apps.kruise.io/v1alpha1", "time": "2026-11-29T07:00:00Z"})
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+            "metadata": {"name": "web", "namespace": "ns", "uid": "u1",
+                "managedFields": entries}}))
+        .unwrap()
+    }
+
+    /// A `Contested` event the API server did not take is posted again at the next
+    /// reconcile, and not again once recorded.
+    #[tokio::test]
+    async fn the_contested_event_is_posted_until_recorded() {
+        let (url, posts) = event_sink().await;
+        let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let recorder = kube::runtime::events::Recorder::new(client.clone(), "test".into());
+        let metrics = Arc::new(Metrics::new());
+        let writer = Writer::new(
+            client,
+            recorder,
+            Arc::new(Leadership::unelected()),
+            metrics.clone(),
+        );
+        let standing = Standing::default();
+        let ours = spread(&["workloadspread-controller"]);
+        assert!(!stands_back(&ours, &standing, &metrics, &writer).await);
+        assert_eq!(posts.load(Ordering::SeqCst), 0);
+        let rival = spread(&["workloadspread-controller", "kruise-manager"]);
+        assert!(stands_back(&rival, &standing, &metrics, &writer).await);
+        assert_eq!(posts.load(Ordering::SeqCst), 1, "posted, refused");
+        assert!(stands_back(&rival, &standing, &metrics, &writer).await);
+        assert_eq!(posts.load(Ordering::SeqCst), 2, "posted again, recorded");
+        assert!(stands_back(&rival, &standing, &metrics, &writer).await);
+        assert_eq!(posts.load(Ordering::SeqCst), 2, "once recorded, not again");
+        assert!(standing.not_ready_reason().is_some());
+    }
 }

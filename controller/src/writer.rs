@@ -251,7 +251,8 @@ impl Writer {
     }
 
     /// Records `e` on `reference`: best effort, a lost event is logged (and counted).
-    pub async fn event(&self, reference: &ObjectReference, e: &Event) {
+    /// Whether it was recorded (a caller that must say something once retries on false).
+    pub async fn event(&self, reference: &ObjectReference, e: &Event) -> bool {
         let event = KubeEvent {
             type_: if e.type_ == "Warning" {
                 EventType::Warning
@@ -265,13 +266,17 @@ impl Writer {
         };
         let call = self.recorder.publish(&event, reference);
         match self.send(WriteTarget::Event, EVENT_TIMEOUT, call).await {
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => true,
             Ok(Err(err)) => {
                 tracing::warn!("recording event {}: {err}", e.reason);
                 self.metrics
                     .write_failed(WriteTarget::Event, WriteFailure::Api);
+                false
             }
-            Err(failure) => tracing::warn!("recording event {}: {failure}", e.reason),
+            Err(failure) => {
+                tracing::warn!("recording event {}: {failure}", e.reason);
+                false
+            }
         }
     }
 }

@@ -165,8 +165,13 @@ fn fallback_event(
     Some(Event::normal("RescheduleForCapacity", message))
 }
 
-/// Records `events` on the WorkloadSpread `object` (in the version read).
-pub(crate) async fn publish_events(object: &DynamicObject, events: &[Event], writer: &Writer) {
+/// Records `events` on the WorkloadSpread `object` (in the version read); whether every
+/// one was recorded.
+pub(crate) async fn publish_events(
+    object: &DynamicObject,
+    events: &[Event],
+    writer: &Writer,
+) -> bool {
     let reference = ObjectReference {
         api_version: Some("apps.kruise.io/v1beta1".into()),
         kind: Some("WorkloadSpread".into()),
@@ -176,9 +181,11 @@ pub(crate) async fn publish_events(object: &DynamicObject, events: &[Event], wri
         resource_version: object.metadata.resource_version.clone(),
         field_path: None,
     };
+    let mut all = true;
     for e in events {
-        writer.event(&reference, e).await;
+        all &= writer.event(&reference, e).await;
     }
+    all
 }
 
 /// The WorkloadSpread `ws` as an event's subject.

@@ -551,7 +551,8 @@ mod tests {
     fn host_call_errors_are_exported_at_zero() {
         let text = Metrics::new().encode();
         for kind in crate::capabilities::HOST_CALL_ERROR_KINDS {
-            let series = format!(r#"workloadspread_host_host_call_errors_total{{kind="{kind}"}} 0"#);
+            let series =
+                format!(r#"workloadspread_host_host_call_errors_total{{kind="{kind}"}} 0"#);
             assert!(text.contains(&series), "no {series} in:\n{text}");
         }
     }

@@ -175,7 +175,10 @@ mod tests {
         ];
         for e in all {
             let kind = e.metric_label();
-            assert!(HOST_CALL_ERROR_KINDS.contains(&kind), "{e}: kind {kind} not exported");
+            assert!(
+                HOST_CALL_ERROR_KINDS.contains(&kind),
+                "{e}: kind {kind} not exported"
+            );
         }
     }
 

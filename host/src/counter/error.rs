@@ -118,8 +118,14 @@ mod tests {
             CommitError::NotFound { name: n() },
             CommitError::Deleted { name: n() },
             CommitError::Recreated { name: n() },
-            CommitError::Read { name: n(), reason: r() },
-            CommitError::Write { name: n(), reason: r() },
+            CommitError::Read {
+                name: n(),
+                reason: r(),
+            },
+            CommitError::Write {
+                name: n(),
+                reason: r(),
+            },
             CommitError::Conflict { name: n() },
             CommitError::NoTimeToWrite { name: n() },
             CommitError::Codec(r()),
@@ -131,7 +137,10 @@ mod tests {
         ];
         for e in all {
             let kind = e.metric_label();
-            assert!(HOST_CALL_ERROR_KINDS.contains(&kind), "{e}: kind {kind} not exported");
+            assert!(
+                HOST_CALL_ERROR_KINDS.contains(&kind),
+                "{e}: kind {kind} not exported"
+            );
         }
     }
 
