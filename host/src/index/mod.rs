@@ -388,6 +388,38 @@ impl KubeCapabilities {
     }
 }
 
+/// Whether reads show the WorkloadSpreads another manager writes too (`contests`): a pod's
+/// admission does not see them (their pods pass as the other webhook spreads them), a
+/// WorkloadSpread's own validation does (a second spread of the same workload is refused as
+/// a conflict, contested or not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContestedSpreads {
+    Hidden,
+    Shown,
+}
+
+/// The host's capabilities for the validation of a WorkloadSpread: reads show contested
+/// spreads ([`ContestedSpreads::Shown`]).
+pub struct ShowingContested(pub Arc<KubeCapabilities>);
+
+impl Capabilities for ShowingContested {
+    fn call(
+        &self,
+        binding: &str,
+        namespace: &str,
+        operation: &str,
+        payload: &[u8],
+    ) -> Result<Vec<u8>, HostCallError> {
+        self.0.call_with(
+            ContestedSpreads::Shown,
+            binding,
+            namespace,
+            operation,
+            payload,
+        )
+    }
+}
+
 impl Capabilities for KubeCapabilities {
     fn call(
         &self,
@@ -396,7 +428,27 @@ impl Capabilities for KubeCapabilities {
         operation: &str,
         payload: &[u8],
     ) -> Result<Vec<u8>, HostCallError> {
-        let answer = self.answer(binding, namespace, operation, payload);
+        self.call_with(
+            ContestedSpreads::Hidden,
+            binding,
+            namespace,
+            operation,
+            payload,
+        )
+    }
+}
+
+impl KubeCapabilities {
+    /// [`Capabilities::call`], with contested spreads hidden or shown, counted.
+    fn call_with(
+        &self,
+        contested: ContestedSpreads,
+        binding: &str,
+        namespace: &str,
+        operation: &str,
+        payload: &[u8],
+    ) -> Result<Vec<u8>, HostCallError> {
+        let answer = self.answer(contested, binding, namespace, operation, payload);
         if let Err(e) = &answer {
             self.metrics
                 .host_call_errors
@@ -407,12 +459,11 @@ impl Capabilities for KubeCapabilities {
         }
         answer
     }
-}
 
-impl KubeCapabilities {
     /// [`Capabilities::call`], uncounted.
     fn answer(
         &self,
+        contested: ContestedSpreads,
         binding: &str,
         namespace: &str,
         operation: &str,
@@ -428,7 +479,7 @@ impl KubeCapabilities {
             {
                 Err(HostCallError::capability_denied(namespace, operation))
             }
-            ("kubewarden", "kubernetes") => self.read(operation, payload),
+            ("kubewarden", "kubernetes") => self.read(operation, payload, contested),
             (counter::BINDING, counter::NAMESPACE) => self.counter_call(operation, payload),
             _ => Err(HostCallError::unknown_binding(binding)),
         }

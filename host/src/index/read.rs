@@ -6,13 +6,24 @@ use workloadspread_core::fields::FieldSelector;
 use workloadspread_core::workload::TARGET_NAME_FIELD;
 
 impl KubeCapabilities {
-    pub(super) fn read(&self, operation: &str, payload: &[u8]) -> Result<Vec<u8>, HostCallError> {
+    pub(super) fn read(
+        &self,
+        operation: &str,
+        payload: &[u8],
+        contested: ContestedSpreads,
+    ) -> Result<Vec<u8>, HostCallError> {
         let read = KubeRead::parse(operation, payload)?;
         let (api_version, kind) = read.resource();
         if !self.allow.permits_resource(api_version, kind) {
             return Err(HostCallError::resource_denied(api_version, kind));
         }
-        let reflected = self.reflected(api_version, kind);
+        let reflected = self.reflected(api_version, kind).map(|r| match contested {
+            ContestedSpreads::Hidden => r,
+            ContestedSpreads::Shown => Reflected {
+                contests: None,
+                ..r
+            },
+        });
         let mask = read.mask();
         let answer = match (&read, reflected.as_ref()) {
             (

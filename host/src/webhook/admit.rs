@@ -3,10 +3,11 @@
 //! pods, the claim rate, then the guest), each step by what the request is
 //! (`classify.rs`).
 
-use super::classify::{may_claim, owned_pod_create, workloadspread_created};
+use super::classify::{about_workloadspread, may_claim, owned_pod_create, workloadspread_created};
 use super::{bad_request, body, reinvoke, App, PeerCertificate};
 use crate::capabilities::Capabilities;
 use crate::engine::evaluate::{self, AdmissionResponse};
+use crate::index::ShowingContested;
 use crate::metrics::{Endpoint, EndpointLabels, EvalLabels, NamespaceLabels, Outcome, Refusal};
 use axum::extract::Request;
 use axum::http::StatusCode;
@@ -205,7 +206,10 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
     }
     let worker = app.clone();
     let evaluation = tokio::task::spawn_blocking(move || {
-        let caps: Arc<dyn Capabilities> = worker.capabilities.clone();
+        let caps: Arc<dyn Capabilities> = match about_workloadspread(&request) {
+            true => Arc::new(ShowingContested(worker.capabilities.clone())),
+            false => worker.capabilities.clone(),
+        };
         let mut response = evaluate::evaluate(&worker.engine, &request, &worker.settings, caps);
         reinvoke::sign(
             &request,

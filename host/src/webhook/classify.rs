@@ -45,15 +45,19 @@ fn dry_run(request: &Value) -> bool {
     request["dryRun"] == true
 }
 
+/// Whether the request is about a WorkloadSpread itself (any served version, any
+/// operation): its validation reads every WorkloadSpread, contested ones included
+/// (`index::ShowingContested`).
+pub(super) fn about_workloadspread(request: &Value) -> bool {
+    let resource = &request["resource"];
+    resource["group"] == "apps.kruise.io" && resource["resource"] == "workloadspreads"
+}
+
 /// The namespace of a WorkloadSpread creation (any served version) that is not a dry run.
 pub(super) fn workloadspread_created(request: &Value) -> Option<&str> {
-    let resource = &request["resource"];
-    (resource["group"] == "apps.kruise.io"
-        && resource["resource"] == "workloadspreads"
-        && request["operation"] == "CREATE"
-        && !dry_run(request))
-    .then(|| request["namespace"].as_str())
-    .flatten()
+    (about_workloadspread(request) && request["operation"] == "CREATE" && !dry_run(request))
+        .then(|| request["namespace"].as_str())
+        .flatten()
 }
 
 #[cfg(test)]

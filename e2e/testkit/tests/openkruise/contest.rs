@@ -148,6 +148,20 @@ async fn a_rival_status_writer_makes_host_and_controller_stand_back() -> Result<
         now.data["status"]
     );
     assert_eq!(failed_creates(&stack.ns).await?, 0, "no create refused");
+    // Left out of the pods' reads, the contested spread still counts for validation: a
+    // second spread of the same Deployment is refused as a conflict.
+    let second: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+        "metadata": {"name": "web-again"}, "spec": spec()}))?;
+    match ws.create(&PostParams::default(), &second).await {
+        Err(kube::Error::Api(e)) => assert!(
+            e.message
+                .contains("in conflict with other WorkloadSpread web"),
+            "refused for the conflict: {}",
+            e.message
+        ),
+        other => anyhow::bail!("a second spread of a contested spread's workload: {other:?}"),
+    }
 
     // The way out once the rival is gone: a restart takes a new first sight.
     let bins = Binaries::find()?.context("binaries")?;
