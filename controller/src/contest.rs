@@ -6,6 +6,9 @@
 //! spread, the other manager and what to do), until the spread is deleted or the
 //! controller restarts. An event that could not be recorded (this replica was not leading
 //! then, or the API server refused it) is tried again at the spread's next reconcile.
+//! While OpenKruise's WorkloadSpread validation is registered (`core::contest`), every
+//! spread is contested so; its removal (the hand-over) drops every contest
+//! ([`Standing::set_registered`]) and the caller reconciles every spread again.
 
 use crate::metrics::Metrics;
 use crate::writer::Writer;
@@ -14,7 +17,7 @@ use kube::api::DynamicObject;
 use kube::ResourceExt;
 use std::collections::HashSet;
 use std::sync::Mutex;
-use workloadspread_core::contest::{spread_key, spread_of, Contests};
+use workloadspread_core::contest::{spread_key, spread_of, Contests, Registration};
 use workloadspread_core::controller::Event;
 
 /// The contests found so far, keyed `namespace/name/uid`.
@@ -43,9 +46,36 @@ impl Standing {
         self.contests.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Follows whether OpenKruise's WorkloadSpread validation is registered: what changed
+    /// (the events are posted again for what is contested from then on), and how many
+    /// spreads are contested now.
+    pub fn set_registered(&self, registered: bool) -> (Registration, usize) {
+        let mut known = self.lock();
+        let change = known.contests.set_registered(registered);
+        match change {
+            Registration::Registered => {
+                if let Some(r) = known.contests.registration() {
+                    tracing::error!("{}", r.message("*"));
+                }
+            }
+            Registration::HandedOver => tracing::info!(
+                "OpenKruise's WorkloadSpread validation is gone (handed over): reconciling \
+                 every WorkloadSpread"
+            ),
+            Registration::Unchanged => {}
+        }
+        if change != Registration::Unchanged {
+            known.announced.clear();
+        }
+        (change, known.contests.len())
+    }
+
     /// What `/readyz` says while a spread is contested: which, by whom, what to do.
     pub fn not_ready_reason(&self) -> Option<String> {
         let contests = &self.lock().contests;
+        if let Some(r) = contests.registration() {
+            return Some(r.message("*"));
+        }
         let (key, contest) = contests.iter().next()?;
         let spread = spread_of(key);
         let more = contests.len() - 1;
@@ -176,5 +206,23 @@ mod tests {
         assert!(stands_back(&rival, &standing, &metrics, &writer).await);
         assert_eq!(posts.load(Ordering::SeqCst), 2, "once recorded, not again");
         assert!(standing.not_ready_reason().is_some());
+        // OpenKruise's validation registered: the event again, naming it; handed over:
+        // nothing contested, the spread seen then is its first sight.
+        assert_eq!(standing.set_registered(true).0, Registration::Registered);
+        assert!(stands_back(&rival, &standing, &metrics, &writer).await);
+        assert_eq!(
+            posts.load(Ordering::SeqCst),
+            3,
+            "the registration announced"
+        );
+        assert!(standing
+            .not_ready_reason()
+            .is_some_and(|r| r.contains("openkruise hand-over")));
+        assert_eq!(
+            standing.set_registered(false),
+            (Registration::HandedOver, 0)
+        );
+        assert!(!stands_back(&rival, &standing, &metrics, &writer).await);
+        assert!(standing.not_ready_reason().is_none());
     }
 }

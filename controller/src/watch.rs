@@ -193,6 +193,15 @@ async fn run_controller(
     ));
     let (workloads, workload_triggers) =
         Workloads::start(&client, scope, &kinds, spreads.clone(), resource.clone());
+    // Nothing is reconciled before it is known whether OpenKruise owns WorkloadSpreads.
+    let handed_over = follow_openkruise(
+        workloadspread_kube::openkruise::registrations(client.clone()),
+        standing.clone(),
+        metrics.clone(),
+        spreads.clone(),
+        resource.clone(),
+    )
+    .await;
     let ctx = Arc::new(
         Context::new(
             client.clone(),
@@ -224,7 +233,10 @@ async fn run_controller(
         .with_standing(standing),
     );
     let controller = controller
-        .reconcile_on(futures::stream::select(workload_triggers, pod_triggers))
+        .reconcile_on(futures::stream::select(
+            futures::stream::select(workload_triggers, pod_triggers),
+            handed_over,
+        ))
         .with_config(kube::runtime::controller::Config::default().concurrency(args.concurrency))
         .graceful_shutdown_on(async move {
             let lost = async move {
@@ -259,6 +271,66 @@ async fn run_controller(
         })
         .await;
     Ok(())
+}
+
+/// Follows `registrations` (whether OpenKruise's WorkloadSpread validation is registered)
+/// into `standing`: waits for the first answer (saying every 10 s what it waits for), then
+/// follows the rest in the background. Returns the reconciles to run at a hand-over: every
+/// spread of `spreads`, held back until then.
+async fn follow_openkruise(
+    mut registrations: futures::stream::BoxStream<'static, bool>,
+    standing: Arc<crate::contest::Standing>,
+    metrics: Arc<Metrics>,
+    spreads: Store<DynamicObject>,
+    resource: kube::api::ApiResource,
+) -> impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<DynamicObject>> + Send + 'static
+{
+    let started = tokio::time::Instant::now();
+    let mut report = tokio::time::interval(Duration::from_secs(10));
+    report.tick().await;
+    let first = loop {
+        tokio::select! {
+            first = registrations.next() => break first,
+            _ = report.tick() => tracing::info!(
+                "waiting to know whether OpenKruise owns WorkloadSpreads (the watch of \
+                 validatingwebhookconfigurations/{}, {:?} so far)",
+                workloadspread_core::contest::OPENKRUISE_CONFIGURATION,
+                started.elapsed()),
+        }
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let apply = move |registered: bool| {
+        let (change, contested) = standing.set_registered(registered);
+        metrics
+            .contested
+            .set(i64::try_from(contested).unwrap_or(i64::MAX));
+        change == workloadspread_core::contest::Registration::HandedOver
+    };
+    if let Some(registered) = first {
+        apply(registered);
+    }
+    tokio::spawn(async move {
+        while let Some(registered) = registrations.next().await {
+            if apply(registered) {
+                let every: Vec<_> = spreads
+                    .state()
+                    .iter()
+                    .map(|o| {
+                        kube::runtime::reflector::ObjectRef::from_obj_with(
+                            o.as_ref(),
+                            resource.clone(),
+                        )
+                    })
+                    .collect();
+                for spread in every {
+                    if tx.send(spread).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) })
 }
 
 /// Removes the series (and contests) of deleted WorkloadSpreads every `period`: those `spreads` (the

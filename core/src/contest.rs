@@ -9,6 +9,14 @@
 //! injection) and says so, until the other writer is switched off and the component is
 //! restarted (`docs/operations.md`, "Coming from OpenKruise").
 //!
+//! OpenKruise is also seen before it writes: while its WorkloadSpread validation
+//! (`vworkloadspread.kb.io` in `kruise-validating-webhook-configuration`) is registered,
+//! OpenKruise owns WorkloadSpreads (its gate on, or off and not handed over yet: then that
+//! webhook refuses every spread) and a component stands back from every spread
+//! ([`Contests::set_registered`]). `workloadspread-host openkruise hand-over` takes it out;
+//! seeing that is the take-over: what is stored then becomes the first sight of every
+//! spread, as a restart would take it, and contests found before are dropped.
+//!
 //! Only the other manager's own writes move its entry's time (another manager taking
 //! fields over shrinks its field set, never its time): a changed time is a write, whatever
 //! the clock of the API server that took it; no clocks are compared. Writes within the
@@ -34,6 +42,16 @@ pub fn user_agent(manager: &str) -> String {
 /// What the API server names a client without a user agent: releases before the
 /// managers above wrote so, and an upgrade must not read its own old writes as a rival.
 pub const UNNAMED_MANAGER: &str = "unknown";
+
+/// OpenKruise's validating webhook configuration, and its WorkloadSpread webhook in it.
+pub const OPENKRUISE_CONFIGURATION: &str = "kruise-validating-webhook-configuration";
+pub const OPENKRUISE_WEBHOOK: &str = "vworkloadspread.kb.io";
+
+/// Whether OpenKruise owns WorkloadSpreads, from the names of the webhooks of
+/// [`OPENKRUISE_CONFIGURATION`] (none: the configuration does not exist).
+pub fn openkruise_registered<'a>(webhooks: impl IntoIterator<Item = &'a str>) -> bool {
+    webhooks.into_iter().any(|w| w == OPENKRUISE_WEBHOOK)
+}
 
 /// A write of the status subresource by a manager that is not ours: one managedFields
 /// entry (the API server keeps one per manager, operation and apiVersion).
@@ -88,11 +106,24 @@ pub struct Contest {
     pub manager: String,
     /// The API server's time of that write.
     pub at: Option<Time>,
+    /// Not a write: OpenKruise's WorkloadSpread validation is registered.
+    pub registered: bool,
 }
 
 impl Contest {
-    /// What to tell the user: who, and what to do.
+    /// What to tell the user: who, and what to do (`spread`: which spread, `*` for all;
+    /// OpenKruise's registration names none, it holds every one).
     pub fn message(&self, spread: &str) -> String {
+        if self.registered {
+            return format!(
+                "OpenKruise's WorkloadSpread validation ({OPENKRUISE_WEBHOOK} in \
+                 {OPENKRUISE_CONFIGURATION}) is registered: OpenKruise owns WorkloadSpreads, so \
+                 this component stands back from every one, to not fight. To take over, turn \
+                 OpenKruise's WorkloadSpread feature gate off (featureGates=\"WorkloadSpread=false\") \
+                 and run `workloadspread-host openkruise hand-over`; see docs/operations.md, \
+                 \"Coming from OpenKruise\""
+            );
+        }
         let at = self
             .at
             .as_ref()
@@ -118,6 +149,7 @@ pub fn contest(first: &[StatusWrite], now: &[StatusWrite]) -> Option<Contest> {
         .map(|w| Contest {
             manager: w.manager.clone(),
             at: w.time.clone(),
+            registered: false,
         })
 }
 
@@ -143,23 +175,38 @@ pub struct Observed<'a> {
 }
 
 /// What a component remembers per WorkloadSpread (by uid): the other managers' writes at
-/// first sight, and the contest once one is found (kept until the spread is deleted or the
-/// component restarts). Bounded by the WorkloadSpreads the component sees.
+/// first sight and as last seen, and the contest once one is found (kept until the spread
+/// is deleted, the component restarts or OpenKruise's registration goes away); and whether
+/// OpenKruise's WorkloadSpread validation is registered (every spread contested). Bounded
+/// by the WorkloadSpreads the component sees.
 #[derive(Debug, Default)]
 pub struct Contests {
     first: BTreeMap<String, Vec<StatusWrite>>,
+    last: BTreeMap<String, Vec<StatusWrite>>,
     contested: BTreeMap<String, Contest>,
+    registered: Option<Contest>,
+}
+
+/// What [`Contests::set_registered`] changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Registration {
+    Unchanged,
+    /// OpenKruise's validation appeared: every spread is contested.
+    Registered,
+    /// It went away (handed over): every spread is the component's again.
+    HandedOver,
 }
 
 impl Contests {
-    /// Records the managedFields of WorkloadSpread `uid` as observed now; returns its
-    /// contest, if there is one (newly found or found before).
+    /// Records the managedFields of WorkloadSpread `uid` as observed now.
+    /// Returns its contest, if there is one (newly found or found before; while
+    /// OpenKruise's validation is registered, that).
     pub fn observe(&mut self, uid: &str, entries: &[ManagedFieldsEntry]) -> Option<Observed<'_>> {
         let now = foreign_status_writes(entries);
         let mut new = false;
         match self.first.get(uid) {
             None => {
-                self.first.insert(uid.to_string(), now);
+                self.first.insert(uid.to_string(), now.clone());
             }
             Some(first) if !self.contested.contains_key(uid) => {
                 if let Some(c) = contest(first, &now) {
@@ -169,26 +216,67 @@ impl Contests {
             }
             Some(_) => {}
         }
-        self.contested
-            .get(uid)
-            .map(|contest| Observed { contest, new })
+        self.last.insert(uid.to_string(), now);
+        match &self.registered {
+            Some(contest) => Some(Observed {
+                contest,
+                new: false,
+            }),
+            None => self
+                .contested
+                .get(uid)
+                .map(|contest| Observed { contest, new }),
+        }
     }
 
-    /// The contest of `uid`, if one was found.
+    /// Follows whether OpenKruise's WorkloadSpread validation is registered
+    /// ([`openkruise_registered`]). When it goes away, the writes last seen of every spread
+    /// become its first sight and every contest is dropped (the hand-over is the restart).
+    pub fn set_registered(&mut self, registered: bool) -> Registration {
+        match (registered, self.registered.is_some()) {
+            (true, false) => {
+                self.registered = Some(Contest {
+                    manager: "OpenKruise".into(),
+                    at: None,
+                    registered: true,
+                });
+                Registration::Registered
+            }
+            (false, true) => {
+                self.registered = None;
+                self.first = self.last.clone();
+                self.contested.clear();
+                Registration::HandedOver
+            }
+            _ => Registration::Unchanged,
+        }
+    }
+
+    /// OpenKruise's registration, while it holds.
+    pub fn registration(&self) -> Option<&Contest> {
+        self.registered.as_ref()
+    }
+
+    /// The contest of `uid`, if one was found (every spread's while OpenKruise's validation
+    /// is registered, seen or not).
     pub fn get(&self, uid: &str) -> Option<&Contest> {
-        self.contested.get(uid)
+        self.registered.as_ref().or_else(|| self.contested.get(uid))
     }
 
-    /// How many spreads are contested now.
+    /// How many spreads are contested now (every one seen, while OpenKruise's validation
+    /// is registered).
     pub fn len(&self) -> usize {
-        self.contested.len()
+        match self.registered {
+            Some(_) => self.first.len(),
+            None => self.contested.len(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.contested.is_empty()
+        self.len() == 0
     }
 
-    /// Every contest, by uid.
+    /// Every contest found from a write, by uid.
     pub fn iter(&self) -> impl Iterator<Item = (&String, &Contest)> {
         self.contested.iter()
     }
@@ -196,6 +284,7 @@ impl Contests {
     /// Forgets every spread not in `live` (deleted ones).
     pub fn retain(&mut self, live: &dyn Fn(&str) -> bool) {
         self.first.retain(|uid, _| live(uid));
+        self.last.retain(|uid, _| live(uid));
         self.contested.retain(|uid, _| live(uid));
     }
 }
@@ -291,6 +380,43 @@ mod tests {
             c.observe("u1", &newer).is_none(),
             "forgotten: first sight again"
         );
+    }
+
+    /// OpenKruise's validation registered: every spread stands back, seen or not; its
+    /// removal (the hand-over) takes what was last seen as first sight and drops the
+    /// contests found meanwhile; a later write is a contest again.
+    #[test]
+    fn the_registration_holds_every_spread_until_handed_over() {
+        let at = |s| [entry(Some("kruise-manager"), Some("status"), s)];
+        assert!(!openkruise_registered(["mpod.kb.io", "vpod.kb.io"]));
+        assert!(openkruise_registered(["vpod.kb.io", OPENKRUISE_WEBHOOK]));
+        let mut c = Contests::default();
+        assert!(c.observe("u1", &at(1)).is_none());
+        assert_eq!(c.set_registered(true), Registration::Registered);
+        assert_eq!(c.set_registered(true), Registration::Unchanged);
+        assert!(c.get("never-seen").is_some_and(|r| r.registered));
+        assert!(c
+            .observe("u2", &at(1))
+            .is_some_and(|o| !o.new && o.contest.registered));
+        // OpenKruise keeps writing while registered (its gate on).
+        assert!(c
+            .observe("u1", &at(4))
+            .is_some_and(|o| o.contest.registered));
+        assert_eq!((c.len(), c.iter().count()), (2, 1));
+        assert!(c
+            .registration()
+            .is_some_and(|r| r.message("*").contains("openkruise hand-over")));
+        assert_eq!(c.set_registered(false), Registration::HandedOver);
+        assert!(c.is_empty() && c.get("u1").is_none() && c.registration().is_none());
+        assert!(
+            c.observe("u1", &at(4)).is_none(),
+            "seen before: first sight"
+        );
+        assert!(
+            c.observe("u1", &at(6)).is_some_and(|o| o.new),
+            "written after"
+        );
+        assert_eq!(c.len(), 1);
     }
 
     #[test]

@@ -882,6 +882,14 @@ def apply():
             (host, "get", "services/proxy", ns, f"https:{host}:443", True),
             (host, "get", "services/proxy", ns, "https:other:443", False),
             (host, "create", "mutatingwebhookconfigurations.admissionregistration.k8s.io", None, None, False),
+            # Whether OpenKruise owns WorkloadSpreads: its validating configuration, read only.
+            (host, "watch", "validatingwebhookconfigurations.admissionregistration.k8s.io", None,
+             "kruise-validating-webhook-configuration", True),
+            (ctl, "watch", "validatingwebhookconfigurations.admissionregistration.k8s.io", None,
+             "kruise-validating-webhook-configuration", True),
+            (ctl, "update", "validatingwebhookconfigurations.admissionregistration.k8s.io", None,
+             "kruise-validating-webhook-configuration", False),
+            (ctl, "get", "validatingwebhookconfigurations.admissionregistration.k8s.io", None, "other", False),
         ]
         for sa, verb, resource, target, name, want in checks:
             got = can_i(ns, sa, verb, resource, target or ns, name)

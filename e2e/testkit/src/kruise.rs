@@ -137,6 +137,7 @@ impl KruiseManager {
     ) -> Result<Self> {
         let client = cluster.client().await?;
         install(build, &client, options).await?;
+        served(build, &client).await?;
         let (webhook_port, health_port, metrics_port) = (free_port()?, free_port()?, free_port()?);
         let certs = std::env::temp_dir().join(crate::unique_name("kruise-certs"));
         std::fs::create_dir_all(&certs)?;
@@ -355,6 +356,40 @@ async fn install(build: &KruiseBuild, client: &Client, options: &KruiseOptions) 
             .await?;
     }
     Ok(())
+}
+
+/// Until discovery serves every kind and version of OpenKruise's CRDs. Established is
+/// not enough: a manager started while discovery still lacked `CloneSet` in
+/// `apps.kruise.io/v1beta1` kept its REST mapping without it ("no matches for kind",
+/// every 10 s for 120 s, its webhooks never served).
+async fn served(build: &KruiseBuild, client: &Client) -> Result<()> {
+    let mut wanted = Vec::new();
+    for crd in build.of_kind("CustomResourceDefinition")? {
+        let group = crd["spec"]["group"].as_str().unwrap_or_default();
+        let kind = crd["spec"]["names"]["kind"].as_str().unwrap_or_default();
+        for v in crd["spec"]["versions"].as_array().into_iter().flatten() {
+            if v["served"] == true {
+                let version = v["name"].as_str().unwrap_or_default();
+                wanted.push(kube::core::GroupVersionKind::gvk(group, version, kind));
+            }
+        }
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut missing = Vec::new();
+        for gvk in &wanted {
+            if kube::discovery::pinned_kind(client, gvk).await.is_err() {
+                missing.push(format!("{}/{} {}", gvk.group, gvk.version, gvk.kind));
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            bail!("not served by discovery after 60 s: {}", missing.join(", "));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// The storage version of a CRD given as JSON.

@@ -84,7 +84,8 @@ impl Stack {
     }
 
     /// Host + controller for `ns`, with whatever WorkloadSpread CRD the cluster has
-    /// (e.g. OpenKruise's, taken over as it is).
+    /// (e.g. OpenKruise's, taken over as it is). A controller standing back because
+    /// OpenKruise's WorkloadSpread validation is registered counts as started.
     pub async fn start_in(
         ns: TestNamespace,
         bins: &Binaries,
@@ -108,12 +109,14 @@ impl Stack {
         args.extend(host_args.iter().map(|s| s.to_string()));
         with_bundled_settings(&mut args);
         let host = HostProcess::start_on(&bins.host, host_kubeconfig, port, &args).await?;
-        configs.enroll(ns.name()).await?;
+        configs.enroll_beside(ns.name(), &host).await?;
         let mut args = vec!["--namespace".to_string(), ns.name().to_string()];
         args.extend(controller_args.iter().map(|s| s.to_string()));
-        let controller = ControllerProcess::start(&bins.controller, kubeconfig, &args)
-            .await
-            .context("starting the controller")?;
+        let controller = ControllerProcess::start_until(&bins.controller, kubeconfig, &args, |b| {
+            b == "ok" || b.contains("openkruise hand-over")
+        })
+        .await
+        .context("starting the controller")?;
         Ok(Stack {
             ns,
             host,

@@ -369,10 +369,21 @@ impl WebhookConfigs {
         Api::<Namespace>::all(self.client.clone())
             .patch(ns, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
-        self.wait_until_enforced(ns).await
+        self.wait_until_enforced(ns, None).await
     }
 
-    async fn wait_until_enforced(&self, ns: &str) -> Result<()> {
+    /// As [`WebhookConfigs::enroll`], with `host` serving the configurations: where
+    /// another validating webhook refuses the probe first, `host`'s count of validations
+    /// shows it was asked too.
+    pub async fn enroll_beside(&self, ns: &str, host: &HostProcess) -> Result<()> {
+        let patch = json!({"metadata": {"labels": {"workloadspread.test/webhook": self.name}}});
+        Api::<Namespace>::all(self.client.clone())
+            .patch(ns, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        self.wait_until_enforced(ns, Some(host)).await
+    }
+
+    async fn wait_until_enforced(&self, ns: &str, host: Option<&HostProcess>) -> Result<()> {
         let resource = ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk("apps.kruise.io", "v1beta1", "WorkloadSpread"),
             "workloadspreads",
@@ -393,8 +404,18 @@ impl WebhookConfigs {
             &format!("the API server to route namespace {ns} through webhook {webhook}"),
             Duration::from_secs(30),
             || async {
+                let before = match host {
+                    Some(h) => validations(h).await?,
+                    None => 0.0,
+                };
                 match api.create(&dry_run, &probe).await {
                     Err(e) if e.to_string().contains(webhook) => Ok(Some(())),
+                    // Another validating webhook refused it first (OpenKruise's, called in
+                    // parallel with ours): routed if `host` evaluated it.
+                    Err(e) if e.to_string().contains("admission webhook") => match host {
+                        Some(h) if validations(h).await? > before => Ok(Some(())),
+                        _ => Err(e.into()),
+                    },
                     Err(e) => Err(e.into()),
                     Ok(_) => Ok(None),
                 }
@@ -478,6 +499,17 @@ impl ControllerProcess {
     /// Starts `bin run --metrics-listen 127.0.0.1:<free port> <args>` and waits
     /// until `/readyz` answers.
     pub async fn start(bin: &Path, kubeconfig: &Path, args: &[String]) -> Result<Self> {
+        Self::start_until(bin, kubeconfig, args, |body| body == "ok").await
+    }
+
+    /// As [`ControllerProcess::start`], waiting until `/readyz` answers a body `settled`
+    /// accepts (say, the not-ready answer of a controller standing back from OpenKruise).
+    pub async fn start_until(
+        bin: &Path,
+        kubeconfig: &Path,
+        args: &[String],
+        settled: impl Fn(&str) -> bool,
+    ) -> Result<Self> {
         // Rebalancing's plans and holds at debug: a failed rebalancing test shows why.
         let level = std::env::var("WS_CONTROLLER_LOG").unwrap_or_else(|_| {
             "info,workloadspread_controller::converge=debug,workloadspread_controller::rebalance=debug"
@@ -488,7 +520,7 @@ impl ControllerProcess {
             if let Some(status) = c.child.try_wait()? {
                 bail!("controller exited with {status}: {}", c.log_text());
             }
-            if c.get("/readyz").await.is_ok_and(|b| b == "ok") {
+            if c.get("/readyz").await.is_ok_and(|b| settled(&b)) {
                 return Ok(c);
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -639,6 +671,15 @@ pub fn fleet_pod_of(name: &str, fleet: &str, fleet_uid: &str) -> k8s_openapi::ap
         "spec": {"containers": [{"name": "c", "image": "nginx"}]}
     }))
     .unwrap_or_default()
+}
+
+/// How many requests `host` evaluated on its validating endpoint.
+async fn validations(host: &HostProcess) -> Result<f64> {
+    Ok(crate::measure::sum_metric_with(
+        &host.get("/metrics").await?,
+        "workloadspread_host_evaluations_total",
+        "endpoint=\"Validate\"",
+    ))
 }
 
 #[cfg(test)]

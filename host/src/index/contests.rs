@@ -4,6 +4,8 @@
 //! as they come (spread by the other webhook, which runs before this one when it is
 //! OpenKruise's: configurations are called in name order) and no new claim is made in it
 //! (the counter still settles or returns what it reserved before).
+//! While OpenKruise's WorkloadSpread validation is registered (`core::contest`), every
+//! spread is left out so; until the first answer of that watch, the host is not ready.
 //! It says so in the log and in `workloadspread_host_contested_workloadspreads`; the
 //! controller records the event on the spread and its `/readyz` names it. Not `/readyz`
 //! here: a host out of its Service refuses every covered pod (failurePolicy Fail), which is
@@ -14,7 +16,7 @@ use kube::runtime::watcher;
 use kube::ResourceExt as _;
 use std::collections::HashSet;
 use std::sync::Mutex;
-use workloadspread_core::contest::{spread_key, spread_of, Contests};
+use workloadspread_core::contest::{spread_key, spread_of, Contests, Registration};
 
 /// `namespace/name/uid` of a WorkloadSpread.
 fn key(o: &DynamicObject) -> String {
@@ -30,6 +32,8 @@ struct State {
     contests: Contests,
     /// Keys seen by a relist in progress (what it does not list is forgotten when done).
     relisting: Option<HashSet<String>>,
+    /// Whether OpenKruise's registration is known (its watch answered once).
+    registration_known: bool,
 }
 
 /// The contests found, following the WorkloadSpread watch.
@@ -80,6 +84,45 @@ impl ContestIndex {
         state.contests.len()
     }
 
+    /// Follows whether OpenKruise's WorkloadSpread validation is registered; returns how
+    /// many spreads are contested now.
+    pub fn set_registered(&self, registered: bool) -> usize {
+        let mut state = self.lock();
+        state.registration_known = true;
+        match state.contests.set_registered(registered) {
+            Registration::Registered => {
+                if let Some(r) = state.contests.registration() {
+                    tracing::error!("{}", r.message("*"));
+                }
+            }
+            Registration::HandedOver => tracing::info!(
+                "OpenKruise's WorkloadSpread validation is gone (handed over): spreading \
+                 every WorkloadSpread from now"
+            ),
+            Registration::Unchanged => {}
+        }
+        state.contests.len()
+    }
+
+    /// Why reads cannot be decided yet: OpenKruise's registration not known.
+    pub fn unknown(&self) -> Option<String> {
+        (!self.lock().registration_known).then(|| {
+            format!(
+                "waiting for the first answer of the watch of validatingwebhookconfigurations/{} \
+                 (whether OpenKruise owns WorkloadSpreads)",
+                workloadspread_core::contest::OPENKRUISE_CONFIGURATION
+            )
+        })
+    }
+
+    /// Whether the host stands back from the spread `namespace/name` (any uid).
+    pub fn stands_back_from(&self, namespace: &str, name: &str) -> bool {
+        let state = self.lock();
+        let spread = format!("{namespace}/{name}");
+        state.contests.registration().is_some()
+            || state.contests.iter().any(|(k, _)| spread_of(k) == spread)
+    }
+
     /// Whether the host stands back from `o`.
     pub fn is_contested(&self, o: &DynamicObject) -> bool {
         self.lock().contests.get(&key(o)).is_some()
@@ -111,6 +154,7 @@ mod tests {
         assert_eq!(apply(ws("u1", "workloadspread-host", 9)), 0);
         assert_eq!(apply(ws("u1", "kruise-manager", 2)), 1);
         assert!(index.is_contested(&ws("u1", "x", 0)));
+        assert!(index.stands_back_from("ns", "web") && !index.stands_back_from("ns", "db"));
         assert!(!index.is_contested(&ws("u2", "x", 0)));
         index.apply(&watcher::Event::Delete(ws("u1", "x", 0)));
         assert!(!index.is_contested(&ws("u1", "x", 0)));
@@ -123,5 +167,30 @@ mod tests {
             "until the relist is done"
         );
         assert_eq!(index.apply(&watcher::Event::InitDone), 0);
+    }
+
+    /// OpenKruise's registration stands back from every spread and holds readiness until
+    /// known; the hand-over clears contests found before.
+    #[test]
+    fn the_registration_holds_every_spread() {
+        let index = ContestIndex::default();
+        assert!(index.unknown().is_some());
+        index.apply(&watcher::Event::Apply(ws("u1", "kruise-manager", 1)));
+        assert_eq!(index.set_registered(false), 0);
+        assert!(index.unknown().is_none());
+        assert_eq!(
+            index.apply(&watcher::Event::Apply(ws("u1", "kruise-manager", 2))),
+            1
+        );
+        index.apply(&watcher::Event::Apply(ws("u2", "kruise-manager", 1)));
+        assert_eq!(index.set_registered(true), 2);
+        assert!(
+            index.is_contested(&ws("u3", "x", 0)),
+            "not seen yet, held too"
+        );
+        assert!(index.stands_back_from("other", "any"));
+        assert_eq!(index.set_registered(false), 0);
+        assert!(!index.is_contested(&ws("u1", "x", 0)));
+        assert!(!index.stands_back_from("ns", "web"));
     }
 }

@@ -143,6 +143,9 @@ pub struct KubeCapabilities {
     metrics: Arc<Metrics>,
     lookups: lookup::Lookups,
     settings: IndexSettings,
+    /// The spreads this host stands back from (`contests`), fed by the WorkloadSpread
+    /// watch and by OpenKruise's registration ([`follow_openkruise`]).
+    contests: Arc<contests::ContestIndex>,
 }
 
 /// How the index keeps its caches.
@@ -186,7 +189,12 @@ impl KubeCapabilities {
             metrics,
             lookups: Default::default(),
             settings,
+            contests: Default::default(),
         });
+        tokio::spawn(follow_openkruise(
+            Arc::downgrade(&caps),
+            workloadspread_kube::openkruise::registrations(caps.client.clone()),
+        ));
         let wanted = caps.allow.resources.clone().unwrap_or_default();
         for (api_version, kind) in wanted {
             if !caps.reflect(&api_version, &kind).await {
@@ -228,7 +236,7 @@ impl KubeCapabilities {
             && kind == workloadspread_core::api::KIND;
         let namespaced = caps.scope == Scope::Namespaced;
         let targets = is_workloadspread.then(Arc::<targets::TargetIndex>::default);
-        let contests = is_workloadspread.then(Arc::<contests::ContestIndex>::default);
+        let contests = is_workloadspread.then(|| self.contests.clone());
         let cache = if is_workloadspread || !namespaced {
             let api = Api::all_with(self.client.clone(), &resource);
             let followers = Followers {
@@ -315,6 +323,11 @@ impl KubeCapabilities {
         )
     }
 
+    /// Whether the host stands back from WorkloadSpread `namespace/name` (`contests`).
+    pub fn stands_back_from(&self, namespace: &str, name: &str) -> bool {
+        self.contests.stands_back_from(namespace, name)
+    }
+
     /// Why the host cannot decide yet (`None`: ready): a required kind not served, or a
     /// cache without its first list.
     pub fn not_ready_reason(&self) -> Option<String> {
@@ -336,6 +349,9 @@ impl KubeCapabilities {
                 missing.join(", "),
                 REDISCOVER_MAX.as_secs()
             ));
+        }
+        if let Some(waiting) = self.contests.unknown() {
+            return Some(waiting);
         }
         // Namespace watches are not waited for: their reads are made live meanwhile.
         let syncing: Vec<String> = self
@@ -506,6 +522,21 @@ async fn rediscover(caps: Weak<KubeCapabilities>) {
                 caps.mark_unserved(api_version, kind, false);
             }
         }
+    }
+}
+
+/// Feeds `registrations` (whether OpenKruise's WorkloadSpread validation is registered)
+/// into the host's contests, until the host is dropped.
+async fn follow_openkruise(
+    caps: std::sync::Weak<KubeCapabilities>,
+    mut registrations: futures::stream::BoxStream<'static, bool>,
+) {
+    while let Some(registered) = registrations.next().await {
+        let Some(caps) = caps.upgrade() else { return };
+        let contested = caps.contests.set_registered(registered);
+        caps.metrics
+            .contested
+            .set(i64::try_from(contested).unwrap_or(i64::MAX));
     }
 }
 

@@ -185,6 +185,9 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
             return answer;
         }
     }
+    if let Some(answer) = spread_by_another(app, &request) {
+        return answer;
+    }
     if app.skip_unrelated {
         if let Some(answer) = unrelated_pod_answer(app, &request) {
             app.metrics.unrelated.inc();
@@ -225,6 +228,47 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
     }
 }
 
+/// The answer to a pod creation that another webhook spread into a WorkloadSpread this
+/// host stands back from (`index::contests`: OpenKruise's, called before this one): its
+/// `matched-workloadspread` annotation is that webhook's, kept; the rest of the metadata
+/// only this system writes leaves the pod, as always. `None` for anything else.
+fn spread_by_another(app: &App, request: &Value) -> Option<AdmissionResponse> {
+    use workloadspread_core::api::MATCHED_WORKLOADSPREAD_ANNOTATION as MATCHED;
+    if !super::classify::pod_create(request) {
+        return None;
+    }
+    let namespace = request["namespace"].as_str()?;
+    let object = &request["object"];
+    let matched = object["metadata"]["annotations"][MATCHED].as_str()?;
+    let spread = serde_json::from_str::<Value>(matched).ok()?;
+    if !app
+        .capabilities
+        .stands_back_from(namespace, spread["name"].as_str()?)
+    {
+        return None;
+    }
+    let mut answer = allowed(request);
+    let mut clean = object.clone();
+    workloadspread_core::pods::strip_system_metadata(&mut clean);
+    clean["metadata"]["annotations"][MATCHED] = Value::String(matched.to_string());
+    if &clean != object {
+        evaluate::patch_to(&mut answer, object, &clean);
+    }
+    Some(answer)
+}
+
+fn allowed(request: &Value) -> AdmissionResponse {
+    AdmissionResponse {
+        uid: request["uid"].as_str().unwrap_or_default().to_string(),
+        allowed: true,
+        patch_type: None,
+        patch: None,
+        status: None,
+        audit_annotations: None,
+        warnings: None,
+    }
+}
+
 /// The policy's answer to a pod request (create, delete, eviction) in a namespace where
 /// the synced WorkloadSpread cache holds none — allowed, and a created pod stripped of
 /// the metadata only this system writes — given without instantiating the module: most
@@ -239,15 +283,7 @@ fn unrelated_pod_answer(app: &App, request: &Value) -> Option<AdmissionResponse>
     if app.capabilities.has_workloadspread(namespace)? {
         return None;
     }
-    let mut answer = AdmissionResponse {
-        uid: request["uid"].as_str().unwrap_or_default().to_string(),
-        allowed: true,
-        patch_type: None,
-        patch: None,
-        status: None,
-        audit_annotations: None,
-        warnings: None,
-    };
+    let mut answer = allowed(request);
     // As the guest does with every pod it is asked to create: the metadata only this
     // system writes leaves an incoming pod (`core::pods::strip_system_metadata`).
     let create = request["operation"] == "CREATE"

@@ -122,6 +122,42 @@ async fn openkruise(bins: &Binaries, step: &str) -> Result<()> {
     Ok(())
 }
 
+/// Whether our host admitted `pod` into a subset.
+fn spread_by_ours(pod: &Pod) -> bool {
+    workloadspread_testkit::pods::annotation(pod, ADMISSION_TOKEN).is_some()
+}
+
+/// Waits until host and controller stand back from the spread, the controller's
+/// `/readyz` saying `why`; returns what it says.
+async fn stands_back(stack: &Stack, why: &str) -> Result<String> {
+    wait_for(&format!("ours to stand back ({why})"), SETTLE, || async {
+        let (ready, body) = stack.controller.readiness().await?;
+        let host = stack
+            .host
+            .metric("workloadspread_host_contested_workloadspreads")
+            .await?;
+        match !ready && body.contains(why) && host == 1.0 {
+            true => Ok(Some(body)),
+            false => anyhow::bail!("controller ready {ready} ({body}), host contests {host}"),
+        }
+    })
+    .await
+}
+
+/// Scales to `replicas` (one more than run now) and returns the pod added, once it runs.
+async fn added_pod(ns: &TestNamespace, replicas: i32) -> Result<Pod> {
+    let before = live_pods(ns).await?;
+    scale(&ns.api::<Deployment>(), replicas).await?;
+    let pods = settled(ns, replicas as usize).await?;
+    let mut added = pods
+        .into_iter()
+        .filter(|p| !before.iter().any(|b| b.metadata.uid == p.metadata.uid));
+    match (added.next(), added.next()) {
+        (Some(pod), None) => Ok(pod),
+        _ => anyhow::bail!("not one pod added at {replicas}"),
+    }
+}
+
 /// Pods per subset of a planned step.
 fn planned_counts(step: &workloadspread_core::plan::PlanStep) -> BTreeMap<String, usize> {
     step.subsets
@@ -170,70 +206,84 @@ async fn openkruise_hands_over_without_a_restart_and_takes_back() -> Result<()> 
         counts(&twelve)
     );
 
-    // 1b. Ours installed too early — its validation handed over, but its gate still on: at
-    // the first status write OpenKruise makes (its webhook records the next pod), ours stand
-    // back and say so.
-    openkruise(&bins, "hand-over").await?;
+    // 1b. Ours installed while OpenKruise owns WorkloadSpreads (its gate on, its validation
+    // registered): they stand back from the start and say so; the next pod is spread by
+    // OpenKruise alone.
     let ns_name = ns.name().to_string();
-    let early = Stack::start_in(ns, &bins, cluster()?.kubeconfig(), &[], &[]).await?;
-    early
-        .host
-        .wait_sees_workloadspread(&ns_name, "web", &target("Deployment"))
-        .await?;
-    scale(&early.ns.api::<Deployment>(), 13).await?;
-    let reason = wait_for("ours to find OpenKruise writing", SETTLE, || async {
-        let (ready, body) = early.controller.readiness().await?;
-        let host = early
-            .host
-            .metric("workloadspread_host_contested_workloadspreads")
-            .await?;
-        Ok((!ready && host == 1.0).then_some(body))
-    })
-    .await?;
-    eprintln!("[takeover] installed too early: the controller says {reason:?}");
-    // Its webhook records a pod before the pod is stored: wait for the 13th to run.
-    let before = settled(&early.ns, 13).await?;
-    scale(&early.ns.api::<Deployment>(), 14).await?;
-    let pods = settled(&early.ns, 14).await?;
-    let added: Vec<&Pod> = pods
-        .iter()
-        .filter(|p| !before.iter().any(|b| b.metadata.uid == p.metadata.uid))
-        .collect();
-    // Ours did not spread it (OpenKruise's webhook did, or — when it failed, its pod
-    // webhook failing open — nobody).
-    ensure!(
-        added.len() == 1
-            && workloadspread_testkit::pods::annotation(added[0], ADMISSION_TOKEN).is_none(),
-        "the 14th pod not spread by ours: {:?}",
-        added
-            .iter()
-            .map(|p| (&p.metadata.name, &p.metadata.annotations))
-            .collect::<Vec<_>>()
-    );
-    let ns = stop(early).await?;
-    openkruise(&bins, "hand-back").await?;
-    let by_kruise = step(&ns, &spreads, 12).await?;
-
-    // 2. The take-over: OpenKruise's WorkloadSpread off, its WorkloadSpread validation
-    // handed over (it refuses every write of a spread with the gate off), ours on, the CRD
-    // as it is.
-    kruise.stop().await?;
-    let kruise = start_kruise(&build, false).await?;
-    openkruise(&bins, "hand-over").await?;
     let stack = Stack::start_in(ns, &bins, cluster()?.kubeconfig(), &[], &[]).await?;
     stack
         .host
         .wait_sees_workloadspread(&ns_name, "web", &target("Deployment"))
         .await?;
+    let reason = stands_back(&stack, "openkruise hand-over").await?;
+    eprintln!("[takeover] installed beside OpenKruise: the controller says {reason:?}");
+    let thirteenth = added_pod(&stack.ns, 13).await?;
+    ensure!(
+        subset_of(&thirteenth).is_some() && !spread_by_ours(&thirteenth),
+        "the 13th pod spread by OpenKruise alone: {:?}",
+        thirteenth.metadata.annotations
+    );
+
+    // 1c. Its validation handed over while its gate is still on (a wrong order): at the
+    // first status write OpenKruise makes after that (its webhook records the next pod),
+    // ours stand back again; the pod after that is not spread by ours.
+    openkruise(&bins, "hand-over").await?;
+    // managedFields times have one-second resolution: a write in the second ours last saw
+    // before the hand-over is not told apart from it (`core::contest`). Start in the next.
+    let handed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    wait_for("the next second", SETTLE, || async {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+        Ok((now.as_secs() > handed.as_secs()).then_some(()))
+    })
+    .await?;
+    scale(&stack.ns.api::<Deployment>(), 14).await?;
+    let reason = match stands_back(&stack, "also written by").await {
+        Ok(reason) => reason,
+        Err(e) => {
+            for p in live_pods(&stack.ns).await? {
+                eprintln!(
+                    "[takeover] {:?}: {:?}",
+                    p.metadata.name, p.metadata.annotations
+                );
+            }
+            let ws = spreads.get("web").await?;
+            eprintln!("[takeover] {:?}", ws.metadata.managed_fields);
+            return Err(e);
+        }
+    };
+    eprintln!("[takeover] handed over with the gate on: the controller says {reason:?}");
+    settled(&stack.ns, 14).await?;
+    let fifteenth = added_pod(&stack.ns, 15).await?;
+    // OpenKruise's webhook spread it (or, when it failed, its pod webhook failing open,
+    // nobody): not ours.
+    ensure!(
+        !spread_by_ours(&fifteenth),
+        "the 15th pod not spread by ours: {:?}",
+        fifteenth.metadata.annotations
+    );
+    openkruise(&bins, "hand-back").await?;
+    stands_back(&stack, "openkruise hand-over").await?;
+    let by_kruise = step(&stack.ns, &spreads, 12).await?;
+
+    // 2. The take-over, ours running all along: OpenKruise's WorkloadSpread off, its
+    // WorkloadSpread validation handed over (it refuses every write of a spread with the
+    // gate off), the CRD as it is. Ours take over at the hand-over, without a restart.
+    kruise.stop().await?;
+    let kruise = start_kruise(&build, false).await?;
+    openkruise(&bins, "hand-over").await?;
     wait_for("the controller ready", SETTLE, || async {
-        let (ready, body) = stack.controller.readiness().await?;
-        ensure!(
-            !body.contains("also written by"),
-            "the controller found a rival: {body}"
-        );
+        let (ready, _) = stack.controller.readiness().await?;
         Ok(ready.then_some(()))
     })
     .await?;
+    ensure!(
+        stack
+            .host
+            .metric("workloadspread_host_contested_workloadspreads")
+            .await?
+            == 0.0,
+        "the host stands back from nothing after the hand-over"
+    );
     let taken = live_pods(&stack.ns).await?;
     ensure!(
         placement(&taken) == placement(&by_kruise),
