@@ -31,6 +31,10 @@ struct Known {
     contests: Contests,
     /// The contests whose `Contested` event was recorded.
     announced: HashSet<String>,
+    /// Whether OpenKruise's registration is known (its watch answered once).
+    registration_known: bool,
+    /// The last error of that watch while it is not known.
+    registration_error: Option<String>,
 }
 
 fn key(object: &DynamicObject) -> String {
@@ -50,7 +54,24 @@ impl Standing {
     /// (the events are posted again for what is contested from then on), and how many
     /// spreads are contested now.
     pub fn set_registered(&self, registered: bool) -> (Registration, usize) {
+        self.set_registered_seeing(registered, std::iter::empty())
+    }
+
+    /// As [`Standing::set_registered`], each of `spreads` seen first (as the store holds
+    /// it): a hand-over then takes them as their first sight, not what the last reconcile
+    /// of each happened to see.
+    pub fn set_registered_seeing<'a>(
+        &self,
+        registered: bool,
+        spreads: impl Iterator<Item = &'a DynamicObject>,
+    ) -> (Registration, usize) {
         let mut known = self.lock();
+        known.registration_known = true;
+        if !registered && known.contests.registration().is_some() {
+            for o in spreads {
+                known.contests.observe(&key(o), o.managed_fields());
+            }
+        }
         let change = known.contests.set_registered(registered);
         match change {
             Registration::Registered => {
@@ -68,6 +89,28 @@ impl Standing {
             known.announced.clear();
         }
         (change, known.contests.len())
+    }
+
+    /// Records why OpenKruise's registration is not known yet.
+    pub fn registration_failed(&self, error: String) {
+        self.lock().registration_error = Some(error);
+    }
+
+    /// What `/readyz` says until OpenKruise's registration is known.
+    pub fn registration_unknown(&self) -> Option<String> {
+        let known = self.lock();
+        (!known.registration_known).then(|| {
+            let last = known
+                .registration_error
+                .as_deref()
+                .map(|e| format!("; last error: {e}"))
+                .unwrap_or_default();
+            format!(
+                "waiting to know whether OpenKruise owns WorkloadSpreads (the watch of \
+                 validatingwebhookconfigurations/{}){last}",
+                workloadspread_core::contest::OPENKRUISE_CONFIGURATION
+            )
+        })
     }
 
     /// What `/readyz` says while a spread is contested: which, by whom, what to do.
@@ -195,6 +238,13 @@ mod tests {
             metrics.clone(),
         );
         let standing = Standing::default();
+        assert!(standing.registration_unknown().is_some());
+        standing.registration_failed("forbidden".into());
+        assert!(standing
+            .registration_unknown()
+            .is_some_and(|w| w.contains("forbidden")));
+        assert_eq!(standing.set_registered(false).0, Registration::Unchanged);
+        assert!(standing.registration_unknown().is_none());
         let ours = spread(&["workloadspread-controller"]);
         assert!(!stands_back(&ours, &standing, &metrics, &writer).await);
         assert_eq!(posts.load(Ordering::SeqCst), 0);

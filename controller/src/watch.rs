@@ -55,6 +55,10 @@ pub async fn run(args: RunArgs) -> Result<()> {
             standing: standing.clone(),
         },
     ));
+    // Before the Lease: a replica that cannot tell whether OpenKruise owns WorkloadSpreads
+    // (RBAC) must not hold it while it waits.
+    let mut registrations = workloadspread_kube::openkruise::registrations(client.clone());
+    first_registration(&mut registrations, &standing, &metrics).await;
     let elector = args.leader_elect.then(|| {
         let timing = Timing::from_duration(Duration::from_secs(args.lease_duration_seconds));
         Arc::new(LeaderElector::new(
@@ -86,6 +90,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         client,
         evictions,
         standing,
+        registrations,
     };
     let result = run_controller(&args, clients, metrics, ready, lost_rx, leadership).await;
     if let Some(e) = &elector {
@@ -147,6 +152,8 @@ struct Clients {
     evictions: Client,
     /// What is contested (shared with `/readyz`).
     standing: Arc<crate::contest::Standing>,
+    /// Whether OpenKruise owns WorkloadSpreads, after its first answer.
+    registrations: futures::stream::BoxStream<'static, Result<bool, String>>,
 }
 
 async fn run_controller(
@@ -193,15 +200,13 @@ async fn run_controller(
     ));
     let (workloads, workload_triggers) =
         Workloads::start(&client, scope, &kinds, spreads.clone(), resource.clone());
-    // Nothing is reconciled before it is known whether OpenKruise owns WorkloadSpreads.
-    let handed_over = follow_openkruise(
-        workloadspread_kube::openkruise::registrations(client.clone()),
+    let handed_over = follow_registrations(
+        clients.registrations,
         standing.clone(),
         metrics.clone(),
         spreads.clone(),
         resource.clone(),
-    )
-    .await;
+    );
     let ctx = Arc::new(
         Context::new(
             client.clone(),
@@ -273,59 +278,69 @@ async fn run_controller(
     Ok(())
 }
 
-/// Follows `registrations` (whether OpenKruise's WorkloadSpread validation is registered)
-/// into `standing`: waits for the first answer (saying every 10 s what it waits for), then
-/// follows the rest in the background. Returns the reconciles to run at a hand-over: every
-/// spread of `spreads`, held back until then.
-async fn follow_openkruise(
-    mut registrations: futures::stream::BoxStream<'static, bool>,
-    standing: Arc<crate::contest::Standing>,
-    metrics: Arc<Metrics>,
-    spreads: Store<DynamicObject>,
-    resource: kube::api::ApiResource,
-) -> impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<DynamicObject>> + Send + 'static
-{
+/// Waits for the first answer of `registrations` (whether OpenKruise's WorkloadSpread
+/// validation is registered) and records it in `standing`; says every 10 s what it waits
+/// for (`/readyz` says it too, with the watch's last error).
+async fn first_registration(
+    registrations: &mut futures::stream::BoxStream<'static, Result<bool, String>>,
+    standing: &crate::contest::Standing,
+    metrics: &Metrics,
+) {
     let started = tokio::time::Instant::now();
     let mut report = tokio::time::interval(Duration::from_secs(10));
     report.tick().await;
-    let first = loop {
+    loop {
         tokio::select! {
-            first = registrations.next() => break first,
+            next = registrations.next() => match next {
+                Some(Ok(registered)) => {
+                    let (_, contested) = standing.set_registered(registered);
+                    metrics.contested.set(i64::try_from(contested).unwrap_or(i64::MAX));
+                    return;
+                }
+                Some(Err(e)) => standing.registration_failed(e),
+                // A watcher never ends; if it did, nothing would be decided on a guess.
+                None => std::future::pending().await,
+            },
             _ = report.tick() => tracing::info!(
                 "waiting to know whether OpenKruise owns WorkloadSpreads (the watch of \
                  validatingwebhookconfigurations/{}, {:?} so far)",
                 workloadspread_core::contest::OPENKRUISE_CONFIGURATION,
                 started.elapsed()),
         }
-    };
-    let (tx, rx) = tokio::sync::mpsc::channel(16);
-    let apply = move |registered: bool| {
-        let (change, contested) = standing.set_registered(registered);
-        metrics
-            .contested
-            .set(i64::try_from(contested).unwrap_or(i64::MAX));
-        change == workloadspread_core::contest::Registration::HandedOver
-    };
-    if let Some(registered) = first {
-        apply(registered);
     }
+}
+
+/// Follows the rest of `registrations` into `standing` in the background. Returns the
+/// reconciles to run at a hand-over: every spread of `spreads`, each seen as the store
+/// holds it first (its first sight from then on).
+fn follow_registrations(
+    mut registrations: futures::stream::BoxStream<'static, Result<bool, String>>,
+    standing: Arc<crate::contest::Standing>,
+    metrics: Arc<Metrics>,
+    spreads: Store<DynamicObject>,
+    resource: kube::api::ApiResource,
+) -> impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<DynamicObject>> + Send + 'static
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
     tokio::spawn(async move {
         while let Some(registered) = registrations.next().await {
-            if apply(registered) {
-                let every: Vec<_> = spreads
-                    .state()
-                    .iter()
-                    .map(|o| {
-                        kube::runtime::reflector::ObjectRef::from_obj_with(
-                            o.as_ref(),
-                            resource.clone(),
-                        )
-                    })
-                    .collect();
-                for spread in every {
-                    if tx.send(spread).await.is_err() {
-                        return;
-                    }
+            let Ok(registered) = registered else { continue };
+            let every = spreads.state();
+            let (change, contested) =
+                standing.set_registered_seeing(registered, every.iter().map(|o| o.as_ref()));
+            metrics
+                .contested
+                .set(i64::try_from(contested).unwrap_or(i64::MAX));
+            if change != workloadspread_core::contest::Registration::HandedOver {
+                continue;
+            }
+            for o in every {
+                let spread = kube::runtime::reflector::ObjectRef::from_obj_with(
+                    o.as_ref(),
+                    resource.clone(),
+                );
+                if tx.send(spread).await.is_err() {
+                    return;
                 }
             }
         }
@@ -472,6 +487,9 @@ struct Readiness {
 impl Readiness {
     fn answer(&self) -> (axum::http::StatusCode, String) {
         use axum::http::StatusCode;
+        if let Some(waiting) = self.standing.registration_unknown() {
+            return (StatusCode::SERVICE_UNAVAILABLE, waiting);
+        }
         match (
             self.leading.load(Ordering::Relaxed),
             self.synced.load(Ordering::Relaxed),

@@ -10,8 +10,10 @@
 //! restarted (`docs/operations.md`, "Coming from OpenKruise").
 //!
 //! OpenKruise is also seen before it writes: while its WorkloadSpread validation
-//! (`vworkloadspread.kb.io` in `kruise-validating-webhook-configuration`) is registered,
-//! OpenKruise owns WorkloadSpreads (its gate on, or off and not handed over yet: then that
+//! (`vworkloadspread.kb.io` in `kruise-validating-webhook-configuration`) is registered and
+//! that configuration carries no hand-over (`workloadspread.io/handed-over`: an upgrade of
+//! OpenKruise that puts the webhook back after a hand-over leaves it), OpenKruise owns
+//! WorkloadSpreads (its gate on, or off and not handed over yet: then that
 //! webhook refuses every spread) and a component stands back from every spread
 //! ([`Contests::set_registered`]). `workloadspread-host openkruise hand-over` takes it out;
 //! seeing that is the take-over: what is stored then becomes the first sight of every
@@ -46,11 +48,36 @@ pub const UNNAMED_MANAGER: &str = "unknown";
 /// OpenKruise's validating webhook configuration, and its WorkloadSpread webhook in it.
 pub const OPENKRUISE_CONFIGURATION: &str = "kruise-validating-webhook-configuration";
 pub const OPENKRUISE_WEBHOOK: &str = "vworkloadspread.kb.io";
+/// The annotation of [`OPENKRUISE_CONFIGURATION`] where `openkruise hand-over` keeps what it
+/// took out.
+pub const OPENKRUISE_HANDED_OVER: &str = "workloadspread.io/handed-over";
 
-/// Whether OpenKruise owns WorkloadSpreads, from the names of the webhooks of
-/// [`OPENKRUISE_CONFIGURATION`] (none: the configuration does not exist).
-pub fn openkruise_registered<'a>(webhooks: impl IntoIterator<Item = &'a str>) -> bool {
-    webhooks.into_iter().any(|w| w == OPENKRUISE_WEBHOOK)
+/// OpenKruise's WorkloadSpread validation as [`OPENKRUISE_CONFIGURATION`] shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenKruiseValidation {
+    /// Not there (or no such configuration): nothing of OpenKruise owns WorkloadSpreads.
+    Absent,
+    /// There, never handed over: OpenKruise owns WorkloadSpreads.
+    Registered,
+    /// There again after a hand-over (an upgrade of OpenKruise put it back): still ours;
+    /// it refuses every write of a spread while OpenKruise's gate is off — hand over again.
+    Returned,
+}
+
+/// Reads the names of the webhooks of [`OPENKRUISE_CONFIGURATION`] and whether it carries
+/// [`OPENKRUISE_HANDED_OVER`].
+pub fn openkruise_validation<'a>(
+    webhooks: impl IntoIterator<Item = &'a str>,
+    handed_over: bool,
+) -> OpenKruiseValidation {
+    match (
+        webhooks.into_iter().any(|w| w == OPENKRUISE_WEBHOOK),
+        handed_over,
+    ) {
+        (false, _) => OpenKruiseValidation::Absent,
+        (true, false) => OpenKruiseValidation::Registered,
+        (true, true) => OpenKruiseValidation::Returned,
+    }
 }
 
 /// A write of the status subresource by a manager that is not ours: one managedFields
@@ -388,8 +415,12 @@ mod tests {
     #[test]
     fn the_registration_holds_every_spread_until_handed_over() {
         let at = |s| [entry(Some("kruise-manager"), Some("status"), s)];
-        assert!(!openkruise_registered(["mpod.kb.io", "vpod.kb.io"]));
-        assert!(openkruise_registered(["vpod.kb.io", OPENKRUISE_WEBHOOK]));
+        use OpenKruiseValidation::*;
+        assert_eq!(openkruise_validation(["mpod.kb.io"], false), Absent);
+        assert_eq!(openkruise_validation(["mpod.kb.io"], true), Absent);
+        let both = ["vpod.kb.io", OPENKRUISE_WEBHOOK];
+        assert_eq!(openkruise_validation(both, false), Registered);
+        assert_eq!(openkruise_validation(both, true), Returned);
         let mut c = Contests::default();
         assert!(c.observe("u1", &at(1)).is_none());
         assert_eq!(c.set_registered(true), Registration::Registered);

@@ -9,6 +9,15 @@
 //! the `template` annotation the manager rebuilds the configuration from, so it does not
 //! come back — and keeps both entries in an annotation of the same object; `hand-back` puts
 //! them back. Nothing else of OpenKruise is touched; both are idempotent.
+//!
+//! `hand-over` first asks OpenKruise's validation whether the gate is off: a dry-run
+//! create of a valid WorkloadSpread is admitted while it is on, refused "not enabled" once
+//! off. It hands over only after [`PROBES`] answers in a row say off, waiting up to
+//! `--wait-seconds` for that; `--force` skips the question. The answers may all come from
+//! one replica of its manager (the API server reuses connections): a replica still on when
+//! ours take over is met pod by pod — a pod its webhook spread reaches ours with its
+//! annotation after its status write, and the host, reading that spread live, stands back
+//! from it (`host/src/webhook/admit.rs`, `spread_by_another`).
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
@@ -20,17 +29,24 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// OpenKruise's validating configuration and its WorkloadSpread webhook.
-pub const CONFIGURATION: &str = "kruise-validating-webhook-configuration";
-pub const WEBHOOK: &str = "vworkloadspread.kb.io";
+pub use workloadspread_core::contest::OPENKRUISE_CONFIGURATION as CONFIGURATION;
+pub use workloadspread_core::contest::OPENKRUISE_WEBHOOK as WEBHOOK;
 /// The annotation OpenKruise's manager keeps its webhooks' template in.
 const TEMPLATE: &str = "template";
 /// Where `hand-over` keeps what it took out.
-pub const KEPT: &str = "workloadspread.io/handed-over";
+pub use workloadspread_core::contest::OPENKRUISE_HANDED_OVER as KEPT;
 
 #[derive(Args)]
 pub struct OpenKruiseArgs {
     #[command(subcommand)]
     pub step: Step,
+    /// hand-over: how long to wait for OpenKruise's WorkloadSpread gate to be off (0:
+    /// refuse at once while it is on).
+    #[arg(long, global = true, default_value_t = 0)]
+    pub wait_seconds: u64,
+    /// hand-over: do not ask whether OpenKruise's WorkloadSpread gate is off.
+    #[arg(long, global = true)]
+    pub force: bool,
     /// kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
     #[arg(long, global = true)]
     pub kubeconfig: Option<PathBuf>,
@@ -75,13 +91,19 @@ pub fn apply(step: Step, config: &mut Value) -> Result<Outcome> {
             if taken_live.is_empty() && taken_template.is_empty() {
                 Outcome::AlreadyDone
             } else {
-                if annotations.contains_key(KEPT) {
-                    bail!(
-                        "{CONFIGURATION} holds {WEBHOOK} and a previous hand-over ({KEPT}): \
-                         was OpenKruise reinstalled? Run hand-back first, or remove {KEPT}"
-                    );
-                }
-                let kept = json!({"webhooks": taken_live, "template": taken_template});
+                // Back after a hand-over (an upgrade of OpenKruise put it back): taken out
+                // again, the newer copy kept (what was kept before where none came back).
+                let before: Value = match annotations.get(KEPT).and_then(Value::as_str) {
+                    Some(k) => serde_json::from_str(k)
+                        .with_context(|| format!("parsing the annotation {KEPT}"))?,
+                    None => Value::Null,
+                };
+                let newer = |taken: Vec<Value>, field: &str| match taken.is_empty() {
+                    true => before[field].clone(),
+                    false => Value::Array(taken),
+                };
+                let kept = json!({"webhooks": newer(taken_live, "webhooks"),
+                    "template": newer(taken_template, "template")});
                 annotations.insert(KEPT.into(), Value::String(kept.to_string()));
                 if had_template {
                     annotations.insert(TEMPLATE.into(), Value::String(to_text(&kept_template)?));
@@ -118,6 +140,92 @@ fn to_text(list: &[Value]) -> Result<String> {
     Ok(serde_json::to_string(list)?)
 }
 
+/// OpenKruise's WorkloadSpread feature gate, as its validation answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gate {
+    On,
+    Off,
+    /// Refused for something else (by another webhook, or the namespace is gone): what.
+    Unknown(String),
+}
+
+/// The refusal of OpenKruise's validation with its gate off.
+const GATE_OFF: &str = "feature-gate WorkloadSpread is not enabled";
+
+/// Reads the answer to a dry-run create of a valid WorkloadSpread: admitted (OpenKruise's
+/// validation let it through) → on; refused by [`WEBHOOK`] as not enabled → off.
+pub fn gate_from(answer: Result<(), String>) -> Gate {
+    match answer {
+        Ok(()) => Gate::On,
+        Err(e) if e.contains(WEBHOOK) && e.contains(GATE_OFF) => Gate::Off,
+        Err(e) => Gate::Unknown(e),
+    }
+}
+
+/// Answers in a row that must say the gate is off.
+pub const PROBES: usize = 5;
+const PROBE_EVERY: Duration = Duration::from_millis(200);
+
+/// A dry-run WorkloadSpread no workload has (nothing is stored).
+fn probe_spread(namespace: &str) -> Result<DynamicObject> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "WorkloadSpread",
+        "metadata": {"name": "workloadspread-hand-over-probe", "namespace": namespace},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                "name": "workloadspread-hand-over-probe"},
+            "subsets": [{"name": "probe", "maxReplicas": 1}]}
+    }))?)
+}
+
+/// Until [`PROBES`] answers in a row say OpenKruise's gate is off, for `wait` at most.
+async fn wait_for_gate_off(client: &kube::Client, wait: Duration) -> Result<()> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("apps.kruise.io", "v1alpha1", "WorkloadSpread"),
+        "workloadspreads",
+    );
+    let namespace = "default";
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    let probe = probe_spread(namespace)?;
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut off = 0;
+    loop {
+        let answer = bounded(api.create(&dry_run, &probe))
+            .await?
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        let gate = gate_from(answer);
+        off = match gate {
+            Gate::Off => off + 1,
+            _ => 0,
+        };
+        if off >= PROBES {
+            return Ok(());
+        }
+        if off > 0 || tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(PROBE_EVERY).await;
+            continue;
+        }
+        // Its manager restarting answers "failed calling webhook" meanwhile: waited for.
+        if let Gate::Unknown(e) = gate {
+            bail!(
+                "could not tell whether OpenKruise's WorkloadSpread gate is off (a dry-run \
+                 WorkloadSpread in namespace {namespace}: {e}); --force hands over without asking"
+            );
+        }
+        bail!(
+            "OpenKruise's WorkloadSpread gate is still on (its validation {WEBHOOK} admitted a \
+             dry-run WorkloadSpread): turn it off first (featureGates=\"WorkloadSpread=false\") \
+             and let its manager restart, or wait for it with --wait-seconds; --force hands \
+             over anyway (host and controller then stand back again at OpenKruise's first \
+             status write)"
+        );
+    }
+}
+
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 const ATTEMPTS: usize = 5;
 
@@ -126,7 +234,8 @@ pub fn openkruise(args: OpenKruiseArgs) -> Result<()> {
         let client = super::serve::kube_client(args.kubeconfig.as_ref()).await?;
         // Untyped: a typed round trip would drop fields newer than this build's API types.
         let resource = ApiResource::erase::<ValidatingWebhookConfiguration>(&());
-        let api: Api<DynamicObject> = Api::all_with(client, &resource);
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        let mut asked = args.force || args.step != Step::HandOver;
         for _ in 0..ATTEMPTS {
             let current = bounded(api.get_opt(CONFIGURATION))
                 .await?
@@ -143,6 +252,12 @@ pub fn openkruise(args: OpenKruiseArgs) -> Result<()> {
             if apply(args.step, &mut config)? == Outcome::AlreadyDone {
                 eprintln!("{CONFIGURATION}: {:?} already done", args.step);
                 return Ok(());
+            }
+            if !asked {
+                wait_for_gate_off(&client, Duration::from_secs(args.wait_seconds)).await?;
+                eprintln!("OpenKruise's WorkloadSpread gate is off ({PROBES} answers in a row)");
+                asked = true;
+                continue;
             }
             // resourceVersion kept: a concurrent write (OpenKruise's manager renewing its
             // CA) makes this a 409, and the step is made again on the newer object.
@@ -240,16 +355,37 @@ mod tests {
         assert!(c["metadata"]["annotations"].get(TEMPLATE).is_none());
     }
 
+    /// The gate as OpenKruise v1.9.0's validation answers (its handler's own message).
     #[test]
-    fn a_webhook_back_beside_a_kept_one_is_refused() {
+    fn the_gate_is_read_from_the_validation_answer() {
+        let refused = |by: &str, why: &str| {
+            Err(format!(
+                "ApiError: admission webhook \"{by}\" denied the request: {why} (Forbidden)"
+            ))
+        };
+        assert_eq!(gate_from(Ok(())), Gate::On);
+        assert_eq!(gate_from(refused(WEBHOOK, GATE_OFF)), Gate::Off);
+        let other = refused("validate.workloadspread.io", GATE_OFF);
+        assert!(matches!(gate_from(other), Gate::Unknown(_)));
+        let invalid = refused(WEBHOOK, "spec.subsets[0].maxReplicas: Invalid value");
+        assert!(matches!(gate_from(invalid), Gate::Unknown(_)));
+    }
+
+    /// An upgrade of OpenKruise put its webhook back beside the kept copy: taken out
+    /// again, the newer copy kept (the template's old one where the template came back
+    /// without it); hand-back puts the newer one back.
+    #[test]
+    fn a_webhook_back_after_a_hand_over_is_taken_out_again() {
         let mut c = config();
         apply(Step::HandOver, &mut c).unwrap();
-        // OpenKruise reinstalled over the hand-over: its webhook is back, the kept copy too.
         c["webhooks"]
             .as_array_mut()
             .unwrap()
             .push(webhook(WEBHOOK, "new"));
-        let err = apply(Step::HandOver, &mut c).unwrap_err().to_string();
-        assert!(err.contains("hand-back first"), "{err}");
+        assert_eq!(apply(Step::HandOver, &mut c).unwrap(), Outcome::Changed);
+        assert_eq!(names(&c["webhooks"]), ["vpod.kb.io"]);
+        apply(Step::HandBack, &mut c).unwrap();
+        assert_eq!(c["webhooks"][1]["clientConfig"]["url"], "new");
+        assert_eq!(template(&c)[1]["clientConfig"]["url"], "tmpl");
     }
 }

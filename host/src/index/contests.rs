@@ -34,6 +34,8 @@ struct State {
     relisting: Option<HashSet<String>>,
     /// Whether OpenKruise's registration is known (its watch answered once).
     registration_known: bool,
+    /// The last error of that watch while it is not known.
+    registration_error: Option<String>,
 }
 
 /// The contests found, following the WorkloadSpread watch.
@@ -104,15 +106,46 @@ impl ContestIndex {
         state.contests.len()
     }
 
+    /// Records why OpenKruise's registration is not known yet.
+    pub fn registration_failed(&self, error: String) {
+        self.lock().registration_error = Some(error);
+    }
+
     /// Why reads cannot be decided yet: OpenKruise's registration not known.
     pub fn unknown(&self) -> Option<String> {
-        (!self.lock().registration_known).then(|| {
+        let state = self.lock();
+        (!state.registration_known).then(|| {
+            let last = state
+                .registration_error
+                .as_deref()
+                .map(|e| format!("; last error: {e}"))
+                .unwrap_or_default();
             format!(
                 "waiting for the first answer of the watch of validatingwebhookconfigurations/{} \
-                 (whether OpenKruise owns WorkloadSpreads)",
+                 (whether OpenKruise owns WorkloadSpreads){last}",
                 workloadspread_core::contest::OPENKRUISE_CONFIGURATION
             )
         })
+    }
+
+    /// Follows `o` as read live (not through the watch); whether it is contested now.
+    pub fn observe_live(&self, o: &DynamicObject) -> bool {
+        let mut state = self.lock();
+        let key = key(o);
+        match state.contests.observe(&key, o.managed_fields()) {
+            Some(found) => {
+                if found.new {
+                    tracing::error!("{}", found.contest.message(spread_of(&key)));
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// How many spreads are contested now.
+    pub fn len(&self) -> usize {
+        self.lock().contests.len()
     }
 
     /// Whether the host stands back from the spread `namespace/name` (any uid).
@@ -175,6 +208,8 @@ mod tests {
     fn the_registration_holds_every_spread() {
         let index = ContestIndex::default();
         assert!(index.unknown().is_some());
+        index.registration_failed("forbidden".into());
+        assert!(index.unknown().is_some_and(|w| w.contains("forbidden")));
         index.apply(&watcher::Event::Apply(ws("u1", "kruise-manager", 1)));
         assert_eq!(index.set_registered(false), 0);
         assert!(index.unknown().is_none());

@@ -191,7 +191,7 @@ impl KubeCapabilities {
             settings,
             contests: Default::default(),
         });
-        tokio::spawn(follow_openkruise(
+        tokio::spawn(rivals::follow_openkruise(
             Arc::downgrade(&caps),
             workloadspread_kube::openkruise::registrations(caps.client.clone()),
         ));
@@ -321,11 +321,6 @@ impl KubeCapabilities {
                 .find(|o| o.metadata.namespace.as_deref() == Some(namespace))
                 .is_some(),
         )
-    }
-
-    /// Whether the host stands back from WorkloadSpread `namespace/name` (`contests`).
-    pub fn stands_back_from(&self, namespace: &str, name: &str) -> bool {
-        self.contests.stands_back_from(namespace, name)
     }
 
     /// Why the host cannot decide yet (`None`: ready): a required kind not served, or a
@@ -525,21 +520,6 @@ async fn rediscover(caps: Weak<KubeCapabilities>) {
     }
 }
 
-/// Feeds `registrations` (whether OpenKruise's WorkloadSpread validation is registered)
-/// into the host's contests, until the host is dropped.
-async fn follow_openkruise(
-    caps: std::sync::Weak<KubeCapabilities>,
-    mut registrations: futures::stream::BoxStream<'static, bool>,
-) {
-    while let Some(registered) = registrations.next().await {
-        let Some(caps) = caps.upgrade() else { return };
-        let contested = caps.contests.set_registered(registered);
-        caps.metrics
-            .contested
-            .set(i64::try_from(contested).unwrap_or(i64::MAX));
-    }
-}
-
 fn gvk(api_version: &str, kind: &str) -> GroupVersionKind {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     GroupVersionKind::gvk(group, version, kind)
@@ -612,4 +592,5 @@ mod contests;
 mod lookup;
 mod namespaces;
 mod read;
+mod rivals;
 mod targets;

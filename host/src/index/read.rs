@@ -167,7 +167,7 @@ impl KubeCapabilities {
     }
 
     /// Counts a read made live (`workloadspread_host_live_reads_total`).
-    fn count_live(&self, r: &ApiResource) {
+    pub(super) fn count_live(&self, r: &ApiResource) {
         self.metrics
             .live_reads
             .get_or_create(&KindLabels {

@@ -12,6 +12,7 @@ use crate::metrics::{Endpoint, EndpointLabels, EvalLabels, NamespaceLabels, Outc
 use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -185,9 +186,6 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
             return answer;
         }
     }
-    if let Some(answer) = spread_by_another(app, &request) {
-        return answer;
-    }
     if app.skip_unrelated {
         if let Some(answer) = unrelated_pod_answer(app, &request) {
             app.metrics.unrelated.inc();
@@ -207,6 +205,7 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
             return evaluate::rejection(uid, app.claims.refusal(namespace), 429);
         }
     }
+    let kept = spread_by_another(app, &request).await;
     let worker = app.clone();
     let evaluation = tokio::task::spawn_blocking(move || {
         let caps: Arc<dyn Capabilities> = match about_workloadspread(&request) {
@@ -220,6 +219,10 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
             &worker.tokens,
             crate::clock::unix_now(),
         );
+        // After the signature: a pod carrying another webhook's placement gets no token.
+        if let Some(matched) = &kept {
+            keep_matched(&request, &mut response, matched);
+        }
         response
     });
     match evaluation.await {
@@ -228,33 +231,63 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
     }
 }
 
-/// The answer to a pod creation that another webhook spread into a WorkloadSpread this
-/// host stands back from (`index::contests`: OpenKruise's, called before this one): its
-/// `matched-workloadspread` annotation is that webhook's, kept; the rest of the metadata
-/// only this system writes leaves the pod, as always. `None` for anything else.
-fn spread_by_another(app: &App, request: &Value) -> Option<AdmissionResponse> {
+/// The `matched-workloadspread` annotation of a pod creation when it names a WorkloadSpread
+/// this host stands back from (`index::contests`): the placement of the webhook called
+/// before this one (OpenKruise's). A spread not stood back from yet is read live first:
+/// OpenKruise's webhook stores its status write (the pod in `creatingPods`) before the pod
+/// reaches this one, so a replica of it still on after a hand-over is found here, pod by pod,
+/// before this host spreads the pod a second time. A caller's own copy of the annotation
+/// only costs that read.
+async fn spread_by_another(app: &App, request: &Value) -> Option<String> {
     use workloadspread_core::api::MATCHED_WORKLOADSPREAD_ANNOTATION as MATCHED;
     if !super::classify::pod_create(request) {
         return None;
     }
     let namespace = request["namespace"].as_str()?;
-    let object = &request["object"];
-    let matched = object["metadata"]["annotations"][MATCHED].as_str()?;
+    let matched = request["object"]["metadata"]["annotations"][MATCHED].as_str()?;
     let spread = serde_json::from_str::<Value>(matched).ok()?;
-    if !app
-        .capabilities
-        .stands_back_from(namespace, spread["name"].as_str()?)
-    {
-        return None;
+    let name = spread["name"].as_str()?;
+    let caps = &app.capabilities;
+    let stood_back =
+        caps.stands_back_from(namespace, name) || caps.contested_now(namespace, name).await;
+    stood_back.then(|| matched.to_string())
+}
+
+/// Keeps `matched` (another webhook's placement, [`spread_by_another`]) on a pod the
+/// policy let through without placing it: the policy strips that annotation from every
+/// pod, as metadata only this system writes. A pod the policy placed (a spread it does
+/// not stand back from covers it, whatever the annotation named) keeps the policy's.
+fn keep_matched(request: &Value, response: &mut AdmissionResponse, matched: &str) {
+    use workloadspread_core::api::MATCHED_WORKLOADSPREAD_ANNOTATION as MATCHED;
+    if !response.allowed {
+        return;
     }
-    let mut answer = allowed(request);
-    let mut clean = object.clone();
-    workloadspread_core::pods::strip_system_metadata(&mut clean);
-    clean["metadata"]["annotations"][MATCHED] = Value::String(matched.to_string());
-    if &clean != object {
-        evaluate::patch_to(&mut answer, object, &clean);
+    let object = &request["object"];
+    let mut pod = object.clone();
+    if let Some(encoded) = &response.patch {
+        let ops = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<json_patch::Patch>(&b).ok());
+        match ops {
+            Some(ops) if json_patch::patch(&mut pod, &ops).is_ok() => {}
+            _ => return,
+        }
     }
-    Some(answer)
+    let annotations = &mut pod["metadata"]["annotations"];
+    if annotations.is_null() {
+        *annotations = json!({});
+    }
+    let Some(annotations) = annotations.as_object_mut() else {
+        return;
+    };
+    if annotations.contains_key(MATCHED) {
+        return;
+    }
+    annotations.insert(MATCHED.into(), Value::String(matched.to_string()));
+    response.patch = None;
+    response.patch_type = None;
+    evaluate::patch_to(response, object, &pod);
 }
 
 fn allowed(request: &Value) -> AdmissionResponse {
@@ -320,6 +353,57 @@ fn without_nulls(v: Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The pod after `response`'s patch.
+    fn patched(request: &Value, response: &AdmissionResponse) -> Value {
+        let mut pod = request["object"].clone();
+        if let Some(p) = &response.patch {
+            let bytes = base64::engine::general_purpose::STANDARD.decode(p).unwrap();
+            let ops: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+            json_patch::patch(&mut pod, &ops).unwrap();
+        }
+        pod
+    }
+
+    /// Another webhook's placement survives the policy's strip; the policy's own placement,
+    /// or a refusal, is left as it is.
+    #[test]
+    fn another_webhooks_placement_is_kept_only_where_the_policy_placed_nothing() {
+        use workloadspread_core::api::MATCHED_WORKLOADSPREAD_ANNOTATION as MATCHED;
+        let theirs = r#"{"name":"s","subset":"a"}"#;
+        let ours = r#"{"name":"t","subset":"b"}"#;
+        let request = json!({"uid": "u", "object": {"metadata": {"name": "p",
+            "annotations": {MATCHED: theirs, "other": "x"}}}});
+        let answer = |to: Option<Value>| {
+            let mut r = evaluate::rejection("u".into(), String::new(), 400);
+            r.allowed = true;
+            r.status = None;
+            if let Some(to) = to {
+                evaluate::patch_to(&mut r, &request["object"], &to);
+            }
+            r
+        };
+        let annotation = |r: &AdmissionResponse| {
+            patched(&request, r)["metadata"]["annotations"][MATCHED].clone()
+        };
+        // Stripped by the policy (its spread hidden): put back.
+        let mut stripped = answer(Some(json!({"metadata": {"name": "p",
+            "annotations": {"other": "x"}}})));
+        keep_matched(&request, &mut stripped, theirs);
+        assert_eq!(annotation(&stripped), theirs);
+        // Placed by the policy in a spread it does not stand back from: the policy's.
+        let mut placed = answer(Some(json!({"metadata": {"name": "p",
+            "annotations": {MATCHED: ours, "other": "x"}}})));
+        keep_matched(&request, &mut placed, theirs);
+        assert_eq!(annotation(&placed), ours);
+        // No patch at all: nothing to change.
+        let mut unchanged = answer(None);
+        keep_matched(&request, &mut unchanged, theirs);
+        assert_eq!(annotation(&unchanged), theirs);
+        let mut refused = evaluate::rejection("u".into(), "no".into(), 400);
+        keep_matched(&request, &mut refused, theirs);
+        assert!(refused.patch.is_none() && !refused.allowed);
+    }
 
     #[test]
     fn nulls_are_dropped() {

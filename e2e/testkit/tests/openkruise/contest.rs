@@ -185,3 +185,60 @@ async fn a_rival_status_writer_makes_host_and_controller_stand_back() -> Result<
     // The host was not restarted: it still counts the rival's spread as contested.
     stack.finish_contested().await
 }
+
+/// A pod another webhook spread reaches ours with that webhook's annotation, after its
+/// status write: the host, its watch of WorkloadSpreads 4 s behind, reads the spread live,
+/// finds the write and stands back from this very pod — the annotation kept, no token of
+/// ours. A caller's own copy of the annotation, with no such write, is stripped as ever.
+#[tokio::test]
+async fn a_pod_spread_by_another_webhook_is_found_by_a_live_read() -> Result<()> {
+    let Some(stack) = Stack::start_with("contest-pod", &["--watch-delay-ms", "4000"], &[]).await?
+    else {
+        return Ok(());
+    };
+    let ws: Api<DynamicObject> =
+        Api::namespaced_with(stack.ns.client(), stack.ns.name(), &ws_resource());
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
+        "metadata": {"name": "web"}, "spec": spec()}))?;
+    ws.create(&PostParams::default(), &object).await?;
+    stack
+        .host
+        .wait_sees_workloadspread(stack.ns.name(), "web", &target("Deployment"))
+        .await?;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = stack.ns.api();
+    let placed = r#"{"name":"web","subset":"c"}"#;
+    let pod = |name: &str| -> Result<k8s_openapi::api::core::v1::Pod> {
+        Ok(serde_json::from_value(json!({
+            "metadata": {"name": name, "annotations": {MATCHED: placed}},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+        }))?)
+    };
+    let created = pods.create(&PostParams::default(), &pod("forged")?).await?;
+    assert!(
+        workloadspread_testkit::pods::annotation(&created, MATCHED).is_none(),
+        "a caller's own placement stripped: {:?}",
+        created.metadata.annotations
+    );
+    rival_writes_status(&ws).await?;
+    let created = pods.create(&PostParams::default(), &pod("theirs")?).await?;
+    assert_eq!(
+        workloadspread_testkit::pods::annotation(&created, MATCHED).map(String::as_str),
+        Some(placed),
+        "the other webhook's placement kept: {:?}",
+        created.metadata.annotations
+    );
+    assert!(
+        workloadspread_testkit::pods::annotation(&created, ADMISSION_TOKEN).is_none(),
+        "no token of ours"
+    );
+    let host = stack
+        .host
+        .metric("workloadspread_host_contested_workloadspreads")
+        .await?;
+    assert_eq!(host, 1.0, "the host stands back from the spread at once");
+    stack.finish_contested().await
+}
+
+const MATCHED: &str = "apps.kruise.io/matched-workloadspread";
+const ADMISSION_TOKEN: &str = "workloadspread.io/admission-token";

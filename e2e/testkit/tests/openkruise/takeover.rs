@@ -109,17 +109,28 @@ async fn stop(stack: Stack) -> Result<TestNamespace> {
 
 /// `workloadspread-host openkruise STEP` against the test cluster.
 async fn openkruise(bins: &Binaries, step: &str) -> Result<()> {
+    openkruise_with(bins, step, &[])
+        .await?
+        .map_err(|e| anyhow::anyhow!("openkruise {step}: {e}"))
+}
+
+/// As [`openkruise`] with `extra` arguments; `Ok(Err(stderr))` when the command failed.
+async fn openkruise_with(
+    bins: &Binaries,
+    step: &str,
+    extra: &[&str],
+) -> Result<std::result::Result<(), String>> {
     let out = tokio::process::Command::new(&bins.host)
         .args(["openkruise", step, "--kubeconfig"])
         .arg(cluster()?.kubeconfig())
+        .args(extra)
         .output()
         .await?;
-    ensure!(
-        out.status.success(),
-        "openkruise {step}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(())
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    Ok(match out.status.success() {
+        true => Ok(()),
+        false => Err(stderr),
+    })
 }
 
 /// Whether our host admitted `pod` into a subset.
@@ -224,10 +235,19 @@ async fn openkruise_hands_over_without_a_restart_and_takes_back() -> Result<()> 
         thirteenth.metadata.annotations
     );
 
-    // 1c. Its validation handed over while its gate is still on (a wrong order): at the
-    // first status write OpenKruise makes after that (its webhook records the next pod),
-    // ours stand back again; the pod after that is not spread by ours.
-    openkruise(&bins, "hand-over").await?;
+    // 1c. `hand-over` refuses while its gate is on (its validation admits a dry-run
+    // spread). Forced (a wrong order): the next pod is spread by OpenKruise alone, and ours
+    // stand back again from its status write on.
+    let refused = openkruise_with(&bins, "hand-over", &[]).await?;
+    ensure!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.contains("gate is still on")),
+        "hand-over refused while OpenKruise's gate is on: {refused:?}"
+    );
+    openkruise_with(&bins, "hand-over", &["--force"])
+        .await?
+        .map_err(|e| anyhow::anyhow!("hand-over --force: {e}"))?;
     // managedFields times have one-second resolution: a write in the second ours last saw
     // before the hand-over is not told apart from it (`core::contest`). Start in the next.
     let handed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
@@ -236,7 +256,14 @@ async fn openkruise_hands_over_without_a_restart_and_takes_back() -> Result<()> 
         Ok((now.as_secs() > handed.as_secs()).then_some(()))
     })
     .await?;
-    scale(&stack.ns.api::<Deployment>(), 14).await?;
+    // OpenKruise's webhook records the pod in the status before the pod reaches ours: the
+    // host reads the spread live, finds that write and stands back — from this very pod.
+    let fourteenth = added_pod(&stack.ns, 14).await?;
+    ensure!(
+        subset_of(&fourteenth).is_some() && !spread_by_ours(&fourteenth),
+        "the 14th pod spread by OpenKruise alone: {:?}",
+        fourteenth.metadata.annotations
+    );
     let reason = match stands_back(&stack, "also written by").await {
         Ok(reason) => reason,
         Err(e) => {
@@ -252,15 +279,6 @@ async fn openkruise_hands_over_without_a_restart_and_takes_back() -> Result<()> 
         }
     };
     eprintln!("[takeover] handed over with the gate on: the controller says {reason:?}");
-    settled(&stack.ns, 14).await?;
-    let fifteenth = added_pod(&stack.ns, 15).await?;
-    // OpenKruise's webhook spread it (or, when it failed, its pod webhook failing open,
-    // nobody): not ours.
-    ensure!(
-        !spread_by_ours(&fifteenth),
-        "the 15th pod not spread by ours: {:?}",
-        fifteenth.metadata.annotations
-    );
     openkruise(&bins, "hand-back").await?;
     stands_back(&stack, "openkruise hand-over").await?;
     let by_kruise = step(&stack.ns, &spreads, 12).await?;
