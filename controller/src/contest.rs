@@ -31,10 +31,6 @@ struct Known {
     contests: Contests,
     /// The contests whose `Contested` event was recorded.
     announced: HashSet<String>,
-    /// Whether OpenKruise's registration is known (its watch answered once).
-    registration_known: bool,
-    /// The last error of that watch while it is not known.
-    registration_error: Option<String>,
 }
 
 fn key(object: &DynamicObject) -> String {
@@ -66,7 +62,6 @@ impl Standing {
         spreads: impl Iterator<Item = &'a DynamicObject>,
     ) -> (Registration, usize) {
         let mut known = self.lock();
-        known.registration_known = true;
         if !registered && known.contests.registration().is_some() {
             for o in spreads {
                 known.contests.observe(&key(o), o.managed_fields());
@@ -93,24 +88,12 @@ impl Standing {
 
     /// Records why OpenKruise's registration is not known yet.
     pub fn registration_failed(&self, error: String) {
-        self.lock().registration_error = Some(error);
+        self.lock().contests.registration_failed(error);
     }
 
     /// What `/readyz` says until OpenKruise's registration is known.
     pub fn registration_unknown(&self) -> Option<String> {
-        let known = self.lock();
-        (!known.registration_known).then(|| {
-            let last = known
-                .registration_error
-                .as_deref()
-                .map(|e| format!("; last error: {e}"))
-                .unwrap_or_default();
-            format!(
-                "waiting to know whether OpenKruise owns WorkloadSpreads (the watch of \
-                 validatingwebhookconfigurations/{}){last}",
-                workloadspread_core::contest::OPENKRUISE_CONFIGURATION
-            )
-        })
+        self.lock().contests.registration_unknown()
     }
 
     /// What `/readyz` says while a spread is contested: which, by whom, what to do.

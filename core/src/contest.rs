@@ -212,6 +212,10 @@ pub struct Contests {
     last: BTreeMap<String, Vec<StatusWrite>>,
     contested: BTreeMap<String, Contest>,
     registered: Option<Contest>,
+    /// Whether the registration is known (its watch answered once), and the last error
+    /// of that watch until it is.
+    registration_known: bool,
+    registration_error: Option<String>,
 }
 
 /// What [`Contests::set_registered`] changed.
@@ -260,6 +264,7 @@ impl Contests {
     /// ([`openkruise_registered`]). When it goes away, the writes last seen of every spread
     /// become its first sight and every contest is dropped (the hand-over is the restart).
     pub fn set_registered(&mut self, registered: bool) -> Registration {
+        self.registration_known = true;
         match (registered, self.registered.is_some()) {
             (true, false) => {
                 self.registered = Some(Contest {
@@ -277,6 +282,26 @@ impl Contests {
             }
             _ => Registration::Unchanged,
         }
+    }
+
+    /// Records why OpenKruise's registration is not known yet (its watch failed).
+    pub fn registration_failed(&mut self, error: String) {
+        self.registration_error = Some(error);
+    }
+
+    /// Why nothing can be decided yet: OpenKruise's registration not known (`None`: known).
+    pub fn registration_unknown(&self) -> Option<String> {
+        (!self.registration_known).then(|| {
+            let last = self
+                .registration_error
+                .as_deref()
+                .map(|e| format!("; last error: {e}"))
+                .unwrap_or_default();
+            format!(
+                "waiting to know whether OpenKruise owns WorkloadSpreads (the watch of \
+                 validatingwebhookconfigurations/{OPENKRUISE_CONFIGURATION}){last}"
+            )
+        })
     }
 
     /// OpenKruise's registration, while it holds.
@@ -422,8 +447,14 @@ mod tests {
         assert_eq!(openkruise_validation(both, false), Registered);
         assert_eq!(openkruise_validation(both, true), Returned);
         let mut c = Contests::default();
+        assert!(c.registration_unknown().is_some());
+        c.registration_failed("forbidden".into());
+        assert!(c
+            .registration_unknown()
+            .is_some_and(|w| w.contains("forbidden")));
         assert!(c.observe("u1", &at(1)).is_none());
         assert_eq!(c.set_registered(true), Registration::Registered);
+        assert!(c.registration_unknown().is_none());
         assert_eq!(c.set_registered(true), Registration::Unchanged);
         assert!(c.get("never-seen").is_some_and(|r| r.registered));
         assert!(c

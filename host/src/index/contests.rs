@@ -32,10 +32,6 @@ struct State {
     contests: Contests,
     /// Keys seen by a relist in progress (what it does not list is forgotten when done).
     relisting: Option<HashSet<String>>,
-    /// Whether OpenKruise's registration is known (its watch answered once).
-    registration_known: bool,
-    /// The last error of that watch while it is not known.
-    registration_error: Option<String>,
 }
 
 /// The contests found, following the WorkloadSpread watch.
@@ -90,7 +86,6 @@ impl ContestIndex {
     /// many spreads are contested now.
     pub fn set_registered(&self, registered: bool) -> usize {
         let mut state = self.lock();
-        state.registration_known = true;
         match state.contests.set_registered(registered) {
             Registration::Registered => {
                 if let Some(r) = state.contests.registration() {
@@ -108,24 +103,12 @@ impl ContestIndex {
 
     /// Records why OpenKruise's registration is not known yet.
     pub fn registration_failed(&self, error: String) {
-        self.lock().registration_error = Some(error);
+        self.lock().contests.registration_failed(error);
     }
 
     /// Why reads cannot be decided yet: OpenKruise's registration not known.
     pub fn unknown(&self) -> Option<String> {
-        let state = self.lock();
-        (!state.registration_known).then(|| {
-            let last = state
-                .registration_error
-                .as_deref()
-                .map(|e| format!("; last error: {e}"))
-                .unwrap_or_default();
-            format!(
-                "waiting for the first answer of the watch of validatingwebhookconfigurations/{} \
-                 (whether OpenKruise owns WorkloadSpreads){last}",
-                workloadspread_core::contest::OPENKRUISE_CONFIGURATION
-            )
-        })
+        self.lock().contests.registration_unknown()
     }
 
     /// Follows `o` as read live (not through the watch); whether it is contested now.

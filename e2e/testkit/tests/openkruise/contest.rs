@@ -48,10 +48,13 @@ async fn rival_writes_status(api: &Api<DynamicObject>) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test]
-async fn a_rival_status_writer_makes_host_and_controller_stand_back() -> Result<()> {
-    let Some(mut stack) = Stack::start("contest", &[]).await? else {
-        return Ok(());
+/// Host (with `host_args`) + controller, and the spread `web` the host has seen.
+async fn with_spread(
+    hint: &str,
+    host_args: &[&str],
+) -> Result<Option<(Stack, Api<DynamicObject>)>> {
+    let Some(stack) = Stack::start_with(hint, host_args, &[]).await? else {
+        return Ok(None);
     };
     let ws: Api<DynamicObject> =
         Api::namespaced_with(stack.ns.client(), stack.ns.name(), &ws_resource());
@@ -63,6 +66,14 @@ async fn a_rival_status_writer_makes_host_and_controller_stand_back() -> Result<
         .host
         .wait_sees_workloadspread(stack.ns.name(), "web", &target("Deployment"))
         .await?;
+    Ok(Some((stack, ws)))
+}
+
+#[tokio::test]
+async fn a_rival_status_writer_makes_host_and_controller_stand_back() -> Result<()> {
+    let Some((mut stack, ws)) = with_spread("contest", &[]).await? else {
+        return Ok(());
+    };
     create_web_deployment(&stack.ns, 2).await?;
     let pods = settled(&stack.ns, 2).await?;
     status_matches(&ws, &counts(&pods)).await?;
@@ -192,20 +203,9 @@ async fn a_rival_status_writer_makes_host_and_controller_stand_back() -> Result<
 /// ours. A caller's own copy of the annotation, with no such write, is stripped as ever.
 #[tokio::test]
 async fn a_pod_spread_by_another_webhook_is_found_by_a_live_read() -> Result<()> {
-    let Some(stack) = Stack::start_with("contest-pod", &["--watch-delay-ms", "4000"], &[]).await?
-    else {
+    let Some((stack, ws)) = with_spread("contest-pod", &["--watch-delay-ms", "4000"]).await? else {
         return Ok(());
     };
-    let ws: Api<DynamicObject> =
-        Api::namespaced_with(stack.ns.client(), stack.ns.name(), &ws_resource());
-    let object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "apps.kruise.io/v1beta1", "kind": "WorkloadSpread",
-        "metadata": {"name": "web"}, "spec": spec()}))?;
-    ws.create(&PostParams::default(), &object).await?;
-    stack
-        .host
-        .wait_sees_workloadspread(stack.ns.name(), "web", &target("Deployment"))
-        .await?;
     let pods: Api<k8s_openapi::api::core::v1::Pod> = stack.ns.api();
     let placed = r#"{"name":"web","subset":"c"}"#;
     let pod = |name: &str| -> Result<k8s_openapi::api::core::v1::Pod> {

@@ -143,16 +143,21 @@ fn spread_by_ours(pod: &Pod) -> bool {
 async fn stands_back(stack: &Stack, why: &str) -> Result<String> {
     wait_for(&format!("ours to stand back ({why})"), SETTLE, || async {
         let (ready, body) = stack.controller.readiness().await?;
-        let host = stack
-            .host
-            .metric("workloadspread_host_contested_workloadspreads")
-            .await?;
+        let host = host_contests(stack).await?;
         match !ready && body.contains(why) && host == 1.0 {
             true => Ok(Some(body)),
             false => anyhow::bail!("controller ready {ready} ({body}), host contests {host}"),
         }
     })
     .await
+}
+
+/// The spreads the host stands back from.
+async fn host_contests(stack: &Stack) -> Result<f64> {
+    stack
+        .host
+        .metric("workloadspread_host_contested_workloadspreads")
+        .await
 }
 
 /// Scales to `replicas` (one more than run now) and returns the pod added, once it runs.
@@ -295,11 +300,7 @@ async fn openkruise_hands_over_without_a_restart_and_takes_back() -> Result<()> 
     })
     .await?;
     ensure!(
-        stack
-            .host
-            .metric("workloadspread_host_contested_workloadspreads")
-            .await?
-            == 0.0,
+        host_contests(&stack).await? == 0.0,
         "the host stands back from nothing after the hand-over"
     );
     let taken = live_pods(&stack.ns).await?;
@@ -350,11 +351,7 @@ async fn openkruise_hands_over_without_a_restart_and_takes_back() -> Result<()> 
     let (ready, body) = stack.controller.readiness().await?;
     ensure!(ready, "the controller stayed ready: {body}");
     ensure!(
-        stack
-            .host
-            .metric("workloadspread_host_contested_workloadspreads")
-            .await?
-            == 0.0,
+        host_contests(&stack).await? == 0.0,
         "the host found no rival"
     );
     let ours = live_pods(&stack.ns).await?;
