@@ -159,6 +159,21 @@ fn to_admission_response(uid: String, request: &Value, v: &Value) -> AdmissionRe
     response
 }
 
+/// `object` as `response`'s JSON patch leaves it (`object` itself without a patch); `None`
+/// when the patch cannot be read or applied.
+pub fn patched(object: &Value, response: &AdmissionResponse) -> Option<Value> {
+    use base64::Engine as _;
+    let mut pod = object.clone();
+    if let Some(encoded) = &response.patch {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .ok()?;
+        let ops = serde_json::from_slice::<json_patch::Patch>(&bytes).ok()?;
+        json_patch::patch(&mut pod, &ops).ok()?;
+    }
+    Some(pod)
+}
+
 /// Sets `response`'s JSON patch from `object` to `mutated` (none when they are equal).
 pub fn patch_to(response: &mut AdmissionResponse, object: &Value, mutated: &Value) {
     let diff = json_patch::diff(object, mutated);

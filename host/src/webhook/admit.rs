@@ -12,10 +12,10 @@ use crate::metrics::{Endpoint, EndpointLabels, EvalLabels, NamespaceLabels, Outc
 use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use base64::Engine as _;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use workloadspread_core::annotation::MatchedWorkloadSpread;
 
 /// How long an admission waits for the caches' initial list.
 const CACHE_WAIT: Duration = Duration::from_secs(5);
@@ -245,11 +245,10 @@ async fn spread_by_another(app: &App, request: &Value) -> Option<String> {
     }
     let namespace = request["namespace"].as_str()?;
     let matched = request["object"]["metadata"]["annotations"][MATCHED].as_str()?;
-    let spread = serde_json::from_str::<Value>(matched).ok()?;
-    let name = spread["name"].as_str()?;
+    let name = MatchedWorkloadSpread::parse(matched).ok()?.name;
     let caps = &app.capabilities;
     let stood_back =
-        caps.stands_back_from(namespace, name) || caps.contested_now(namespace, name).await;
+        caps.stands_back_from(namespace, &name) || caps.contested_now(namespace, &name).await;
     stood_back.then(|| matched.to_string())
 }
 
@@ -263,17 +262,9 @@ fn keep_matched(request: &Value, response: &mut AdmissionResponse, matched: &str
         return;
     }
     let object = &request["object"];
-    let mut pod = object.clone();
-    if let Some(encoded) = &response.patch {
-        let ops = base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<json_patch::Patch>(&b).ok());
-        match ops {
-            Some(ops) if json_patch::patch(&mut pod, &ops).is_ok() => {}
-            _ => return,
-        }
-    }
+    let Some(mut pod) = evaluate::patched(object, response) else {
+        return;
+    };
     let annotations = &mut pod["metadata"]["annotations"];
     if annotations.is_null() {
         *annotations = json!({});
@@ -354,17 +345,6 @@ fn without_nulls(v: Value) -> Value {
 mod tests {
     use super::*;
 
-    /// The pod after `response`'s patch.
-    fn patched(request: &Value, response: &AdmissionResponse) -> Value {
-        let mut pod = request["object"].clone();
-        if let Some(p) = &response.patch {
-            let bytes = base64::engine::general_purpose::STANDARD.decode(p).unwrap();
-            let ops: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
-            json_patch::patch(&mut pod, &ops).unwrap();
-        }
-        pod
-    }
-
     /// Another webhook's placement survives the policy's strip; the policy's own placement,
     /// or a refusal, is left as it is.
     #[test]
@@ -384,7 +364,8 @@ mod tests {
             r
         };
         let annotation = |r: &AdmissionResponse| {
-            patched(&request, r)["metadata"]["annotations"][MATCHED].clone()
+            evaluate::patched(&request["object"], r).unwrap()["metadata"]["annotations"][MATCHED]
+                .clone()
         };
         // Stripped by the policy (its spread hidden): put back.
         let mut stripped = answer(Some(json!({"metadata": {"name": "p",
