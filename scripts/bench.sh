@@ -40,17 +40,24 @@ eval_bench() {
     --cluster-state policy/test_data/cluster.yaml "${@:2}" policy/policy.wasm
 }
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-phase "evaluation latency"
-exact=$(eval_bench pod-create.json "${reuse[@]}")
-best=$(eval_bench pod-create.json --no-counter "${reuse[@]}")
-validate=$(eval_bench workloadspread-create-valid-v1beta1.json "${reuse[@]}")
+phase "evaluation latency (five consecutive runs: issue #43 asks for ≤ 1.5× in each)"
+# The table shows the first run; the goal is judged on the worst ratio of each run.
+run_ratios=()
+for run in 1 2 3 4 5; do
+  e=$(eval_bench pod-create.json "${reuse[@]}")
+  b=$(eval_bench pod-create.json --no-counter "${reuse[@]}")
+  v=$(eval_bench workloadspread-create-valid-v1beta1.json "${reuse[@]}")
+  [ "$run" = 1 ] && { exact=$e; best=$b; validate=$v; }
+  run_ratios+=("$(jq -s 'map(.p50_ratio) | max * 100 | floor / 100' <<<"$e $b $v")")
+done
 fresh=$(eval_bench pod-create.json)
 pooled=$(eval_bench pod-create.json --pool-instances 4)
 fresh_ratio=$(jq '.p50_ratio * 100 | floor / 100' <<<"$fresh")
 row() { jq -r --arg n "$1" '"| \($n) | \(.wasm.p50_us|floor) µs | \(.wasm.p99_us|floor) µs | \(.native.p50_us|floor) µs | \(.native.p99_us|floor) µs | \(.p50_ratio*100|floor/100) |"' <<<"$2"; }
-worst_ratio=$(jq -s 'map(.p50_ratio) | max * 100 | floor / 100' <<<"$exact $best $validate")
+worst_ratio=$(printf '%s\n' "${run_ratios[@]}" | jq -s 'max')
 pooled_ratio=$(jq '.p50_ratio * 100 | floor / 100' <<<"$pooled")
 eval_verdict=$(jq -rn --argjson r "$worst_ratio" 'if $r <= 1.5 then "met" else "not met" end')
+run_list=$(IFS=,; sed 's/,/, /g' <<<"${run_ratios[*]}")
 
 phase "best-effort admission by workload size"
 # One matched best-effort pod CREATE with 30 … 10 000 realistic pods in its workload
@@ -143,6 +150,16 @@ trap 'bash e2e/cluster/cluster.sh down' EXIT
 k8s_version="$(cat "$(dirname "$kubeconfig")/k8s-version" 2>/dev/null || echo unknown)"
 admission=$(WS_TEST_KUBECONFIG="$kubeconfig" WS_REQUIRE_WASM=1 \
   cargo bench --locked -q -p workloadspread-host --bench admission 2>/dev/null)
+# The profiles, in a run of their own (a profiler running skews what the table measures):
+# host + controller and the injection floor, series long enough for 5 s of profile.
+phase "profiles of the API server (pprof) and of the host and controller (perf)"
+profiles_dir="$(mktemp -d)"
+WS_TEST_KUBECONFIG="$kubeconfig" WS_REQUIRE_WASM=1 WS_BENCH_FOCUS=whole-system \
+  WS_BENCH_PODS=1500 WS_BENCH_PROFILE="$profiles_dir" \
+  cargo bench --locked -q -p workloadspread-host --bench admission >/dev/null 2>&1 \
+  || echo "[bench] the profiled run failed: its tables below may be missing" >&2
+profiles=$(python3 scripts/bench-profile.py "$profiles_dir" <(printf '%s\n' "$admission"))
+rm -rf "$profiles_dir"
 phase "footprint as the cluster grows"
 footprint=$(WS_TEST_KUBECONFIG="$kubeconfig" WS_REQUIRE_WASM=1 \
   cargo bench --locked -q -p workloadspread-host --bench footprint 2>/dev/null)
@@ -161,8 +178,8 @@ skews them.
 
 ## Against the goals
 
-* Guest vs native evaluation ≤ 1.5× (p50): **${eval_verdict}**, worst ratio ${worst_ratio}× as
-  \`serve\` runs it (instances kept between evaluations); a pod create with a fresh instance per
+* Guest vs native evaluation ≤ 1.5× (p50) in five consecutive runs: **${eval_verdict}**, worst
+  ratio of each run ${run_list} as \`serve\` runs it (instances kept between evaluations); a pod create with a fresh instance per
   evaluation (policy-server's way) ${fresh_ratio}×, with the pooling allocator ${pooled_ratio}×
   (table below).
 * Controller: 0 API writes per reconcile when nothing changed: **${reconcile_verdict}**.
@@ -177,6 +194,31 @@ $(grep '^\* Unrelated' <<<"$admission" | sed 's/(goal ≤ +1 ms: \(.*\));/(goal 
 $(grep -E '^\* (OpenKruise|Scale sequence)' <<<"$admission")
 $(grep '^\* Concurrency 1, median' <<<"$admission")
 $(grep '^\* ' <<<"$footprint")
+
+$(awk '/^Against issue #43/ {on=1} on && /^$/ && seen {exit} on {print; if (/^\|/) seen=1}' <<<"$admission")
+
+The profiles behind "what bounds it" (\`scripts/bench-profile.py\`, a run of their own with
+\`WS_BENCH_PROFILE\`, 1 500 pods per series, 5 s of each):
+
+$profiles
+
+Why the bounds stand, beyond this run's figures:
+
+* **The fence read** is what a reserved slot costs instead of a status write: a hand-out is
+  answered only once a read begun after its decision shows the stored spec, so a maximum
+  lowered before the watch brings it is never overrun
+  (\`fault_matrix::a_maximum_lowered_before_the_host_sees_it_admits_no_pod_above_it\`).
+  No cheaper fresh read exists in the API: a GET without \`resourceVersion\` is a quorum read
+  of etcd (\`CacheDelegator.Get\`, k8s.io/apiserver v0.37.2), and a consistent LIST from the
+  watch cache waits for etcd's progress notification, which the API server requests every
+  100 ms while a reader waits. A fence without a read per pod (placeholders as leases fenced
+  by the validating webhook) was reviewed adversarially and rejected: it holds only while
+  every spec edit reaches our webhook (issue #43's notes).
+* **The pod watch** the controller needs (node, conditions, owner of every pod of a spread
+  namespace) is JSON: the API server encodes every pod event once more for it, where the
+  cluster's own controllers share one protobuf encoding; the client libraries we build on (kube-rs, k8s-openapi) decode JSON only.
+* **Our CPU** has no hot spot left to remove (the profile above); what remains is per
+  admission (TLS, HTTP, the AdmissionReview's JSON, the guest, the patch) and per event.
 
 ## Policy evaluation (one pod CREATE / one WorkloadSpread CREATE)
 

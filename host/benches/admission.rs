@@ -46,6 +46,8 @@ use workloadspread_testkit::{cluster, unique_name, wait_for, TestNamespace, KWOK
 
 #[path = "admission/focus.rs"]
 mod focus;
+#[path = "admission/goals.rs"]
+mod goals;
 #[path = "admission/kruise.rs"]
 mod kruise;
 #[path = "admission/noop.rs"]
@@ -94,6 +96,7 @@ const MUTATING_WEBHOOK: &str = "name=\"mutate.workloadspread.test\"";
 /// The API server's own CPU counter (Go's process collector).
 const APISERVER_CPU_SECONDS: &str = "process_cpu_seconds_total";
 /// The host's histogram of evaluations, labelled with the endpoint.
+const HOST_SPEC_READ_SECONDS: &str = "workloadspread_host_counter_spec_read_duration_seconds";
 const HOST_EVALUATION_SECONDS: &str = "workloadspread_host_evaluation_duration_seconds";
 
 /// Whether pods go through our webhook, and how it batches counter writes; or pods
@@ -180,6 +183,8 @@ impl Webhook {
 struct WebhookFigures {
     call_mean: Duration,
     evaluation_mean: Option<Duration>,
+    /// The host's fence reads (`counter::fence`): how many, and their mean duration.
+    spec_reads: Option<HistogramReading>,
     status_writes: f64,
     conflicts: f64,
 }
@@ -497,6 +502,11 @@ async fn webhook_figures(
     Ok(WebhookFigures {
         call_mean: calls.mean_since(apiserver_before),
         evaluation_mean: Some(evaluations.mean_since(HistogramReading::default())),
+        spec_reads: Some(HistogramReading::from_text(
+            &host,
+            HOST_SPEC_READ_SECONDS,
+            "",
+        )),
         status_writes: sum_metric(&host, "workloadspread_host_counter_status_writes_total"),
         conflicts: sum_metric(&host, "workloadspread_host_counter_conflicts_total"),
     })
@@ -546,7 +556,14 @@ async fn measure(policy: &Path, webhook: Webhook, concurrency: usize) -> Result<
     let ours_before = our_cpu(&running)?;
     let machine_before = machine_busy_seconds()?;
     let pods: Api<Pod> = ns.api();
-    let profile = profile::during_series(&client, webhook.label(), concurrency)?;
+    let profiled: Vec<(&str, u32)> = match &running {
+        Running::Host(a) => std::iter::once(("host", a.host.pid()))
+            .chain(a.controller.as_ref().map(|c| ("controller", c.pid())))
+            .collect(),
+        Running::Kruise(m) => vec![("kruise-manager", m.pid())],
+        Running::Nothing | Running::Noop(_) => Vec::new(),
+    };
+    let profile = profile::during_series(&client, webhook.label(), concurrency, &profiled)?;
     let (latencies, admitted, elapsed) =
         create_pods(&pods, &uid, node.as_deref(), concurrency).await?;
     let ours_after = our_cpu(&running)?;

@@ -319,11 +319,28 @@ fn engine_config(options: &EngineOptions) -> anyhow::Result<Config> {
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     if let Some(dir) = &options.cache_dir {
-        let mut cache = wasmtime::CacheConfig::new();
-        cache.with_directory(dir);
-        config.cache(Some(wasmtime::Cache::new(cache)?));
+        config.cache(Some(wasmtime::Cache::new(cache_config(dir))?));
     }
     Ok(config)
+}
+
+/// wasmtime's compilation cache in `dir`, without its recompression: by default its
+/// worker recompresses an entry at zstd level 20 in the background once the entry has
+/// been loaded 256 times (here: the 256th start of a host sharing the directory, and
+/// again every 30 minutes while a start that began it was stopped first). For the
+/// policy's ~10 MB artifact that is ~4.5 s of a core (on a 100m CPU request, most of a
+/// minute) at a moment nobody chose, beside the admissions, to save ~0.6 MB of disk: the
+/// 2026-11-29 profile of a bench row found the host spending 60 % of its CPU there.
+fn cache_config(dir: &Path) -> wasmtime::CacheConfig {
+    const BASELINE_ZSTD_LEVEL: i32 = 3;
+    let mut cache = wasmtime::CacheConfig::new();
+    cache
+        .with_directory(dir)
+        .with_baseline_compression_level(BASELINE_ZSTD_LEVEL)
+        // An entry is recompressed only below this level: never.
+        .with_optimized_compression_level(BASELINE_ZSTD_LEVEL)
+        .with_optimized_compression_usage_counter_threshold(u64::MAX);
+    cache
 }
 
 /// Advances the engine's epoch every tick until the engine is dropped.

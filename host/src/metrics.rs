@@ -180,6 +180,9 @@ pub struct Metrics {
     pub latency: Family<EndpointLabels, Histogram>,
     pub counter_ops: Family<CounterLabels, Counter>,
     pub batch_size: Histogram,
+    /// How long each fence read took (`counter::fence`): what a hand-out waits for
+    /// beyond its decision when no read begun after it is already under way.
+    pub spec_read_seconds: Histogram,
     pub status_writes: Counter,
     pub conflicts: Counter,
     /// Reads of pods whose deletion the status records, before claims are decided.
@@ -234,6 +237,7 @@ impl Metrics {
         });
         let counter_ops = Family::<CounterLabels, Counter>::default();
         let batch_size = Histogram::new(exponential_buckets(1.0, 2.0, 10));
+        let spec_read_seconds = Histogram::new(exponential_buckets(0.00025, 2.0, 14));
         let status_writes = Counter::default();
         let conflicts = Counter::default();
         let departures = Family::<DepartureLabels, Counter>::default();
@@ -397,6 +401,12 @@ impl Metrics {
             "Counter operations committed per status write",
             batch_size.clone(),
         );
+        registry.register_with_unit(
+            "counter_spec_read_duration",
+            "How long each read confirming hand-outs against the stored spec took (one read serves every hand-out decided before it began)",
+            prometheus_client::registry::Unit::Seconds,
+            spec_read_seconds.clone(),
+        );
         registry.register(
             "counter_status_writes",
             "WorkloadSpread status writes by the counter",
@@ -443,6 +453,7 @@ impl Metrics {
             latency,
             counter_ops,
             batch_size,
+            spec_read_seconds,
             status_writes,
             conflicts,
             departures,
@@ -539,11 +550,16 @@ mod tests {
             })
             .inc();
         m.batch_size.observe(3.0);
+        m.spec_read_seconds.observe(0.001);
         let text = m.encode();
         assert!(text.contains(
             r#"workloadspread_host_evaluations_total{endpoint="Mutate",outcome="Mutated"} 1"#
         ));
         assert!(text.contains("workloadspread_host_counter_batch_size_count 1"));
+        assert!(
+            text.contains("workloadspread_host_counter_spec_read_duration_seconds_count 1"),
+            "{text}"
+        );
     }
 
     /// Before any failure, every kind of failed host call has its series at 0.

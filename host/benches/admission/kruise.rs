@@ -129,6 +129,7 @@ pub async fn figures(client: &kube::Client, before: &str) -> Result<super::Webho
     Ok(super::WebhookFigures {
         call_mean: calls_after.mean_since(calls_before),
         evaluation_mean: None,
+        spec_reads: None,
         status_writes: writes(&after) - writes(before),
         conflicts: conflicts(&after) - conflicts(before),
     })

@@ -110,11 +110,10 @@ pub(super) fn print_summary(rows: &[Row], repeated: &[(Webhook, Duration)]) {
     ) {
         let over = delta(with, floor);
         println!(
-            "* Host + controller, concurrency 1: p50 {} vs {} with the no-op webhook = {over:+.1} ms over the floor{} (goal ≤ +1 ms: {}).",
+            "* Host + controller, concurrency 1: p50 {} vs {} with the no-op webhook = {over:+.1} ms over the transport floor{} (issue #43 judges it against the injection floor: the table below).",
             ms(with),
             ms(floor),
             repeated_note(repeated),
-            verdict(over <= 1.0)
         );
     }
     // What any webhook injecting the same fields pays, against which the rest is ours.
@@ -154,35 +153,12 @@ pub(super) fn print_summary(rows: &[Row], repeated: &[(Webhook, Duration)]) {
     ) {
         let share = with.per_second / floor.per_second * 100.0;
         println!(
-            "* Concurrency 64, host + controller: {:.0} vs {:.0} pods/s with the no-op webhook = {share:.0} % (goal ≥ 90 %: {}); the no-op webhook keeps {:.0} % of no webhook's {:.0} pods/s.",
+            "* Concurrency 64, host + controller: {:.0} vs {:.0} pods/s with the no-op webhook = {share:.0} %; the no-op webhook keeps {:.0} % of no webhook's {:.0} pods/s.",
             with.per_second,
             floor.per_second,
-            verdict(share >= 90.0),
             floor.per_second / none.per_second * 100.0,
             none.per_second
         );
-        // Both rows keep the two cores busy: throughput is what the machine's CPU per
-        // pod allows, and the host and controller take theirs from the same cores.
-        let (floor_cpu, with_cpu) = (
-            floor.cpu.machine.as_secs_f64(),
-            with.cpu.machine.as_secs_f64(),
-        );
-        if let (Some(ours), true) = (with.cpu.ours, with_cpu > 0.0) {
-            let ours = ours.as_secs_f64();
-            println!(
-                "* Where concurrency 64 stands: the machine spent {} of CPU per pod with the no-op webhook ({:.2} of {} cores busy) and {} with host + controller ({:.2} busy), {} of it in the host and controller themselves, {} more in the API server; with the cores saturated that bounds the throughput ratio at {:.0} %, and the host's and controller's own CPU alone, even with the API server's extra at zero, at {:.0} % (so ≥ 90 % on this one machine needs them under {} per pod; on a real cluster they run on other nodes than the control plane).",
-                ms_places(floor.cpu.machine, 2),
-                floor.cpu.busy_cores,
-                std::thread::available_parallelism().map_or(0, |n| n.get()),
-                ms_places(with.cpu.machine, 2),
-                with.cpu.busy_cores,
-                ms_places(Duration::from_secs_f64(ours), 2),
-                ms_places(with.cpu.apiserver.saturating_sub(floor.cpu.apiserver), 2),
-                floor_cpu / with_cpu * 100.0,
-                floor_cpu / (floor_cpu + ours) * 100.0,
-                ms_places(Duration::from_secs_f64(floor_cpu / 9.0), 2),
-            );
-        }
     }
     if let (Some(bound), Some(scheduled)) = (
         p50_at_1(Webhook::None),
@@ -225,6 +201,7 @@ pub(super) fn print_summary(rows: &[Row], repeated: &[(Webhook, Duration)]) {
             verdict(skipped <= 1.0)
         );
     }
+    super::goals::print(rows, p50_at_1);
 }
 
 pub(super) fn repeated_note(repeated: &[(Webhook, Duration)]) -> String {

@@ -34,7 +34,9 @@ pub struct PolicyArgs {
     /// Linear memory cap per policy instance, in MiB.
     #[arg(long, default_value_t = 256)]
     pub max_memory_mib: usize,
-    /// wasmtime compilation cache directory (`none` disables it).
+    /// wasmtime compilation cache directory (`none` disables it). Entries are written
+    /// once and never recompressed in the background (wasmtime's default would, at zstd
+    /// level 20, after 256 loads).
     #[arg(long, default_value_os_t = default_cache_dir())]
     pub cache_dir: PathBuf,
 }

@@ -186,8 +186,12 @@ impl Committer {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), &key.0, &self.resource);
         let name = key.1.clone();
+        let took = self.metrics.spec_read_seconds.clone();
         async move {
-            match tokio::time::timeout(CALL_TIMEOUT, api.get_metadata_opt(&name)).await {
+            let began = Instant::now();
+            let answer = tokio::time::timeout(CALL_TIMEOUT, api.get_metadata_opt(&name)).await;
+            took.observe(began.elapsed().as_secs_f64());
+            match answer {
                 Ok(Ok(found)) => Ok(found.map(|m| SpecId::of(&m.metadata))),
                 Ok(Err(e)) => Err(CommitError::Read {
                     name,

@@ -223,3 +223,67 @@ fn a_module_without_wapc_exports_is_named() {
     let e = engine("", Duration::from_secs(2));
     assert!(matches!(call(&e, b""), Err(EvalError::NotWapc(_))));
 }
+
+/// The compilation cache never recompresses an entry, however often it was loaded
+/// (wasmtime's default: at zstd level 20 after 256 loads, seconds of a core for the
+/// policy's artifact, in the background of a serving host).
+#[test]
+fn the_compilation_cache_never_recompresses_an_entry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::new();
+    config.cache(Some(
+        wasmtime::Cache::new(cache_config(dir.path())).expect("cache"),
+    ));
+    let engine = Engine::new(&config).expect("engine");
+    let wasm = wat::parse_str("(module (func (export \"f\")))").expect("test module");
+    let stats = || -> Option<(std::path::PathBuf, String)> {
+        let mut found = std::fs::read_dir(dir.path().join("modules"))
+            .ok()?
+            .filter_map(|d| std::fs::read_dir(d.ok()?.path()).ok())
+            .flatten()
+            .filter_map(|e| Some(e.ok()?.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "stats"));
+        let path = found.next()?;
+        let text = std::fs::read_to_string(&path).ok()?;
+        Some((path, text))
+    };
+    let usages = |text: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix("usages = "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    // Loads the module (a cache hit after the first) and waits for the cache's worker,
+    // one thread handling events in order, to count it.
+    let load_counted = |at_least: u64| {
+        Module::new(&engine, &wasm).expect("compiles");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some((_, text)) = stats() {
+                if usages(&text) >= at_least {
+                    return;
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the cache's worker counted no load: {:?}",
+                stats()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    Module::new(&engine, &wasm).expect("compiles");
+    load_counted(1);
+    // As after 100 000 loads: far past wasmtime's default threshold of 256.
+    let (path, _) = stats().expect("stats file");
+    std::fs::write(&path, "usages = 100000\noptimized-compression = 3\n").expect("stats");
+    load_counted(100_001);
+    // The worker handled the load above whole (recompressing, by default) before it counts
+    // this one.
+    load_counted(100_002);
+    let (_, text) = stats().expect("stats file");
+    assert!(
+        text.contains("optimized-compression = 3"),
+        "the entry was recompressed: {text}"
+    );
+}
