@@ -148,21 +148,33 @@ phase "admissions through the API server"
 kubeconfig="$(bash e2e/cluster/cluster.sh up | sed -n 's/^export KUBECONFIG=//p')"
 trap 'bash e2e/cluster/cluster.sh down' EXIT
 k8s_version="$(cat "$(dirname "$kubeconfig")/k8s-version" 2>/dev/null || echo unknown)"
-admission=$(WS_TEST_KUBECONFIG="$kubeconfig" WS_REQUIRE_WASM=1 \
-  cargo bench --locked -q -p workloadspread-host --bench admission 2>/dev/null)
+# Each bench's output and errors are kept in $logs: a later failure loses no measurement,
+# and a failed bench says why.
+logs="$target/bench-logs"
+mkdir -p "$logs"
+run_bench() { # name, then env assignments for it
+  local name=$1; shift
+  if ! env "$@" WS_TEST_KUBECONFIG="$kubeconfig" WS_REQUIRE_WASM=1 \
+    cargo bench --locked -q -p workloadspread-host --bench "${name%%-*}" \
+    >"$logs/$name.out" 2>"$logs/$name.err"; then
+    echo "[bench] the $name bench failed ($logs/$name.err):" >&2
+    tail -n 20 "$logs/$name.err" >&2
+    return 1
+  fi
+}
+run_bench admission
+admission=$(cat "$logs/admission.out")
 # The profiles, in a run of their own (a profiler running skews what the table measures):
 # host + controller and the injection floor, series long enough for 5 s of profile.
 phase "profiles of the API server (pprof) and of the host and controller (perf)"
 profiles_dir="$(mktemp -d)"
-WS_TEST_KUBECONFIG="$kubeconfig" WS_REQUIRE_WASM=1 WS_BENCH_FOCUS=whole-system \
-  WS_BENCH_PODS=1500 WS_BENCH_PROFILE="$profiles_dir" \
-  cargo bench --locked -q -p workloadspread-host --bench admission >/dev/null 2>&1 \
-  || echo "[bench] the profiled run failed: its tables below may be missing" >&2
+run_bench admission-profiled WS_BENCH_FOCUS=whole-system WS_BENCH_PODS=1500 \
+  WS_BENCH_PROFILE="$profiles_dir" || echo "[bench] the profiled run failed: its tables below may be missing" >&2
 profiles=$(python3 scripts/bench-profile.py "$profiles_dir" <(printf '%s\n' "$admission"))
 rm -rf "$profiles_dir"
 phase "footprint as the cluster grows"
-footprint=$(WS_TEST_KUBECONFIG="$kubeconfig" WS_REQUIRE_WASM=1 \
-  cargo bench --locked -q -p workloadspread-host --bench footprint 2>/dev/null)
+run_bench footprint
+footprint=$(cat "$logs/footprint.out")
 
 cat >"$tmp" <<DOC
 # Benchmarks
