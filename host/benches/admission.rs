@@ -95,8 +95,9 @@ const APISERVER_WEBHOOK_SECONDS: &str = "apiserver_admission_webhook_admission_d
 const MUTATING_WEBHOOK: &str = "name=\"mutate.workloadspread.test\"";
 /// The API server's own CPU counter (Go's process collector).
 const APISERVER_CPU_SECONDS: &str = "process_cpu_seconds_total";
-/// The host's histogram of evaluations, labelled with the endpoint.
+/// The host's histogram of fence reads (`counter::fence`).
 const HOST_SPEC_READ_SECONDS: &str = "workloadspread_host_counter_spec_read_duration_seconds";
+/// The host's histogram of evaluations, labelled with the endpoint.
 const HOST_EVALUATION_SECONDS: &str = "workloadspread_host_evaluation_duration_seconds";
 
 /// Whether pods go through our webhook, and how it batches counter writes; or pods

@@ -107,8 +107,8 @@ pub(super) fn print(rows: &[Row], p50_at_1: impl Fn(Webhook) -> Option<Duration>
             .map_or("–".into(), ms_places_2);
         let fence = figures.and_then(|f| f.spec_reads).map_or("–".into(), |r| {
             format!(
-                "{} fence reads per pod, {} each",
-                fmt2(r.count / pods_per_series() as f64),
+                "{:.2} fence reads per pod, {} each",
+                r.count / pods_per_series() as f64,
                 ms_places_2(Duration::from_secs_f64(r.sum / r.count.max(1.0)))
             )
         });
@@ -147,8 +147,4 @@ pub(super) fn print(rows: &[Row], p50_at_1: impl Fn(Webhook) -> Option<Duration>
 
 fn ms_places_2(d: Duration) -> String {
     ms_places(d, 2)
-}
-
-fn fmt2(x: f64) -> String {
-    format!("{x:.2}")
 }

@@ -83,7 +83,6 @@ pub(crate) fn during_series(
                 .context("fetching the API server's CPU profile")?
                 .read_to_end(&mut body)
                 .await?;
-            std::fs::create_dir_all(&dir)?;
             std::fs::write(&path, body).with_context(|| format!("writing {}", path.display()))?;
             eprintln!("API server profile: {}", path.display());
             Ok(())
