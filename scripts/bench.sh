@@ -212,7 +212,7 @@ $(grep -E '^\* (OpenKruise|Scale sequence)' <<<"$admission")
 $(grep '^\* Concurrency 1, median' <<<"$admission")
 $(grep '^\* ' <<<"$footprint")
 
-$(awk '/^Against issue #43/ {on=1} on && /^$/ && seen {exit} on {print; if (/^\|/) seen=1}' <<<"$admission")
+$(awk '/^Against issue #43/ {on=1} on && seen && !/^\|/ {exit} on {print; if (/^\|/) seen=1}' <<<"$admission")
 
 The profiles behind "what bounds it" (\`scripts/bench-profile.py\`, a run of their own with
 \`WS_BENCH_PROFILE\`, 1 500 pods per series, 5 s of each):

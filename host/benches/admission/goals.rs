@@ -143,6 +143,8 @@ pub(super) fn print(rows: &[Row], p50_at_1: impl Fn(Webhook) -> Option<Duration>
                 .map_or(100.0, |o| fm / (fm + o.as_secs_f64()) * 100.0),
         );
     }
+    // The table ends here: what the caller prints next is not one of its rows.
+    println!();
 }
 
 fn ms_places_2(d: Duration) -> String {
