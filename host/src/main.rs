@@ -4,6 +4,7 @@
 #![deny(unsafe_code)]
 
 mod annotate;
+mod api_call;
 mod bench;
 mod capabilities;
 mod clock;

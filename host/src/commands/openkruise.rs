@@ -19,6 +19,7 @@
 //! annotation after its status write, and the host, reading that spread live, stands back
 //! from it (`host/src/webhook/admit.rs`, `spread_by_another`).
 
+use crate::api_call::bounded;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -193,7 +194,7 @@ async fn wait_for_gate_off(client: &kube::Client, wait: Duration) -> Result<()> 
     let deadline = tokio::time::Instant::now() + wait;
     let mut off = 0;
     loop {
-        let answer = bounded(api.create(&dry_run, &probe))
+        let answer = bounded(CALL_TIMEOUT, api.create(&dry_run, &probe))
             .await?
             .map(|_| ())
             .map_err(|e| e.to_string());
@@ -237,7 +238,7 @@ pub fn openkruise(args: OpenKruiseArgs) -> Result<()> {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         let mut asked = args.force || args.step != Step::HandOver;
         for _ in 0..ATTEMPTS {
-            let current = bounded(api.get_opt(CONFIGURATION))
+            let current = bounded(CALL_TIMEOUT, api.get_opt(CONFIGURATION))
                 .await?
                 .with_context(|| {
                     format!("reading ValidatingWebhookConfiguration {CONFIGURATION}")
@@ -262,7 +263,12 @@ pub fn openkruise(args: OpenKruiseArgs) -> Result<()> {
             // resourceVersion kept: a concurrent write (OpenKruise's manager renewing its
             // CA) makes this a 409, and the step is made again on the newer object.
             let updated: DynamicObject = serde_json::from_value(config)?;
-            match bounded(api.replace(CONFIGURATION, &PostParams::default(), &updated)).await? {
+            match bounded(
+                CALL_TIMEOUT,
+                api.replace(CONFIGURATION, &PostParams::default(), &updated),
+            )
+            .await?
+            {
                 Ok(_) => {
                     eprintln!(
                         "{CONFIGURATION}: {WEBHOOK} {}",
@@ -280,12 +286,6 @@ pub fn openkruise(args: OpenKruiseArgs) -> Result<()> {
         }
         bail!("{CONFIGURATION} kept changing under {ATTEMPTS} attempts; run the command again")
     })
-}
-
-async fn bounded<T>(call: impl std::future::Future<Output = T>) -> Result<T> {
-    tokio::time::timeout(CALL_TIMEOUT, call)
-        .await
-        .map_err(|_| anyhow::anyhow!("the API server did not answer within {CALL_TIMEOUT:?}"))
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! webhook configurations, which with `failurePolicy: Fail` would refuse pods once no
 //! host answers, and the CRD's conversion webhook (the CRD itself stays).
 
+use crate::api_call::bounded;
 use anyhow::{Context, Result};
 use clap::Args;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -37,9 +38,9 @@ pub fn uninstall(args: UninstallArgs) -> Result<()> {
         let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
         let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
         let dp = DeleteParams::default();
-        let m = gone(bounded(mutating.delete(name, &dp)).await?)
+        let m = gone(bounded(CALL_TIMEOUT, mutating.delete(name, &dp)).await?)
             .with_context(|| format!("deleting MutatingWebhookConfiguration {name}"))?;
-        let v = gone(bounded(validating.delete(name, &dp)).await?)
+        let v = gone(bounded(CALL_TIMEOUT, validating.delete(name, &dp)).await?)
             .with_context(|| format!("deleting ValidatingWebhookConfiguration {name}"))?;
         eprintln!("webhook configurations {name}: mutating deleted={m}, validating deleted={v}");
         if let (Some(crd), Some(service)) = (&args.conversion_crd, &args.conversion_service) {
@@ -47,9 +48,10 @@ pub fn uninstall(args: UninstallArgs) -> Result<()> {
                 .split_once('/')
                 .context("--conversion-service must be NAMESPACE/SERVICE")?;
             let svc = svc.split(':').next().unwrap_or(svc);
-            let reset = bounded(crate::webhook::convert::disable_on_crd(
-                &client, crd, ns, svc,
-            ))
+            let reset = bounded(
+                CALL_TIMEOUT,
+                crate::webhook::convert::disable_on_crd(&client, crd, ns, svc),
+            )
             .await??;
             eprintln!("CRD {crd}: conversion reset to None={reset}");
         }
@@ -64,10 +66,4 @@ fn gone<T>(r: Result<T, kube::Error>) -> Result<bool, kube::Error> {
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
         Err(e) => Err(e),
     }
-}
-
-async fn bounded<T>(call: impl std::future::Future<Output = T>) -> Result<T> {
-    tokio::time::timeout(CALL_TIMEOUT, call)
-        .await
-        .map_err(|_| anyhow::anyhow!("the API server did not answer within {CALL_TIMEOUT:?}"))
 }

@@ -101,13 +101,6 @@ pub trait SecretObserver: Send + Sync {
 /// Every API call of the rotation and of the bundle's publication is abandoned after this.
 const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// `call`, or an error once [`CALL_TIMEOUT`] passed.
-async fn bounded<T>(call: impl std::future::Future<Output = T>) -> Result<T> {
-    tokio::time::timeout(CALL_TIMEOUT, call)
-        .await
-        .map_err(|_| anyhow::anyhow!("the API server did not answer within {CALL_TIMEOUT:?}"))
-}
-
 /// rustls server configuration over `resolver` (HTTP/1.1: the API server then opens one
 /// connection per concurrent call, which a Service spreads over replicas). With `client`
 /// (`--client-ca-file`), a certificate a caller presents must be one that CA signed (else

@@ -5,8 +5,8 @@
 //! over a newer one: every object carries the generation of the bundle it holds.
 //! Without a generation: [`patch_ca_bundle`], a bundle written once at start.
 
-use super::bounded;
 use super::staleness::{BundleWatch, TargetError};
+use crate::api_call::bounded;
 use crate::clock::unix_now;
 use anyhow::{Context, Result};
 use futures::StreamExt;
@@ -63,7 +63,7 @@ pub(super) async fn get<K>(api: &Api<K>, name: &str, kind: Kind) -> Result<Optio
 where
     K: Clone + DeserializeOwned + std::fmt::Debug,
 {
-    let got = bounded(api.get_opt(name))
+    let got = bounded(super::CALL_TIMEOUT, api.get_opt(name))
         .await
         .and_then(|r| r.map_err(anyhow::Error::from));
     got.map_err(|e| target_error(kind, name, "get", e))
@@ -197,10 +197,13 @@ where
         w.ca_bundle = Some(ca.clone());
     }
     mark(meta, want.generation);
-    bounded(api.replace(name, &PostParams::default(), &c))
-        .await
-        .and_then(|r| r.map_err(anyhow::Error::from))
-        .map_err(|e| target_error(kind, name, "update", e))?;
+    bounded(
+        super::CALL_TIMEOUT,
+        api.replace(name, &PostParams::default(), &c),
+    )
+    .await
+    .and_then(|r| r.map_err(anyhow::Error::from))
+    .map_err(|e| target_error(kind, name, "update", e))?;
     Ok(1)
 }
 
@@ -261,10 +264,13 @@ pub async fn ensure_bundles(
                             base64::engine::general_purpose::STANDARD.encode(&want.bundle)}}}},
                     });
                     let params = kube::api::PatchParams::default();
-                    bounded(api.patch(name, &params, &kube::api::Patch::Merge(&patch)))
-                        .await
-                        .and_then(|r| r.map_err(anyhow::Error::from))
-                        .map_err(|e| target_error(CRD, name, "patch", e))?;
+                    bounded(
+                        super::CALL_TIMEOUT,
+                        api.patch(name, &params, &kube::api::Patch::Merge(&patch)),
+                    )
+                    .await
+                    .and_then(|r| r.map_err(anyhow::Error::from))
+                    .map_err(|e| target_error(CRD, name, "patch", e))?;
                     patched += 1;
                 }
             }
@@ -308,11 +314,16 @@ where
 {
     let api: Api<K> = Api::all(client.clone());
     for _ in 0..5 {
-        let Some(mut c) = bounded(api.get_opt(name)).await?? else {
+        let Some(mut c) = bounded(super::CALL_TIMEOUT, api.get_opt(name)).await?? else {
             return Ok(false);
         };
         set(&mut c);
-        match bounded(api.replace(name, &PostParams::default(), &c)).await? {
+        match bounded(
+            super::CALL_TIMEOUT,
+            api.replace(name, &PostParams::default(), &c),
+        )
+        .await?
+        {
             Ok(_) => return Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => continue,
             Err(e) => return Err(e).context(format!("patching {} {name}", K::kind(&()))),

@@ -8,7 +8,8 @@ use super::certs::{Issued, Lifetimes, TlsState};
 use super::publish::{get, Published, Targets, CRD, MUTATING, VALIDATING};
 use super::secret::{load_or_create, to_secret};
 use super::staleness::{BundleWatch, TargetError};
-use super::{bounded, CertBundle, CertResolver, SecretObserver};
+use super::{CertBundle, CertResolver, SecretObserver};
+use crate::api_call::bounded;
 use crate::clock::unix_now;
 use anyhow::{Context, Result};
 use k8s_openapi::api::admissionregistration::v1::{
@@ -107,7 +108,12 @@ async fn rotate_once(
     };
     let mut secret = to_secret(name, &next)?;
     secret.metadata.resource_version = version;
-    match bounded(api.replace(name, &PostParams::default(), &secret)).await? {
+    match bounded(
+        super::CALL_TIMEOUT,
+        api.replace(name, &PostParams::default(), &secret),
+    )
+    .await?
+    {
         Ok(_) => {
             tracing::info!(secret = %name, generation = next.generation, "certificates rotated");
             Ok(next)

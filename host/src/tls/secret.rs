@@ -2,8 +2,8 @@
 //! as PEM entries plus its bookkeeping annotation, read back, and created by the first
 //! replica that finds it missing (`rotation.rs` keeps it current).
 
-use super::bounded;
 use super::certs::{Issued, Lifetimes, TlsState};
+use crate::api_call::bounded;
 use crate::clock::unix_now;
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::core::v1::Secret;
@@ -112,12 +112,17 @@ pub async fn load_or_create(
     lifetimes: &Lifetimes,
 ) -> Result<(TlsState, Option<String>)> {
     for _ in 0..3 {
-        if let Some(secret) = bounded(api.get_opt(name)).await?? {
+        if let Some(secret) = bounded(super::CALL_TIMEOUT, api.get_opt(name)).await?? {
             let state = from_secret(&secret).with_context(|| format!("Secret {name}"))?;
             return Ok((state, secret.metadata.resource_version));
         }
         let state = TlsState::generate(sans, unix_now(), lifetimes)?;
-        match bounded(api.create(&PostParams::default(), &to_secret(name, &state)?)).await? {
+        match bounded(
+            super::CALL_TIMEOUT,
+            api.create(&PostParams::default(), &to_secret(name, &state)?),
+        )
+        .await?
+        {
             Ok(created) => return Ok((state, created.metadata.resource_version)),
             Err(kube::Error::Api(s)) if s.code == 409 => continue,
             Err(e) => return Err(e).context(format!("creating Secret {name}")),

@@ -13,6 +13,7 @@
 //! rendered them, a re-applied manifest).
 
 use super::App;
+use crate::api_call::bounded;
 use crate::tls::publish::{watch_named, Published, GENERATION_ANNOTATION};
 use crate::tls::staleness::TargetError;
 use anyhow::{Context, Result};
@@ -91,12 +92,6 @@ impl Definitions {
     }
 }
 
-async fn bounded<T>(call: impl std::future::Future<Output = T>) -> Result<T> {
-    tokio::time::timeout(CALL_TIMEOUT, call)
-        .await
-        .map_err(|_| anyhow::anyhow!("the API server did not answer within {CALL_TIMEOUT:?}"))
-}
-
 /// Whether the API server reaches a ready host through Service `namespace/name:port`: its
 /// service proxy (which picks an endpoint as webhook calls do) answers `/readyz` with ok.
 async fn reachable(client: &Client, namespace: &str, name: &str, port: i32) -> Result<()> {
@@ -104,7 +99,7 @@ async fn reachable(client: &Client, namespace: &str, name: &str, port: i32) -> R
     let request = axum::http::Request::get(&path)
         .body(Vec::new())
         .context("building the probe")?;
-    let answer = bounded(client.request_text(request)).await??;
+    let answer = bounded(CALL_TIMEOUT, client.request_text(request)).await??;
     anyhow::ensure!(answer.trim() == "ok", "{path} answered {answer:?}");
     Ok(())
 }
@@ -249,7 +244,7 @@ where
     };
     let fail = |verb, e| TargetError::new(kind, resource, name, verb, e);
     for _ in 0..5 {
-        let got = bounded(api.get_opt(name))
+        let got = bounded(CALL_TIMEOUT, api.get_opt(name))
             .await
             .and_then(|r| r.map_err(anyhow::Error::from))
             .map_err(|e| fail("get", e))?;
@@ -259,7 +254,12 @@ where
         if !change(&mut config) {
             return Ok(0);
         }
-        match bounded(api.replace(name, &PostParams::default(), &config)).await {
+        match bounded(
+            CALL_TIMEOUT,
+            api.replace(name, &PostParams::default(), &config),
+        )
+        .await
+        {
             Ok(Ok(_)) => return Ok(1),
             Ok(Err(kube::Error::Api(s))) if s.code == 409 => continue,
             Ok(Err(e)) => return Err(fail("update", e.into())),
