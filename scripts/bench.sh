@@ -145,7 +145,9 @@ reconcile_verdict="not met"
 grep -q 'unchanged 0$' <<<"$reconcile" && reconcile_verdict="met"
 
 phase "admissions through the API server"
-kubeconfig="$(bash e2e/cluster/cluster.sh up | sed -n 's/^export KUBECONFIG=//p')"
+# A control plane of its own; its kubeconfig.
+cluster_up() { bash e2e/cluster/cluster.sh up | sed -n 's/^export KUBECONFIG=//p'; }
+kubeconfig="$(cluster_up)"
 trap 'bash e2e/cluster/cluster.sh down' EXIT
 k8s_version="$(cat "$(dirname "$kubeconfig")/k8s-version" 2>/dev/null || echo unknown)"
 # Each bench's output and errors are kept in $logs: a later failure loses no measurement,
@@ -177,7 +179,7 @@ phase "footprint as the cluster grows"
 # OpenKruise's (conversion webhook and all), which ours cannot be applied over (422:
 # spec.conversion.strategy required), and the footprint's levels assume an empty cluster.
 bash e2e/cluster/cluster.sh down
-kubeconfig="$(bash e2e/cluster/cluster.sh up | sed -n 's/^export KUBECONFIG=//p')"
+kubeconfig="$(cluster_up)"
 run_bench footprint
 footprint=$(cat "$logs/footprint.out")
 

@@ -6,6 +6,7 @@
 //! Without a generation: [`patch_ca_bundle`], a bundle written once at start.
 
 use super::staleness::{BundleWatch, TargetError};
+use super::CALL_TIMEOUT;
 use crate::api_call::bounded;
 use crate::clock::unix_now;
 use anyhow::{Context, Result};
@@ -63,7 +64,7 @@ pub(super) async fn get<K>(api: &Api<K>, name: &str, kind: Kind) -> Result<Optio
 where
     K: Clone + DeserializeOwned + std::fmt::Debug,
 {
-    let got = bounded(super::CALL_TIMEOUT, api.get_opt(name))
+    let got = bounded(CALL_TIMEOUT, api.get_opt(name))
         .await
         .and_then(|r| r.map_err(anyhow::Error::from));
     got.map_err(|e| target_error(kind, name, "get", e))
@@ -197,13 +198,10 @@ where
         w.ca_bundle = Some(ca.clone());
     }
     mark(meta, want.generation);
-    bounded(
-        super::CALL_TIMEOUT,
-        api.replace(name, &PostParams::default(), &c),
-    )
-    .await
-    .and_then(|r| r.map_err(anyhow::Error::from))
-    .map_err(|e| target_error(kind, name, "update", e))?;
+    bounded(CALL_TIMEOUT, api.replace(name, &PostParams::default(), &c))
+        .await
+        .and_then(|r| r.map_err(anyhow::Error::from))
+        .map_err(|e| target_error(kind, name, "update", e))?;
     Ok(1)
 }
 
@@ -265,7 +263,7 @@ pub async fn ensure_bundles(
                     });
                     let params = kube::api::PatchParams::default();
                     bounded(
-                        super::CALL_TIMEOUT,
+                        CALL_TIMEOUT,
                         api.patch(name, &params, &kube::api::Patch::Merge(&patch)),
                     )
                     .await
@@ -314,16 +312,11 @@ where
 {
     let api: Api<K> = Api::all(client.clone());
     for _ in 0..5 {
-        let Some(mut c) = bounded(super::CALL_TIMEOUT, api.get_opt(name)).await?? else {
+        let Some(mut c) = bounded(CALL_TIMEOUT, api.get_opt(name)).await?? else {
             return Ok(false);
         };
         set(&mut c);
-        match bounded(
-            super::CALL_TIMEOUT,
-            api.replace(name, &PostParams::default(), &c),
-        )
-        .await?
-        {
+        match bounded(CALL_TIMEOUT, api.replace(name, &PostParams::default(), &c)).await? {
             Ok(_) => return Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => continue,
             Err(e) => return Err(e).context(format!("patching {} {name}", K::kind(&()))),

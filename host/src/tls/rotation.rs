@@ -8,7 +8,7 @@ use super::certs::{Issued, Lifetimes, TlsState};
 use super::publish::{get, Published, Targets, CRD, MUTATING, VALIDATING};
 use super::secret::{load_or_create, to_secret};
 use super::staleness::{BundleWatch, TargetError};
-use super::{CertBundle, CertResolver, SecretObserver};
+use super::{CertBundle, CertResolver, SecretObserver, CALL_TIMEOUT};
 use crate::api_call::bounded;
 use crate::clock::unix_now;
 use anyhow::{Context, Result};
@@ -109,7 +109,7 @@ async fn rotate_once(
     let mut secret = to_secret(name, &next)?;
     secret.metadata.resource_version = version;
     match bounded(
-        super::CALL_TIMEOUT,
+        CALL_TIMEOUT,
         api.replace(name, &PostParams::default(), &secret),
     )
     .await?

@@ -3,6 +3,7 @@
 //! replica that finds it missing (`rotation.rs` keeps it current).
 
 use super::certs::{Issued, Lifetimes, TlsState};
+use super::CALL_TIMEOUT;
 use crate::api_call::bounded;
 use crate::clock::unix_now;
 use anyhow::{bail, Context, Result};
@@ -112,13 +113,13 @@ pub async fn load_or_create(
     lifetimes: &Lifetimes,
 ) -> Result<(TlsState, Option<String>)> {
     for _ in 0..3 {
-        if let Some(secret) = bounded(super::CALL_TIMEOUT, api.get_opt(name)).await?? {
+        if let Some(secret) = bounded(CALL_TIMEOUT, api.get_opt(name)).await?? {
             let state = from_secret(&secret).with_context(|| format!("Secret {name}"))?;
             return Ok((state, secret.metadata.resource_version));
         }
         let state = TlsState::generate(sans, unix_now(), lifetimes)?;
         match bounded(
-            super::CALL_TIMEOUT,
+            CALL_TIMEOUT,
             api.create(&PostParams::default(), &to_secret(name, &state)?),
         )
         .await?
