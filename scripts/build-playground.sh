@@ -27,7 +27,9 @@ fi
 
 if $tools_only; then exit 0; fi
 wasm="$target_dir/playground/playground.wasm"
-"$root/scripts/build-wasm.sh" workloadspread-playground wasm32-unknown-unknown "$wasm" playground
+# WS_PLAYGROUND_PROFILE: `playground` (what is published) by default; `make test` builds
+# the same code with `wasm-test` (Cargo.toml).
+"$root/scripts/build-wasm.sh" workloadspread-playground wasm32-unknown-unknown "$wasm" "${WS_PLAYGROUND_PROFILE:-playground}"
 rm -rf "$out"
 mkdir -p "$out/pkg"
 "$bindgen" --target web --no-typescript --remove-name-section --remove-producers-section \

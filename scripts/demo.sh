@@ -24,12 +24,19 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-say "building the policy module, host and controller (first run: ~10 min, cached after)"
+say "building the policy module, host and controller; beside them, the first time, Kubernetes, etcd and KWOK from the Go module proxy (cached after)"
+# The Go builds and the Rust builds side by side: each leaves cores idle the other takes.
+bash "$cluster" install >"$state/install.log" 2>&1 &
+install_pid=$!
 make -C "$root" --no-print-directory policy
 (cd "$root" && cargo build --bins -p workloadspread-host -p workloadspread-controller)
+if ! wait "$install_pid"; then
+  tail -n 30 "$state/install.log" >&2
+  echo "building the control plane failed (log: $state/install.log)" >&2
+  exit 1
+fi
 
-say "bringing up the local control plane (first run builds Kubernetes, etcd and KWOK from the Go module proxy: ~11 min, cached after)"
-bash "$cluster" install
+say "bringing up the local control plane"
 started_here=1
 bash "$cluster" status >/dev/null 2>&1 && started_here=0
 eval "$(bash "$cluster" up)"

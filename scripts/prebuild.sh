@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# CI's wall time (`make test`): the compile-heavy work of the steps that follow the
-# integration tests starts in the background, at the lowest CPU and I/O priority, when
-# those tests start — they mostly wait on the cluster, and on 2 cores the builds would
-# otherwise run one after the other at the end. What it builds:
-#   * the real node's kubelet and kube-proxy (`e2e/cluster/cluster.sh install-node`, Go);
-#   * the release binaries the images are made of, into RELEASE_TARGET_DIR (only when set
-#     apart from CARGO_TARGET_DIR: a cargo that locks a whole target dir would otherwise
-#     make the tests' builds wait for it);
+# CI's wall time (`make test`): the compile-heavy work that the steps of `make test` need
+# later starts in the background, first of all, at the lowest CPU and I/O priority: it takes
+# the cores that the steps in front leave idle (a crate compiling on one core, links, the
+# integration tests waiting on the cluster). What it builds, in the order it is needed:
+#   * the control plane: etcd, KWOK, kube-apiserver, -controller-manager, -scheduler and
+#     kubectl (`e2e/cluster/cluster.sh install`, Go; the integration tests' `cluster.sh up`
+#     waits for it on the install lock instead of building them a second time);
+#   * the real node's kubelet and kube-proxy (`cluster.sh install-node`, for the chart e2e);
 #   * the fuzz targets' sanitizer build (`scripts/fuzz.sh --build-only`);
 #   * the playground's wasm-bindgen CLI (`scripts/build-playground.sh --tools-only`).
+# The images of `make test` are made of the binaries its tests built (Makefile,
+# IMAGE_PROFILE), so no release build of wasmtime is needed here.
 # The later steps run exactly as they would without it and find the work done. A failure
 # here fails nothing: the step that needs the work does it again and fails on its own.
 #   prebuild.sh start   launch (no-op when one is running)
@@ -28,22 +30,23 @@ running() {
   [[ $cmd == *"prebuild.sh work"* ]]
 }
 
+# part NAME CMD...: one part of the work, its time in the phase log (scripts/phase.sh).
+part() {
+  local name="$1"; shift
+  echo "$name"
+  bash "$root/scripts/phase.sh" begin "background: $name"
+  "$@" || status=1
+  bash "$root/scripts/phase.sh" end "background: $name"
+}
+
 work() {
   set +e
   local started status=0
   started=$(date +%s)
-  echo "the real node's kubelet and kube-proxy (Go)"
-  bash "$root/e2e/cluster/cluster.sh" install-node || status=1
-  local tests_dir="${CARGO_TARGET_DIR:-$root/target}"
-  if [ -n "${RELEASE_TARGET_DIR:-}" ] && [ "$RELEASE_TARGET_DIR" != "$tests_dir" ]; then
-    echo "release binaries into $RELEASE_TARGET_DIR"
-    CARGO_TARGET_DIR="$RELEASE_TARGET_DIR" cargo build --release --locked \
-      -p workloadspread-host -p workloadspread-controller || status=1
-  fi
-  echo "fuzz targets"
-  bash "$root/scripts/fuzz.sh" --build-only || status=1
-  echo "wasm-bindgen"
-  bash "$root/scripts/build-playground.sh" --tools-only || status=1
+  part "control plane: etcd, KWOK, Kubernetes (Go)" bash "$root/e2e/cluster/cluster.sh" install
+  part "the real node's kubelet and kube-proxy (Go)" bash "$root/e2e/cluster/cluster.sh" install-node
+  part "fuzz targets (sanitizer build)" bash "$root/scripts/fuzz.sh" --build-only
+  part "wasm-bindgen CLI" bash "$root/scripts/build-playground.sh" --tools-only
   echo "$status $(( $(date +%s) - started ))" > "$state/done"
   rm -f "$state/pid"
 }

@@ -98,21 +98,40 @@ k8s_module_dir() {
 
 # go_build_k8s DEST COMPONENT...: build commands of k8s.io/kubernetes from the wrapper module.
 # Every step checks its status: build_step runs this in an `if`, where errexit is off.
+# One `go build` for all of them: their shared packages compile once, and the links (each
+# single-threaded, tens of seconds) run side by side instead of one after the other.
 go_build_k8s() (
-  local dest="$1" mod minor c; shift
+  local dest="$1" mod minor c staging pkgs=(); shift
   mod="$(k8s_module_dir)" || return 1
   minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
   cd "$mod" || return 1
   mkdir -p "$dest" || return 1
-  for c in "$@"; do
-    go build -trimpath -tags providerless -ldflags "-s -w \
-      -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
-      -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
-      -X k8s.io/component-base/version.gitTreeState=clean" \
-      -o "$dest/$c.tmp" "k8s.io/kubernetes/cmd/$c" || return 1
-    mv "$dest/$c.tmp" "$dest/$c" || return 1
-  done
+  staging="$(mktemp -d "$dest/.build.XXXXXX")" || return 1
+  for c in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+  go build -trimpath -tags providerless -ldflags "-s -w \
+    -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
+    -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
+    -X k8s.io/component-base/version.gitTreeState=clean" \
+    -o "$staging/" "${pkgs[@]}" || { rm -rf "$staging"; return 1; }
+  # Moved in one by one when all are built: an interrupted build leaves none half-written.
+  for c in "$@"; do mv "$staging/$c" "$dest/$c" || return 1; done
+  rm -rf "$staging"
 )
+
+# Installs take this lock: `make test` starts them in the background (scripts/prebuild.sh)
+# and `cluster.sh up` of the integration tests waits here for them instead of building the
+# same binaries a second time beside them.
+with_install_lock() {
+  mkdir -p "$CACHE/build"
+  local fd
+  exec {fd}>"$CACHE/build/install.lock"
+  if ! flock -n "$fd"; then
+    log "another install is building into $CACHE; waiting for it"
+    flock "$fd"
+  fi
+  "$@"
+  exec {fd}>&-
+}
 
 install_k8s() {
   have_k8s && return 0
@@ -558,7 +577,7 @@ check_real_node_prereqs() {
   for c in bridge host-local portmap loopback; do [ -x "/usr/lib/cni/$c" ] || missing+=("/usr/lib/cni/$c"); done
   [ ${#missing[@]} -eq 0 ] ||
     die "WS_REAL_NODE=1 needs: ${missing[*]} (Debian: containerd runc containernetworking-plugins busybox-static iptables docker-registry; see scripts/install-prereqs.sh)"
-  install_node_binaries
+  with_install_lock install_node_binaries
 }
 
 # The node address on a veth pair (this kernel has no `dummy` links): not loopback, which the
@@ -919,7 +938,7 @@ cmd_up() {
     return 0
   fi
   [ -d "$STATE" ] && stop_all
-  have_all || cmd_install
+  have_all || with_install_lock cmd_install
   real_node_on && check_real_node_prereqs
   mkdir -p "$STATE"
   : >"$STATE/pids"
@@ -993,8 +1012,8 @@ cmd_status() {
 }
 
 case "${1:-}" in
-  install) cmd_install ;;
-  install-node) install_node_binaries ;;
+  install) with_install_lock cmd_install ;;
+  install-node) with_install_lock install_node_binaries ;;
   up) cmd_up ;;
   down) cmd_down ;;
   env) cmd_env ;;
