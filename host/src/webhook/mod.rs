@@ -10,6 +10,7 @@
 mod admit;
 pub mod body;
 mod classify;
+mod connections;
 pub mod convert;
 pub mod guard;
 pub mod limits;
