@@ -16,6 +16,10 @@ POLICY_WASM := policy/policy.wasm
 ## Each step of `make test` records when it began and ended where WS_PHASE_LOG names (.ci/run
 ## sets it and prints the table; scripts/phase.sh).
 PHASE = @bash scripts/phase.sh
+## The workspace's binaries as the integration tests build them. Every step that needs a
+## dev binary builds them this one way: a build of only some packages unifies other
+## features for the shared crates and compiles them (and the host) again.
+BINS = $(CARGO) build --workspace --locked --bins
 
 ## Build profiles. What users run is built with `release` (host and controller, thin LTO) and
 ## `wasm` (the module: LTO, one codegen unit): `make images`, `make release`, `make policy`,
@@ -45,7 +49,8 @@ policy:
 ## The module with its metadata embedded (what Kubewarden loads; `kwctl annotate` equivalent).
 annotated-policy: policy
 	$(PHASE) begin "annotate (host dev build)"
-	$(CARGO) run --locked -q -p workloadspread-host -- annotate -m metadata.yml -u README.md \
+	$(BINS) -q
+	$(TARGET_DIR)/debug/workloadspread-host annotate -m metadata.yml -u README.md \
 	  -o policy/annotated-policy.wasm $(POLICY_WASM)
 	$(PHASE) end "annotate (host dev build)"
 
@@ -87,7 +92,7 @@ integration: annotated-policy
 	@env="$$(bash $(CLUSTER) up)" || exit 1; eval "$$env"; \
 	monitor_log="$$(mktemp)"; \
 	trap 'echo "[integration] invariant monitor, highest occupancy per scenario:"; sort "$$monitor_log"; rm -f "$$monitor_log"; bash $(CLUSTER) down' EXIT; \
-	$(CARGO) build --workspace --locked --bins && \
+	$(BINS) && \
 	WS_TEST_KUBECONFIG="$$KUBECONFIG" WS_REQUIRE_WASM=1 WS_MONITOR_LOG="$$monitor_log" \
 	  $(CARGO) test --workspace --locked --no-fail-fast --test '*' && \
 	python3 e2e/chart/test_chart.py apply
@@ -99,7 +104,7 @@ TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 ## kwctl itself where one is installed.
 kwctl-suite: annotated-policy
 	$(PHASE) begin "kwctl suite"
-	$(CARGO) build --locked -q -p workloadspread-host
+	$(BINS) -q
 	KWCTL="$(TARGET_DIR)/debug/workloadspread-host" bats e2e/policy.bats
 	@# Again behind kwctl 1.36's offline stderr (its Sigstore warning): the suite must judge
 	@# stdout and the evaluation's log only.
@@ -125,7 +130,8 @@ PRECOMPILED_DIR = $(IMAGE_TARGET_DIR)/precompiled-policy
 ## engine (reproducible).
 images: annotated-policy
 	$(PHASE) begin "images ($(IMAGE_PROFILE) binaries)"
-	CARGO_TARGET_DIR=$(IMAGE_TARGET_DIR) $(CARGO) build --profile $(IMAGE_PROFILE) --locked -p workloadspread-host -p workloadspread-controller
+	CARGO_TARGET_DIR=$(IMAGE_TARGET_DIR) $(CARGO) build --profile $(IMAGE_PROFILE) --locked \
+	  $(if $(filter release,$(IMAGE_PROFILE)),-p workloadspread-host -p workloadspread-controller,--workspace --bins)
 	rm -rf $(PRECOMPILED_DIR)
 	$(IMAGE_BIN_DIR)/workloadspread-host precompile --cache-dir none \
 	  -o $(PRECOMPILED_DIR) policy/annotated-policy.wasm
@@ -189,7 +195,7 @@ playground-serve: playground
 ## The page in headless Chromium, checked against the native planner.
 playground-test: playground
 	$(PHASE) begin "playground tests (headless Chromium)"
-	$(CARGO) build --locked -p workloadspread-controller
+	$(BINS)
 	npm ci --prefix playground --no-audit --no-fund --loglevel=error
 	node --test playground/tests/locate.test.mjs
 	node playground/tests/browser.mjs
@@ -244,7 +250,7 @@ takeover: annotated-policy
 	@env="$$(bash $(CLUSTER) up)" || exit 1; eval "$$env"; \
 	trap 'bash $(CLUSTER) down' EXIT; \
 	manager="$$(bash e2e/kruise/kruise.sh build)" && manifests="$$(bash e2e/kruise/kruise.sh manifests)" && \
-	$(CARGO) build --workspace --locked --bins && \
+	$(BINS) && \
 	WS_TEST_KUBECONFIG="$$KUBECONFIG" WS_REQUIRE_WASM=1 WS_KRUISE_MANAGER="$$manager" WS_KRUISE_MANIFESTS="$$manifests" \
 	  $(CARGO) test --locked -p workloadspread-testkit --test openkruise -- --include-ignored --nocapture --test-threads=1
 

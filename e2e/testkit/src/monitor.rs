@@ -44,7 +44,8 @@ pub enum Max {
 }
 
 impl Max {
-    fn parse(v: &Value) -> Max {
+    /// `maxReplicas` as the spec gives it (absent or null: unlimited).
+    pub fn parse(v: &Value) -> Max {
         match v {
             Value::Number(n) => n.as_i64().map_or(Max::Unlimited, Max::Count),
             Value::String(s) => match s.strip_suffix('%').and_then(|p| p.parse().ok()) {
