@@ -39,8 +39,11 @@ fn demo_zones_int_percent_unlimited() {
 
 /// Issue #16: the steps 0→10→4→12→20→7→15 land on the planned spread of each replica
 /// count ([`planned_spread`]) under the planned rules, for a percent spread, an integer
-/// spread with an unlimited last subset and one with `minReplicas`; the reference's
-/// costs scale 10 → 4 to 3 / 1 / 0 instead of 2 / 2 / 0.
+/// spread with an unlimited last subset and one with `minReplicas` — except 20 → 7
+/// under 30 %/50 %/rest (issue #65): the plan 3/4/0 would leave a above its maximum at
+/// 6 (2 of the plan 2/3/1; two pods of a and b to remove for one), so the path goes
+/// through 3/3/1, within every maximum, and 6 is on plan. The reference's costs scale
+/// 10 → 4 to 3 / 1 / 0 instead of 2 / 2 / 0.
 #[test]
 fn every_step_lands_on_the_planned_spread() {
     let percent = ws(
@@ -59,32 +62,47 @@ fn every_step_lands_on_the_planned_spread() {
     let steps = [0, 10, 4, 12, 20, 7, 15];
     for w in [&percent, &integer, &minimum] {
         for step in plan(w, &steps) {
-            let want = crate::rules::planned_spread(w, step.replicas as usize);
+            let planned = crate::rules::planned_spread(w, step.replicas as usize);
+            let want = match (std::ptr::eq(w, &percent), step.replicas) {
+                (true, 7) => vec![3, 3, 1],
+                _ => planned.subsets,
+            };
             assert_eq!(
                 (counts(&step), step.unplaced),
-                (want.subsets, want.unplaced),
+                (want, planned.unplaced),
                 "{} replicas of {:?}",
                 step.replicas,
                 w.spec.subsets
             );
+            for s in &step.subsets {
+                assert!(
+                    s.max_replicas.is_none_or(|m| s.pods as i32 <= m),
+                    "{:?}",
+                    step.subsets
+                );
+            }
         }
     }
+    assert_eq!(counts(&plan(&percent, &[20, 7, 6])[2]), vec![2, 3, 1]);
     let reference = plan_with(&percent, &[10, 4], None, Rules::Reference);
     assert_eq!(counts(&reference[1]), vec![3, 1, 0]);
 }
 
 /// Planned costs describe the whole path: a scale-in rewrites no remaining pod's cost.
 /// A scale-out writes the new pods' costs and rewrites only the pods whose place in the
-/// path moved (percentages rounding: here 2 pods going from 11 to 12).
+/// path moved: here none (before issue #65, 2 pods going from 11 to 12, where the
+/// path then went through 12 → 11 on plan, 4/6/1, and 11 → 10 above no maximum only
+/// by chance); 60 → 62 after 61 → 60 (19/30/11: a above its maximum, the least a
+/// scale-in from 61 can do) rewrites one.
 #[test]
 fn planned_costs_move_only_where_the_path_moves() {
     let w = ws(
         "Deployment",
         json!([{"name": "a", "maxReplicas": "30%"}, {"name": "b", "maxReplicas": "50%"}, {"name": "c"}]),
     );
-    let steps = plan(&w, &[10, 11, 12, 7, 4, 13]);
+    let steps = plan(&w, &[10, 11, 12, 7, 4, 13, 20, 7, 15, 61, 60, 62]);
     let rewritten: Vec<usize> = steps.windows(2).map(|p| rewrites(&p[0], &p[1])).collect();
-    assert_eq!(rewritten, [0, 2, 0, 0, 0]);
+    assert_eq!(rewritten, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
 }
 
 /// Pods present in both steps whose cost changed.
