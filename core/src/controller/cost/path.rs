@@ -12,7 +12,11 @@
 //! furthest above its maximum at `m − 1`, then furthest above the plan at `m − 1`
 //! ([`planned_spread`]: minimums first, then each subset up to its maximum, in order),
 //! then above its minimum, then the later group (pods outside every subset first, then
-//! later subsets: the reference's order).
+//! later subsets: the reference's order). That choice is always one of the states one
+//! removal away, among those allowed, closest to the plan at `m − 1` (least `Σ |pods −
+//! planned|`): a group above its maximum is above the plan, and removing a pod of a
+//! group above the plan brings the state one closer. Step by step, not optimised over
+//! the whole path.
 //!
 //! So where the plan at `m − 1` is one removal away and keeps the levels below as good,
 //! the step lands on it (it is the only group above the plan, by one); where the plans
