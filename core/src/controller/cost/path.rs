@@ -55,9 +55,8 @@
 //! zero): `O(n·(groups + log n))` for `n` pods.
 
 use crate::api::v1beta1::WorkloadSpread;
-use crate::percent::scaled_value;
+use crate::percent::Scaler;
 use crate::rules::planned_spread;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// The scale-in path over groups holding `sizes` pods (spec subsets in order, then the
 /// pods outside every subset), beside `others` pods of other versions per group (empty:
@@ -86,6 +85,7 @@ impl<'a> ScaleIn<'a> {
         let caps: Vec<Vec<usize>> = (0..groups)
             .map(|g| {
                 let max = ws.spec.subsets.get(g).and_then(|s| s.max_replicas.as_ref());
+                let max = max.map(|m| Scaler::of(m).ok());
                 (0..=n)
                     .map(|l| share(max, l + others_total, others[g]))
                     .collect()
@@ -130,7 +130,7 @@ impl<'a> ScaleIn<'a> {
             .get(g)
             .and_then(|s| s.min_replicas.as_ref());
         min.map_or(0, |m| {
-            scaled(m, level + self.others_total).saturating_sub(self.others[g])
+            scaled(Scaler::of(m).ok(), level + self.others_total).saturating_sub(self.others[g])
         })
     }
 }
@@ -174,15 +174,16 @@ impl Iterator for ScaleIn<'_> {
 }
 
 /// A maximum's share for one version at `total` pods of the workload, less `others`
-/// pods of other versions in the subset (`usize::MAX`: unbounded).
-fn share(max: Option<&IntOrString>, total: usize, others: usize) -> usize {
+/// pods of other versions in the subset (`None`: no maximum, unbounded, `usize::MAX`;
+/// `Some(None)`: an invalid one, 0).
+fn share(max: Option<Option<Scaler>>, total: usize, others: usize) -> usize {
     max.map_or(usize::MAX, |m| scaled(m, total).saturating_sub(others))
 }
 
-/// An int-or-percent at `total` (percentages rounded up); invalid or negative: 0.
-fn scaled(v: &IntOrString, total: usize) -> usize {
+/// A parsed int-or-percent at `total` (percentages rounded up); invalid or negative: 0.
+fn scaled(v: Option<Scaler>, total: usize) -> usize {
     let total = i32::try_from(total).unwrap_or(i32::MAX);
-    scaled_value(v, total).map_or(0, |n| usize::try_from(n).unwrap_or(0))
+    v.map_or(0, |s| usize::try_from(s.at(total)).unwrap_or(0))
 }
 
 fn signed(n: usize) -> i64 {
