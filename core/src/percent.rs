@@ -39,14 +39,29 @@ pub fn is_percent(v: &IntOrString) -> bool {
 /// `GetScaledValueFromIntOrPercent(v, total, roundUp=true)`: integers as they are,
 /// percentages of `total` rounded up.
 pub fn scaled_value(v: &IntOrString, total: i32) -> Result<i32, PercentError> {
-    match v {
-        IntOrString::Int(i) => Ok(*i),
-        IntOrString::String(s) => {
-            let pct = parse_percent(s)?;
-            Ok(saturate(ceil_div(
-                pct.saturating_mul(i64::from(total)),
-                100,
-            )))
+    Scaler::of(v).map(|s| s.at(total))
+}
+
+/// An int-or-percent parsed once, to scale to many totals ([`scaled_value`]'s rule).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scaler {
+    Int(i32),
+    Percent(i64),
+}
+
+impl Scaler {
+    pub fn of(v: &IntOrString) -> Result<Self, PercentError> {
+        match v {
+            IntOrString::Int(i) => Ok(Scaler::Int(*i)),
+            IntOrString::String(s) => parse_percent(s).map(Scaler::Percent),
+        }
+    }
+
+    /// The value at `total` (percentages rounded up).
+    pub fn at(self, total: i32) -> i32 {
+        match self {
+            Scaler::Int(i) => i,
+            Scaler::Percent(pct) => saturate(ceil_div(pct.saturating_mul(i64::from(total)), 100)),
         }
     }
 }

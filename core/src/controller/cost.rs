@@ -1,10 +1,11 @@
 //! Scale-in order through `controller.kubernetes.io/pod-deletion-cost`.
 //!
-//! [`Rules::Planned`] (default): the costs rank the whole scale-in path. Going down one
-//! pod at a time from the pods that exist, each step removes a pod from the subset
-//! furthest above the planned spread for one pod less ([`planned_spread`]), so removing
-//! the k lowest-cost pods leaves, for every k, that spread or the closest one still
-//! reachable. A pod's cost is `PLANNED_COST_BASE − level`, `level` being the number of
+//! [`Rules::Planned`] (default): the costs rank the whole scale-in path ([`path`]).
+//! Going down one pod at a time from the pods that exist, removing the k lowest-cost
+//! pods leaves, for every k, no subset above its maximum at that count wherever the
+//! pods allow it (the least excess elsewhere), and the planned spread for that count
+//! wherever it is one removal away and keeps the counts below as good; elsewhere the
+//! closest state that does (issue #65). A pod's cost is `PLANNED_COST_BASE − level`, `level` being the number of
 //! pods left when it is removed: costs depend neither on the workload's replica count
 //! nor on the pods above, so adding or removing pods rewrites no other pod's cost
 //! unless its place in the path changes; a pod whose cost lies anywhere in the band of
@@ -23,7 +24,7 @@ use crate::api::v1beta1::{WorkloadSpread, WorkloadSpreadStatus};
 use crate::api::{FAKE_SUBSET_NAME, POD_DELETION_COST_ANNOTATION};
 use crate::percent::scaled_value;
 use crate::pods::{deletion_order, is_active, name};
-use crate::rules::{planned_spread, Rules};
+use crate::rules::Rules;
 use crate::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::SignedDuration;
@@ -90,7 +91,8 @@ pub fn deletion_costs(
     for (version, groups) in versioned {
         let latest = version == latest_version;
         if latest && rules == Rules::Planned {
-            let planned = planned_costs(ws, pods, groups);
+            let others = other_versions(ws, pods, versioned, version);
+            let planned = planned_costs(ws, pods, groups, &others);
             costs.extend(planned.into_iter().map(|(i, c)| (i, c, !settled)));
         } else {
             let reference = version_costs(ws, pods, groups, !latest, workload_replicas);
@@ -108,6 +110,28 @@ pub fn deletion_costs(
         .map(|(i, planned, _)| CostPatch {
             pod: name(pods[i]).to_string(),
             cost: planned.cost,
+        })
+        .collect()
+}
+
+/// Active pods per group (spec subsets in order, then the fake subset) of every version
+/// but `version`.
+fn other_versions(
+    ws: &WorkloadSpread,
+    pods: &[&Pod],
+    versioned: &BTreeMap<String, SubsetPods>,
+    version: &str,
+) -> Vec<usize> {
+    let names = ws.spec.subsets.iter().map(|s| s.name.as_str());
+    names
+        .chain([FAKE_SUBSET_NAME])
+        .map(|n| {
+            versioned
+                .iter()
+                .filter(|(v, _)| v.as_str() != version)
+                .filter_map(|(_, groups)| groups.get(n))
+                .map(|members| members.iter().filter(|&&p| is_active(pods[p])).count())
+                .sum()
         })
         .collect()
 }
@@ -172,8 +196,14 @@ fn needs_patch(pod: &Pod, planned: &Planned) -> bool {
     }
 }
 
-/// [`Rules::Planned`] costs of one version's pods (module doc), with their bands.
-fn planned_costs(ws: &WorkloadSpread, pods: &[&Pod], groups: &SubsetPods) -> Vec<(usize, Planned)> {
+/// [`Rules::Planned`] costs of one version's pods (module doc), with their bands;
+/// `others`: the active pods of the other versions per group, which share the maxima.
+fn planned_costs(
+    ws: &WorkloadSpread,
+    pods: &[&Pod],
+    groups: &SubsetPods,
+    others: &[usize],
+) -> Vec<(usize, Planned)> {
     // Spec subsets in order, then the fake subset; each a stack whose top is the pod
     // that subset gives up next (the ReplicaSet's own order within a subset).
     let names = ws.spec.subsets.iter().map(|s| s.name.as_str());
@@ -182,7 +212,7 @@ fn planned_costs(ws: &WorkloadSpread, pods: &[&Pod], groups: &SubsetPods) -> Vec
         .map(|n| removal_stack(pods, groups.get(n).map(Vec::as_slice).unwrap_or_default()))
         .collect();
     let sizes: Vec<usize> = stacks.iter().map(Vec::len).collect();
-    let path: Vec<(usize, i64)> = planned_path(ws, &sizes).collect();
+    let path: Vec<(usize, i64)> = planned_path(ws, &sizes, others).collect();
     // Each run of steps from one group and the band of its costs (the path's costs rise
     // step by step: the first of a run is its lowest).
     let mut bands: Vec<(i64, i64)> = Vec::with_capacity(path.len());
@@ -197,41 +227,23 @@ fn planned_costs(ws: &WorkloadSpread, pods: &[&Pod], groups: &SubsetPods) -> Vec
 }
 
 /// The planned scale-in path over groups holding `sizes` pods (spec subsets in order,
-/// then the fake subset): from the most pods down to one, the group each step removes
-/// a pod from and the cost of the pod removed at that step (`PLANNED_COST_BASE −
-/// level`). The one rule both [`planned_costs`] (the controller) and
-/// [`admission_cost`] (a pod's cost at admission) follow.
+/// then the fake subset), beside `others` pods of other versions per group: from the
+/// most pods down to one, the group each step removes a pod from ([`path::ScaleIn`]:
+/// never above a maximum where the pods allow it, on plan where the plan is one removal
+/// away) and the cost of the pod removed at that step (`PLANNED_COST_BASE − level`).
+/// The one rule both [`planned_costs`] (the controller, and so the planner and the
+/// playground) and [`admission_cost`] (a pod's cost at admission) follow.
 fn planned_path<'a>(
     ws: &'a WorkloadSpread,
     sizes: &[usize],
+    others: &[usize],
 ) -> impl Iterator<Item = (usize, i64)> + 'a {
-    let mut left = sizes.to_vec();
-    let mut level: usize = left.iter().sum();
-    std::iter::from_fn(move || {
-        if level == 0 {
-            return None;
-        }
-        let want = planned_spread(ws, level - 1);
-        let total = i32::try_from(level - 1).unwrap_or(i32::MAX);
-        let max: Vec<Option<usize>> = ws
-            .spec
-            .subsets
-            .iter()
-            .map(|s| {
-                let m = s.max_replicas.as_ref()?;
-                Some(scaled_value(m, total).map_or(0, |n| usize::try_from(n).unwrap_or(0)))
-            })
-            .collect();
-        let above = |g: usize, held: usize| {
-            let wanted = want.subsets.get(g).copied().unwrap_or(want.unplaced);
-            let cap = max.get(g).copied().flatten().unwrap_or(usize::MAX);
-            (held.saturating_sub(cap), held as i64 - wanted as i64)
-        };
-        let g = furthest_above(&left, above)?;
-        left[g] -= 1;
-        let level_cost = i64::try_from(level).unwrap_or(PLANNED_COST_BASE);
-        level -= 1;
-        Some((g, PLANNED_COST_BASE.saturating_sub(level_cost)))
+    let mut level: usize = sizes.iter().sum();
+    path::ScaleIn::new(ws, sizes, others).map(move |g| {
+        let cost =
+            PLANNED_COST_BASE.saturating_sub(i64::try_from(level).unwrap_or(PLANNED_COST_BASE));
+        level = level.saturating_sub(1);
+        (g, cost)
     })
 }
 
@@ -267,7 +279,23 @@ pub fn claimed_pod_cost(
             usize::try_from(n).unwrap_or(0)
         })
         .collect();
-    admission_cost(ws, scale.rules, &counts, subset)
+    // The other versions' pods share the maxima (the controller counts them so).
+    let others: Vec<usize> = ws
+        .spec
+        .subsets
+        .iter()
+        .map(|spec| {
+            let n: i64 = status
+                .versioned_subset_statuses
+                .iter()
+                .filter(|(v, _)| v.as_str() != version)
+                .flat_map(|(_, subsets)| subsets.iter().filter(|s| s.name == spec.name))
+                .map(|s| occupancy(s, scale.departed))
+                .sum();
+            usize::try_from(n).unwrap_or(0)
+        })
+        .collect();
+    admission_cost(ws, scale.rules, &counts, &others, subset)
 }
 
 /// The planned cost of a pod being admitted into `subset` (issue #28: written in the
@@ -275,7 +303,8 @@ pub fn claimed_pod_cost(
 /// changes): the pod is the newest of its subset, so the top of its stack, and gets the
 /// cost of the path's first step from that subset. `counts` are the pods of the pod's
 /// version per spec subset, this one included, as the admission counts them (the
-/// status's occupancy without placeholders nobody took). `None` where the controller
+/// status's occupancy without placeholders nobody took), `others` those of the other
+/// versions (empty: none). `None` where the controller
 /// decides alone: [`Rules::Reference`], a kind that ignores deletion costs, a subset
 /// not in the spec. Where the count is off (pods outside every subset, an unlimited
 /// subset's pods the status does not count yet) the controller's ranking corrects it.
@@ -283,6 +312,7 @@ pub fn admission_cost(
     ws: &WorkloadSpread,
     rules: Rules,
     counts: &[usize],
+    others: &[usize],
     subset: &str,
 ) -> Option<i64> {
     let kind = ws.spec.target_ref.as_ref()?.kind.as_str();
@@ -299,7 +329,7 @@ pub fn admission_cost(
         .collect();
     sizes[g] = sizes[g].max(1);
     sizes.push(0);
-    planned_path(ws, &sizes)
+    planned_path(ws, &sizes, others)
         .find(|&(step, _)| step == g)
         .map(|(_, cost)| cost)
 }
@@ -326,26 +356,6 @@ fn removal_stack(pods: &[&Pod], members: &[usize]) -> Vec<usize> {
 /// A pod's deletion cost as the ReplicaSet reads it (0 when absent or invalid).
 fn cost_value(pod: &Pod) -> i64 {
     current_cost(pod).and_then(|v| v.parse().ok()).unwrap_or(0)
-}
-
-/// The group holding the most pods above its maximum, else the most above what the
-/// plan wants of it (`above(group, pods held)` gives both, in that order); ties go to
-/// the fake subset (last group), then to later subsets (the reference's order). A
-/// subset over its maximum gives up its pods first even when another group is as far
-/// above its plan (a subset short of its plan sends the same surplus to a later one):
-/// a scale-in never keeps a pod above a maximum while removing one within it.
-fn furthest_above(sizes: &[usize], above: impl Fn(usize, usize) -> (usize, i64)) -> Option<usize> {
-    let mut best: Option<(usize, (usize, i64))> = None;
-    for g in (0..sizes.len()).rev() {
-        if sizes[g] == 0 {
-            continue;
-        }
-        let excess = above(g, sizes[g]);
-        if best.is_none_or(|(_, e)| excess > e) {
-            best = Some((g, excess));
-        }
-    }
-    best.map(|(g, _)| g)
 }
 
 fn version_costs(
@@ -432,5 +442,6 @@ pub(crate) fn subset_costs(
         .collect()
 }
 
+mod path;
 #[cfg(test)]
 mod tests;

@@ -39,8 +39,11 @@ fn demo_zones_int_percent_unlimited() {
 
 /// Issue #16: the steps 0→10→4→12→20→7→15 land on the planned spread of each replica
 /// count ([`planned_spread`]) under the planned rules, for a percent spread, an integer
-/// spread with an unlimited last subset and one with `minReplicas`; the reference's
-/// costs scale 10 → 4 to 3 / 1 / 0 instead of 2 / 2 / 0.
+/// spread with an unlimited last subset and one with `minReplicas` — except 20 → 7
+/// under 30 %/50 %/rest (issue #65): the plan 3/4/0 would leave a above its maximum at
+/// 6 (2 of the plan 2/3/1; two pods of a and b to remove for one), so the path goes
+/// through 3/3/1, within every maximum, and 6 is on plan. The reference's costs scale
+/// 10 → 4 to 3 / 1 / 0 instead of 2 / 2 / 0.
 #[test]
 fn every_step_lands_on_the_planned_spread() {
     let percent = ws(
@@ -59,32 +62,47 @@ fn every_step_lands_on_the_planned_spread() {
     let steps = [0, 10, 4, 12, 20, 7, 15];
     for w in [&percent, &integer, &minimum] {
         for step in plan(w, &steps) {
-            let want = crate::rules::planned_spread(w, step.replicas as usize);
+            let planned = crate::rules::planned_spread(w, step.replicas as usize);
+            let want = match (std::ptr::eq(w, &percent), step.replicas) {
+                (true, 7) => vec![3, 3, 1],
+                _ => planned.subsets,
+            };
             assert_eq!(
                 (counts(&step), step.unplaced),
-                (want.subsets, want.unplaced),
+                (want, planned.unplaced),
                 "{} replicas of {:?}",
                 step.replicas,
                 w.spec.subsets
             );
+            for s in &step.subsets {
+                assert!(
+                    s.max_replicas.is_none_or(|m| s.pods as i32 <= m),
+                    "{:?}",
+                    step.subsets
+                );
+            }
         }
     }
+    assert_eq!(counts(&plan(&percent, &[20, 7, 6])[2]), vec![2, 3, 1]);
     let reference = plan_with(&percent, &[10, 4], None, Rules::Reference);
     assert_eq!(counts(&reference[1]), vec![3, 1, 0]);
 }
 
 /// Planned costs describe the whole path: a scale-in rewrites no remaining pod's cost.
 /// A scale-out writes the new pods' costs and rewrites only the pods whose place in the
-/// path moved (percentages rounding: here 2 pods going from 11 to 12).
+/// path moved: here none (before issue #65, 2 pods going from 11 to 12, where the
+/// path then went through 12 → 11 on plan, 4/6/1, and 11 → 10 above no maximum only
+/// by chance); 60 → 62 after 61 → 60 (19/30/11: a above its maximum, the least a
+/// scale-in from 61 can do) rewrites one.
 #[test]
 fn planned_costs_move_only_where_the_path_moves() {
     let w = ws(
         "Deployment",
         json!([{"name": "a", "maxReplicas": "30%"}, {"name": "b", "maxReplicas": "50%"}, {"name": "c"}]),
     );
-    let steps = plan(&w, &[10, 11, 12, 7, 4, 13]);
+    let steps = plan(&w, &[10, 11, 12, 7, 4, 13, 20, 7, 15, 61, 60, 62]);
     let rewritten: Vec<usize> = steps.windows(2).map(|p| rewrites(&p[0], &p[1])).collect();
-    assert_eq!(rewritten, [0, 2, 0, 0, 0]);
+    assert_eq!(rewritten, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
 }
 
 /// Pods present in both steps whose cost changed.
@@ -310,4 +328,105 @@ fn adaptive_rescheduling_reaches_the_last_subset_when_critical_exceeds_the_hold(
     assert_eq!(counts(&s[0]), vec![0, 0, 6], "{:?}", s[0].subsets);
     assert!(s[0].pods.iter().all(|p| !p.pending));
     assert!(s[0].subsets[0].unschedulable && s[0].subsets[1].unschedulable);
+}
+
+/// Issue #65's sweep through the planner: a Deployment scaled from none to 61, 100 and
+/// 600 replicas under 30 %/50 %/rest, 20 %/30 %/rest, 3/4/rest and 34 %/33 %/33 %, then
+/// to every lower count by the planner's own scale-in order (the ReplicaSet removing
+/// the lowest costs, before the controller re-costs). Returns the scale-ins counted,
+/// those ending with a subset above its maximum and those where no set of the pods
+/// could be within every maximum, each as (shape, from, to).
+type Sweep = (usize, Vec<(usize, i32, i32)>, Vec<(usize, i32, i32)>);
+fn sweep(rules: Rules) -> Sweep {
+    let shapes = [
+        json!([{"name": "a", "maxReplicas": "30%"}, {"name": "b", "maxReplicas": "50%"}, {"name": "c"}]),
+        json!([{"name": "a", "maxReplicas": "20%"}, {"name": "b", "maxReplicas": "30%"}, {"name": "c"}]),
+        json!([{"name": "a", "maxReplicas": 3}, {"name": "b", "maxReplicas": 4}, {"name": "c"}]),
+        json!([{"name": "a", "maxReplicas": "34%"}, {"name": "b", "maxReplicas": "33%"}, {"name": "c", "maxReplicas": "33%"}]),
+    ];
+    let (mut cases, mut above, mut unavoidable) = (0, vec![], vec![]);
+    for (i, shape) in shapes.into_iter().enumerate() {
+        let w = ws("Deployment", shape);
+        for from in [61, 100, 600] {
+            let step = plan_with(&w, &[from], None, rules).remove(0);
+            let group = |name: &str| {
+                let pod = step.pods.iter().find(|p| p.name == name).unwrap();
+                let subset = pod.subset.as_deref();
+                w.spec
+                    .subsets
+                    .iter()
+                    .position(|s| Some(s.name.as_str()) == subset)
+            };
+            let order: Vec<Option<usize>> = step.scale_in_order.iter().map(|n| group(n)).collect();
+            let held =
+                |pods: &[Option<usize>], g: usize| pods.iter().filter(|p| **p == Some(g)).count();
+            for to in 0..from {
+                cases += 1;
+                let kept = &order[(from - to) as usize..];
+                let (mut over, mut within) = (false, 0);
+                for (g, s) in w.spec.subsets.iter().enumerate() {
+                    let max = s
+                        .max_replicas
+                        .as_ref()
+                        .map(|m| scaled_value(m, to).unwrap() as usize);
+                    over |= max.is_some_and(|m| held(kept, g) > m);
+                    within += max.map_or(held(&order, g), |m| held(&order, g).min(m));
+                }
+                within += order.iter().filter(|p| p.is_none()).count();
+                if over {
+                    above.push((i, from, to));
+                }
+                if within < to as usize {
+                    unavoidable.push((i, from, to));
+                }
+            }
+        }
+    }
+    (cases, above, unavoidable)
+}
+
+/// Under the planned rules a scale-in ends above a maximum only where no set of the
+/// pods is within every maximum (61 → 60 under two of the shapes); the reference's
+/// per-subset costs are kept as they are, and leave subsets above their maxima.
+#[test]
+fn the_issues_sweep_through_the_planner() {
+    let (cases, above, unavoidable) = sweep(Rules::Planned);
+    eprintln!(
+        "planned rules: {cases} scale-ins, {} end above a maximum, {} must: {unavoidable:?}",
+        above.len(),
+        unavoidable.len()
+    );
+    assert_eq!(cases, 3044);
+    assert_eq!(above, unavoidable);
+    let (cases, above, unavoidable) = sweep(Rules::Reference);
+    eprintln!(
+        "reference rules: {cases} scale-ins, {} end above a maximum, {} must",
+        above.len(),
+        unavoidable.len()
+    );
+    assert!(above.len() > unavoidable.len());
+}
+
+/// The issue's scale-ins through the planner: 600 → 60 under 30 %/50 %/rest ends on
+/// plan, within every maximum; 61 → 60 cannot (zone-c holds 11 of the 12 its plan
+/// wants, and a scale-in adds no pod) and ends one pod above. (3 000 → 300, ~40 s here
+/// unoptimised, is in `controller::cost::path`'s table on the same path.)
+#[test]
+fn the_issues_scale_ins_through_the_planner() {
+    let w = ws(
+        "Deployment",
+        json!([{"name": "zone-a", "maxReplicas": "30%"}, {"name": "zone-b", "maxReplicas": "50%"}, {"name": "zone-c"}]),
+    );
+    // (from, to, pods per subset at `to`, the maxima at `to`)
+    type Case = (i32, i32, [usize; 3], [Option<i32>; 3]);
+    let cases: [Case; 2] = [
+        (600, 60, [18, 30, 12], [Some(18), Some(30), None]),
+        (61, 60, [19, 30, 11], [Some(18), Some(30), None]),
+    ];
+    for (from, to, want, max) in cases {
+        let steps = plan(&w, &[from, to]);
+        assert_eq!(counts(&steps[1]), want, "{from} → {to}");
+        let maxima: Vec<Option<i32>> = steps[1].subsets.iter().map(|s| s.max_replicas).collect();
+        assert_eq!(maxima, max, "{from} → {to}");
+    }
 }

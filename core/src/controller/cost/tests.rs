@@ -58,7 +58,7 @@ fn admit(
             .position(|s| s.name == *subset)
             .unwrap();
         counts[g] += 1;
-        let cost = admission_cost(ws, Rules::Planned, &counts, subset);
+        let cost = admission_cost(ws, Rules::Planned, &counts, &[], subset);
         assert!(cost.is_some(), "pod {i}: no cost");
         pods.push(pod(&name(i), subset, &created(i), cost));
     }
@@ -150,15 +150,24 @@ fn the_controller_corrects_what_admission_could_not_know() {
 #[test]
 fn no_admission_cost_outside_the_planned_rules() {
     let ws = spread(json!([{"name": "a", "maxReplicas": 2}, {"name": "b"}]));
-    assert_eq!(admission_cost(&ws, Rules::Reference, &[1, 0], "a"), None);
-    assert_eq!(admission_cost(&ws, Rules::Planned, &[1, 0], "gone"), None);
+    assert_eq!(
+        admission_cost(&ws, Rules::Reference, &[1, 0], &[], "a"),
+        None
+    );
+    assert_eq!(
+        admission_cost(&ws, Rules::Planned, &[1, 0], &[], "gone"),
+        None
+    );
     let mut fleet = ws.clone();
     if let Some(t) = fleet.spec.target_ref.as_mut() {
         t.kind = "Fleet".into();
     }
-    assert_eq!(admission_cost(&fleet, Rules::Planned, &[1, 0], "a"), None);
     assert_eq!(
-        admission_cost(&ws, Rules::Planned, &[1, 0], "a"),
+        admission_cost(&fleet, Rules::Planned, &[1, 0], &[], "a"),
+        None
+    );
+    assert_eq!(
+        admission_cost(&ws, Rules::Planned, &[1, 0], &[], "a"),
         Some(PLANNED_COST_BASE - 1)
     );
 }
@@ -176,14 +185,14 @@ fn costs_within_their_subsets_run_are_kept() {
     let apart = |i: usize| (now() + SignedDuration::from_secs(i as i64)).to_string();
     let mut pods = admit(&ws, &["a", "a", "b", "b", "b"], apart, |i| format!("p{i}"));
     // Four pods into c while the status still counted none there: one cost for all.
-    let stale = admission_cost(&ws, Rules::Planned, &[2, 3, 1], "c").unwrap();
+    let stale = admission_cost(&ws, Rules::Planned, &[2, 3, 1], &[], "c").unwrap();
     for i in 5..9 {
         pods.push(pod(&format!("p{i}"), "c", &apart(i), Some(stale)));
     }
     assert_eq!(settled_patches(&ws, &pods), vec![]);
     // Every scale-in removes what the path removes from each subset.
     let sizes = [2, 3, 4, 0];
-    let path: Vec<usize> = planned_path(&ws, &sizes).map(|(g, _)| g).collect();
+    let path: Vec<usize> = planned_path(&ws, &sizes, &[]).map(|(g, _)| g).collect();
     for ties_newest_first in [true, false] {
         let mut order: Vec<&Pod> = pods.iter().collect();
         order.sort_by(|x, y| {

@@ -529,3 +529,50 @@ fn repeated_rebalancing_converges_on_the_target() {
         assert_eq!(evictions, surplus, "{replicas} replicas from {start:?}");
     }
 }
+
+/// Issue #65: after a planned scale-in, rebalancing has nothing to do wherever the
+/// scale-in landed on the plan (600 → 60: 18/30/12). Where no state within every
+/// maximum is on plan, it moves one pod: 61 → 60 leaves 19/30/11 (no 60 of the 61 pods
+/// are within, zone-c would need a 12th) and a's extra pod goes to c; 20 → 7 leaves
+/// 3/3/1, within every maximum, off the plan 3/4/0 (from which 6 would leave a above
+/// its maximum), and c's pod goes to b.
+#[test]
+fn after_a_planned_scale_in_rebalancing_moves_only_what_no_scale_in_could_place() {
+    let ws = ws(percent(), Some("true"));
+    // (from, to, spread the planner's scale-in leaves, evicted pod, its replacement)
+    type Expected = (i32, i32, [usize; 3], Option<(&'static str, &'static str)>);
+    let cases: [Expected; 3] = [
+        (600, 60, [18, 30, 12], None),
+        (61, 60, [19, 30, 11], Some(("a", "c"))),
+        (20, 7, [3, 3, 1], Some(("c", "b"))),
+    ];
+    for (from, to, spread, moved) in cases {
+        let steps = crate::plan::plan(&ws, &[from, to]);
+        let landed: Vec<usize> = steps[1].subsets.iter().map(|s| s.pods).collect();
+        assert_eq!(landed, spread, "{from} → {to}");
+        let case = Case {
+            name: "",
+            ws: ws.clone(),
+            spread: spread.to_vec(),
+            unplaced: 0,
+            replicas: to,
+            unschedulable: &[],
+            max: 1,
+            evicted: &[],
+            hold: None,
+        };
+        let plan = run(&case, |_, _, _| {});
+        let got = plan
+            .evictions
+            .iter()
+            .map(|e| (e.from.as_deref(), e.to.as_deref()))
+            .collect::<Vec<_>>();
+        match moved {
+            None => {
+                assert_eq!(got, [], "{from} → {to}");
+                assert_eq!(plan.hold, Some(Hold::OnPlan), "{from} → {to}");
+            }
+            Some((out, into)) => assert_eq!(got, [(Some(out), Some(into))], "{from} → {to}"),
+        }
+    }
+}

@@ -244,9 +244,9 @@ fn planned_costs_rank_the_scale_in_path() {
     let named =
         |names: &[(&str, &str)]| pods(names.iter().map(|(n, s)| in_subset(pod(n), s)).collect());
     // 30 % / 50 % / rest holding 3 / 5 / 2, plus a pod of a removed subset: the removed
-    // subset's pod first (level 11), then c, b, c, b, a, b, a, b, b, a — every prefix
-    // leaves the planned spread (10: 3/5/2, 7: 3/4/0, 4: 2/2/0, …) or, at 6 (planned
-    // 2/3/1, c already empty), the closest one.
+    // subset's pod first (level 11), then c, b, b, a, c, b, a, b, b, a — every prefix
+    // leaves the planned spread (10: 3/5/2, 6: 2/3/1, 4: 2/2/0, …) except at 7: the
+    // plan 3/4/0 would leave a above its maximum at 6 (2), so 7 is 3/3/1 (issue #65).
     let mut all: Vec<(&str, &str)> = vec![("x", "gone")];
     all.extend([("a0", "a"), ("a1", "a"), ("a2", "a")]);
     all.extend([
@@ -263,9 +263,9 @@ fn planned_costs_rank_the_scale_in_path() {
         ("x", 11),
         ("c0", 10),
         ("b0", 9),
-        ("c1", 8),
-        ("b1", 7),
-        ("a0", 6),
+        ("b1", 8),
+        ("a0", 7),
+        ("c1", 6),
         ("b2", 5),
         ("a1", 4),
         ("b3", 3),
