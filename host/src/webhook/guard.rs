@@ -9,19 +9,14 @@
 //! that moment gets EOF (seen from the API server: `failed calling webhook … EOF`, a
 //! refused pod). The API server's clients keep idle connections 90 s; `idle` must be
 //! longer, so that they, not we, close idle connections.
-//!
-//! A listener at a connection limit closes an *idle* connection (`connections.rs`):
-//! [`ConnState::shed_if_idle`] marks it under the same lock the phase changes take, so a
-//! connection with a request in flight is never closed, and the next read ends it (EOF).
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
 /// Where the connection is in its request cycle.
@@ -35,25 +30,10 @@ enum Phase {
     Handled,
 }
 
-/// Shared between the connection's IO, its service and the listener's registry.
+/// Shared between the connection's IO and its service.
 #[derive(Debug)]
 pub struct ConnState {
-    inner: Mutex<Inner>,
-    /// Told when the connection turns idle (the listener may be waiting for one to close).
-    turned_idle: Option<Arc<Notify>>,
-}
-
-#[derive(Debug)]
-struct Inner {
-    phase: Phase,
-    /// When `phase` last changed.
-    since: Instant,
-    /// The listener closes it: the next read ends the connection.
-    shed: bool,
-    /// It has answered a request (else it waits for its first).
-    served: bool,
-    /// The reader waiting for the next request's bytes.
-    waker: Option<Waker>,
+    phase: Mutex<Phase>,
 }
 
 /// A connection's deadlines.
@@ -68,68 +48,19 @@ pub struct Deadlines {
 }
 
 impl ConnState {
-    #[cfg(test)]
     pub fn new() -> Arc<Self> {
-        Self::with_notify(None)
-    }
-
-    /// A connection whose turning idle is told to `turned_idle`.
-    pub fn with_notify(turned_idle: Option<Arc<Notify>>) -> Arc<Self> {
         Arc::new(ConnState {
-            inner: Mutex::new(Inner {
-                phase: Phase::Idle,
-                since: Instant::now(),
-                shed: false,
-                served: false,
-                waker: None,
-            }),
-            turned_idle,
+            phase: Mutex::new(Phase::Idle),
         })
     }
 
     /// The request's headers were parsed and it reached the service.
     pub fn handled(&self) {
-        self.lock().set(Phase::Handled);
+        *self.lock() = Phase::Handled;
     }
 
-    /// Since when the connection has waited for a request, and whether it answered one
-    /// before (else it waits for its first); `None` while one is in flight or once it is
-    /// shed.
-    pub fn idle_since(&self) -> Option<(Instant, bool)> {
-        let inner = self.lock();
-        (inner.phase == Phase::Idle && !inner.shed).then_some((inner.since, inner.served))
-    }
-
-    /// The listener closed it (it ends at its next read).
-    pub fn is_shed(&self) -> bool {
-        self.lock().shed
-    }
-
-    /// Closes the connection if it is idle (no request in flight): its reader sees the end
-    /// of the stream. Whether it was.
-    pub fn shed_if_idle(&self) -> bool {
-        let mut inner = self.lock();
-        if inner.phase != Phase::Idle || inner.shed {
-            return false;
-        }
-        inner.shed = true;
-        if let Some(w) = inner.waker.take() {
-            w.wake();
-        }
-        true
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl Inner {
-    fn set(&mut self, phase: Phase) {
-        if self.phase != phase {
-            self.phase = phase;
-            self.since = Instant::now();
-        }
+    fn lock(&self) -> std::sync::MutexGuard<'_, Phase> {
+        self.phase.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -178,22 +109,14 @@ impl<I: AsyncRead + Unpin> AsyncRead for Guarded<I> {
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let this = &mut *self;
-        // Read under the lock: the listener's shed_if_idle sees either an idle connection
-        // (and this read then ends it) or the request's first bytes (and leaves it alone).
-        let (result, phase) = {
-            let mut inner = this.state.lock();
-            if inner.shed {
-                // The end of the stream: hyper closes an idle connection at once.
-                return Poll::Ready(Ok(()));
+        let result = Pin::new(&mut this.io).poll_read(cx, buf);
+        let got = buf.filled().len() > before;
+        let phase = {
+            let mut phase = this.state.lock();
+            if got && *phase == Phase::Idle {
+                *phase = Phase::Head;
             }
-            let result = Pin::new(&mut this.io).poll_read(cx, buf);
-            if buf.filled().len() > before && inner.phase == Phase::Idle {
-                inner.set(Phase::Head);
-            }
-            if result.is_pending() && inner.phase == Phase::Idle {
-                inner.waker = Some(cx.waker().clone());
-            }
-            (result, inner.phase)
+            *phase
         };
         this.arm(phase);
         if result.is_pending() && phase != Phase::Handled && this.timer.as_mut().poll(cx).is_ready()
@@ -218,17 +141,9 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Guarded<I> {
         let result = Pin::new(&mut this.io).poll_write(cx, data);
         if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
             // A response (HTTP/1.1, no pipelining): the next bytes begin a new request.
-            let turned_idle = {
-                let mut inner = this.state.lock();
-                let was = inner.phase == Phase::Handled;
-                if was {
-                    inner.set(Phase::Idle);
-                    inner.served = true;
-                }
-                was
-            };
-            if let (true, Some(notify)) = (turned_idle, &this.state.turned_idle) {
-                notify.notify_waiters();
+            let mut phase = this.state.lock();
+            if *phase == Phase::Handled {
+                *phase = Phase::Idle;
             }
         }
         result

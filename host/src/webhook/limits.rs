@@ -13,10 +13,6 @@ pub const RESERVE_MIB: u64 = 192;
 /// the guest's payload), as a multiple of its size (`host/tests/security.rs` measures the
 /// peak under 8 MiB bodies).
 pub const BODY_COPIES: u64 = 4;
-/// Memory of one open connection at most, in KiB: hyper's read and write buffers (each at
-/// most `listener::READ_BUFFER_BYTES`), rustls' record buffers and the task (issue #58, R1:
-/// 1 024 idle connections were not counted before).
-pub const CONNECTION_KIB: u64 = 192;
 /// Most namespaces whose claim buckets are kept; idle full buckets are dropped first.
 const MAX_BUCKETS: usize = 4096;
 
@@ -98,14 +94,8 @@ impl ClaimLimiter {
 /// with a guest at its cap and the copies of a body of up to `super::LARGE_BODY`, the few
 /// large-body slots (`super::LARGE_SLOTS`) with those of bodies of up to
 /// `max_request_bytes`, and the read budget (`super::body::read_budget`), which holds the
-/// bodies themselves (read before a slot is taken, issue #41), and `connections` open
-/// connections' buffers ([`CONNECTION_KIB`] each).
-pub fn worst_case_mib(
-    concurrency: usize,
-    max_memory_mib: usize,
-    max_request_bytes: usize,
-    connections: usize,
-) -> u64 {
+/// bodies themselves (read before a slot is taken, issue #41).
+pub fn worst_case_mib(concurrency: usize, max_memory_mib: usize, max_request_bytes: usize) -> u64 {
     let mib = |bytes: usize| (bytes as u64).div_ceil(1 << 20);
     let small = mib(max_request_bytes.min(super::LARGE_BODY));
     let large = mib(max_request_bytes.saturating_sub(super::LARGE_BODY));
@@ -114,7 +104,6 @@ pub fn worst_case_mib(
     (concurrency as u64).saturating_mul(max_memory_mib as u64 + copies * small)
         + large_slots * copies * large
         + mib(super::body::read_budget(max_request_bytes))
-        + (connections as u64 * CONNECTION_KIB).div_ceil(1024)
         + RESERVE_MIB
 }
 
@@ -122,19 +111,16 @@ pub fn worst_case_mib(
 #[derive(Debug, thiserror::Error)]
 #[error(
     "--max-concurrency {concurrency} evaluations with --max-memory-mib {max_memory_mib} and \
-     --max-request-bytes {max_request_bytes}, beside {connections} open connections, need \
-     {need} MiB at their worst (guests at their cap, bodies decoded {BODY_COPIES} times, \
-     {CONNECTION_KIB} KiB per connection, {RESERVE_MIB} MiB for the rest), over the memory \
-     limit of {limit_mib} MiB: lower --max-concurrency (at most {fits} fit), \
-     --max-memory-mib, --max-request-bytes or --max-connections, or raise the container's \
-     memory limit"
+     --max-request-bytes {max_request_bytes} need {need} MiB at their worst (guests at \
+     their cap, bodies decoded {BODY_COPIES} times, {RESERVE_MIB} MiB for the rest), over \
+     the memory limit of {limit_mib} MiB: lower --max-concurrency (at most {fits} fit), \
+     --max-memory-mib or --max-request-bytes, or raise the container's memory limit"
 )]
 pub struct MemoryMisfit {
     limit_mib: u64,
     concurrency: usize,
     max_memory_mib: usize,
     max_request_bytes: usize,
-    connections: usize,
     need: u64,
     /// The most evaluations that would fit.
     fits: usize,
@@ -147,22 +133,20 @@ pub fn check_memory_fit(
     concurrency: usize,
     max_memory_mib: usize,
     max_request_bytes: usize,
-    connections: usize,
 ) -> Result<(), MemoryMisfit> {
-    let need = worst_case_mib(concurrency, max_memory_mib, max_request_bytes, connections);
+    let need = worst_case_mib(concurrency, max_memory_mib, max_request_bytes);
     if need <= limit_mib {
         return Ok(());
     }
     let fits = (1..=concurrency)
         .rev()
-        .find(|&c| worst_case_mib(c, max_memory_mib, max_request_bytes, connections) <= limit_mib)
+        .find(|&c| worst_case_mib(c, max_memory_mib, max_request_bytes) <= limit_mib)
         .unwrap_or(0);
     Err(MemoryMisfit {
         limit_mib,
         concurrency,
         max_memory_mib,
         max_request_bytes,
-        connections,
         need,
         fits,
     })
@@ -203,27 +187,18 @@ mod tests {
     #[test]
     fn memory_fit_is_checked_with_what_to_change() {
         // The old defaults: 256 evaluations of up to 256 MiB under a 1 GiB limit.
-        let err = check_memory_fit(1024, 256, 256, 8 << 20, 0)
+        let err = check_memory_fit(1024, 256, 256, 8 << 20)
             .unwrap_err()
             .to_string();
         assert!(
             err.contains("at most 2 fit") && err.contains("--max-concurrency"),
             "{err}"
         );
-        // The chart's defaults fit: 16 × (32 + 3 × 1) + 2 × 3 × 7 + 32 (read budget) + 192,
-        // and 512 webhook + 64 health connections of 192 KiB (108 MiB).
+        // The chart's defaults fit: 16 × (32 + 3 × 1) + 2 × 3 × 7 + 32 (read budget) + 192.
         assert_eq!(
-            worst_case_mib(16, 32, 8 << 20, 512 + 64),
-            16 * 35 + 2 * 3 * 7 + 32 + 108 + 192
+            worst_case_mib(16, 32, 8 << 20),
+            16 * 35 + 2 * 3 * 7 + 32 + 192
         );
-        check_memory_fit(1024, 16, 32, 8 << 20, 512 + 64).unwrap();
-        // Connections count: the same evaluations beside 4 096 of them do not fit.
-        let err = check_memory_fit(1024, 16, 32, 8 << 20, 4096)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("4096 open connections") && err.contains("--max-connections"),
-            "{err}"
-        );
+        check_memory_fit(1024, 16, 32, 8 << 20).unwrap();
     }
 }

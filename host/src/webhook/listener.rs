@@ -1,15 +1,15 @@
-//! The listeners: connections accepted under a global and a per-peer limit that shed idle
-//! connections instead of refusing new ones (`connections.rs`), served over TLS or plain
-//! HTTP under their deadlines (`guard.rs`), drained at shutdown.
+//! The listeners: connections accepted under a global and a per-peer limit, served over
+//! TLS or plain HTTP under their deadlines (`guard.rs`), drained at shutdown.
 
-use super::connections::Connections;
 use super::{guard, PeerCertificate};
 use anyhow::{Context, Result};
 use axum::Router;
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 /// Connection limits of a listener.
@@ -24,50 +24,19 @@ pub struct ServeOptions {
     /// A new connection must begin its first request (its TLS handshake included)
     /// within this.
     pub first_request_timeout: Duration,
-    /// Open connections of one peer address: past it, the peer's longest-idle connection
-    /// is closed (never one with a request in flight; 0: no limit).
+    /// Open connections of one peer address at most (more are closed at once).
     pub max_connections_per_peer: usize,
-    /// Open connections: at it, the longest-idle connection of the peer with the most idle
-    /// ones is closed; with none idle, new ones wait in the kernel's backlog.
+    /// Open connections; past it, new ones wait in the kernel's backlog.
     pub max_connections: usize,
     /// After shutdown, in-flight requests may finish for this long.
     pub drain: Duration,
-    /// Client certificates are asked for (`--client-ca-file`): a connection that
-    /// presented none may wait only `first_request_timeout` between requests (only the
-    /// API server, which has one, keeps connections for `idle_timeout`).
-    pub client_auth: bool,
 }
-
-impl ServeOptions {
-    /// The health and metrics port's limits (issue #58, R1): its callers — the kubelet's
-    /// probes, Prometheus — open a connection per request or re-dial idempotent GETs, so
-    /// a few per peer, short idle and first-request timeouts take nothing from them, and
-    /// pods that hold connections open there cannot starve the probes.
-    pub fn for_health(&self) -> Self {
-        ServeOptions {
-            header_timeout: self.header_timeout.min(HEALTH_TIMEOUT),
-            idle_timeout: HEALTH_IDLE,
-            first_request_timeout: HEALTH_TIMEOUT,
-            max_connections_per_peer: HEALTH_PER_PEER,
-            max_connections: HEALTH_MAX,
-            drain: self.drain,
-            client_auth: false,
-        }
-    }
-}
-
-const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
-const HEALTH_IDLE: Duration = Duration::from_secs(10);
-const HEALTH_PER_PEER: usize = 8;
-/// The health port's connections at most (counted in the memory-fit check).
-pub const HEALTH_MAX: usize = 64;
 
 /// A connection's IO under its deadlines (`guard.rs`).
 fn guarded<I>(
     io: I,
     state: &Arc<guard::ConnState>,
     options: &ServeOptions,
-    idle: Duration,
 ) -> hyper_util::rt::TokioIo<guard::Guarded<I>> {
     hyper_util::rt::TokioIo::new(guard::Guarded::new(
         io,
@@ -75,15 +44,10 @@ fn guarded<I>(
         guard::Deadlines {
             header: options.header_timeout,
             first: options.first_request_timeout,
-            idle,
+            idle: options.idle_timeout,
         },
     ))
 }
-
-/// hyper's read buffer per connection at most (its default is ~400 KiB): request heads
-/// are small and bodies stream through it. Counted in the memory-fit check
-/// (`limits::CONNECTION_KIB`).
-pub const READ_BUFFER_BYTES: usize = 64 * 1024;
 
 /// Serves `router` on `listener` (over TLS when `tls` is given) until `shutdown`
 /// resolves, then lets in-flight requests finish (bounded by `options.drain`).
@@ -96,26 +60,19 @@ pub async fn serve(
 ) -> Result<()> {
     let acceptor = tls.map(TlsAcceptor::from);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let connections = Connections::new(options.max_connections, options.max_connections_per_peer);
-    // Peers over their limit are brought back to it even when no connection arrives.
-    let sweeper = tokio::spawn({
-        let connections = connections.clone();
-        async move {
-            let mut every = tokio::time::interval(super::connections::SWEEP);
-            loop {
-                every.tick().await;
-                connections.sweep();
-            }
-        }
-    });
+    let connections = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    let peers = Peers::new(options.max_connections_per_peer);
     tokio::pin!(shutdown);
     loop {
-        // Room first: at the cap an idle connection is shed, or (none idle) connections
-        // queue in the backlog instead of each holding a task, a TLS state and buffers.
-        tokio::select! {
-            () = connections.room() => {}
+        // A connection slot first: at the cap, connections queue in the backlog instead
+        // of each holding a task, a TLS state and buffers.
+        let slot = tokio::select! {
+            slot = connections.clone().acquire_owned() => match slot {
+                Ok(s) => s,
+                Err(_) => break,
+            },
             () = &mut shutdown => break,
-        }
+        };
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -127,18 +84,20 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        // One peer cannot hold the connection limit: past its own, its longest-idle
-        // connection goes.
-        let state = connections.new_state();
-        let registered = connections.register(peer.ip(), state.clone());
+        // One peer cannot hold the connection limit: past its own, it is closed at once.
+        let Some(peer_slot) = peers.take(peer.ip()) else {
+            tracing::debug!(%peer, "connection closed: the peer's connection limit is reached");
+            continue;
+        };
         let acceptor = acceptor.clone();
         let router = router.clone();
         let watcher = graceful.watcher();
         let handshake_timeout = options.header_timeout.min(options.first_request_timeout);
         tokio::spawn(async move {
-            let _registered = registered;
-            let mut http = hyper::server::conn::http1::Builder::new();
-            http.max_buf_size(READ_BUFFER_BYTES);
+            let _slot = slot;
+            let _peer_slot = peer_slot;
+            let http = hyper::server::conn::http1::Builder::new();
+            let state = guard::ConnState::new();
             let with_peer = |presented: Option<Vec<String>>| {
                 let state = state.clone();
                 let tagged = tower::ServiceExt::map_request(
@@ -154,8 +113,7 @@ pub async fn serve(
             };
             let Some(acceptor) = acceptor else {
                 let service = with_peer(None);
-                let idle = options.idle_timeout;
-                let conn = http.serve_connection(guarded(tcp, &state, &options, idle), service);
+                let conn = http.serve_connection(guarded(tcp, &state, &options), service);
                 if let Err(e) = watcher.watch(conn).await {
                     tracing::debug!(%peer, "connection: {e}");
                 }
@@ -174,19 +132,13 @@ pub async fn serve(
                     .map(|c| crate::tls::client_auth::names_of(c))
                     .unwrap_or_default()
             });
-            let idle = if options.client_auth && presented.is_none() {
-                options.first_request_timeout
-            } else {
-                options.idle_timeout
-            };
             let service = with_peer(presented);
-            let conn = http.serve_connection(guarded(stream, &state, &options, idle), service);
+            let conn = http.serve_connection(guarded(stream, &state, &options), service);
             if let Err(e) = watcher.watch(conn).await {
                 tracing::debug!(%peer, "connection: {e}");
             }
         });
     }
-    sweeper.abort();
     tracing::info!("shutting down: draining in-flight requests");
     if tokio::time::timeout(options.drain, graceful.shutdown())
         .await
@@ -217,5 +169,83 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
 /// connection hangs half-open, out of reach of the per-peer limit.
 const BACKLOG: u32 = 1024;
 
+/// Open connections per peer address, at most `limit` each (0: no limit).
+struct Peers {
+    limit: usize,
+    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+/// One open connection of a peer; counted down when dropped.
+struct PeerSlot {
+    ip: IpAddr,
+    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl Peers {
+    fn new(limit: usize) -> Self {
+        Peers {
+            limit,
+            open: Arc::default(),
+        }
+    }
+
+    /// A slot for a connection of `ip`, or `None` when it has `limit` open already. The
+    /// map holds only peers with open connections (at most the listener's limit).
+    fn take(&self, ip: IpAddr) -> Option<PeerSlot> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(ip).or_insert(0);
+        if self.limit > 0 && *n >= self.limit {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            ip,
+            open: self.open.clone(),
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
-mod tests;
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_gets_its_limit_and_slots_come_back() {
+        let peers = Peers::new(2);
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let first = peers.take(a).unwrap();
+        let _second = peers.take(a).unwrap();
+        assert!(
+            peers.take(a).is_none(),
+            "a third connection of the same peer"
+        );
+        assert!(peers.take(b).is_some(), "another peer has its own");
+        drop(first);
+        assert!(
+            peers.take(a).is_some(),
+            "a closed connection frees its slot"
+        );
+        assert!(Peers::new(0).take(a).is_some(), "0: no limit");
+    }
+
+    #[test]
+    fn peers_without_connections_are_forgotten() {
+        let peers = Peers::new(4);
+        for i in 0..100u8 {
+            drop(peers.take(IpAddr::from([10, 0, 1, i])).unwrap());
+        }
+        assert!(peers.open.lock().unwrap().is_empty());
+    }
+}

@@ -10,7 +10,6 @@
 mod admit;
 pub mod body;
 mod classify;
-mod connections;
 pub mod convert;
 pub mod guard;
 pub mod limits;

@@ -70,14 +70,12 @@ pub struct ServeArgs {
     /// (a connection we close as the client reuses it fails that admission with EOF).
     #[arg(long, default_value_t = 120)]
     pub idle_timeout_seconds: u64,
-    /// Open connections at most: at the limit the longest-idle connection of the peer
-    /// holding the most idle ones is closed; with none idle, new ones wait in the listen
-    /// backlog. A connection with a request in flight is never closed.
+    /// Open connections at most (more wait in the listen backlog).
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
-    /// Open connections of one peer address: past it, the peer's longest-idle connection
-    /// is closed (0: no limit). A busy peer is never refused: an API server's burst opens
-    /// one connection per admission in flight, more than this.
+    /// Open connections of one peer address at most (more are closed at once; 0: no
+    /// limit). Keep it above what one API server opens at its busiest — one per admission
+    /// in flight, at most its --max-mutating-requests-inflight (200 by default).
     #[arg(long, default_value_t = 256)]
     pub max_connections_per_peer: usize,
     /// Pod creations that may claim a slot, per namespace and second (0: no limit). Above
@@ -240,16 +238,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
 }
 
 async fn serve_main(args: ServeArgs) -> Result<()> {
-    // The webhook's connections and, with a health port, that port's.
-    let connections = args.max_connections.max(1)
-        + args
-            .health_listen
-            .map_or(0, |_| crate::webhook::listener::HEALTH_MAX);
     let worst = crate::webhook::limits::worst_case_mib(
         args.max_concurrency,
         args.policy_args.max_memory_mib,
         args.max_request_bytes,
-        connections,
     );
     match args.memory_limit_mib {
         Some(limit) => crate::webhook::limits::check_memory_fit(
@@ -257,7 +249,6 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
             args.max_concurrency,
             args.policy_args.max_memory_mib,
             args.max_request_bytes,
-            connections,
         )?,
         None => tracing::info!(
             "no --memory-limit-mib: evaluations may use up to {worst} MiB at their worst"
@@ -285,7 +276,6 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         max_connections: args.max_connections,
         max_connections_per_peer: args.max_connections_per_peer,
         drain: Duration::from_secs(15),
-        client_auth: args.client_ca_file.is_some(),
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     // The health port first: the liveness probe passes while the rest starts.
@@ -299,7 +289,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
             async move {
                 let _ = stopped.wait_for(|s| *s).await;
             },
-            options.for_health(),
+            options,
         ));
         tracing::info!(listen = %addr, "health and metrics over HTTP");
     }
