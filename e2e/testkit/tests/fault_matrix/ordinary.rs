@@ -213,6 +213,17 @@ pub async fn patch_metadata(
     metadata: Value,
     user: Option<&str>,
 ) -> Result<Result<(), kube::core::Status>> {
+    patch_metadata_as(ns, pod, metadata, user, &PatchParams::default()).await
+}
+
+/// [`patch_metadata`] with `params` (a dry run goes through admission and stores nothing).
+pub async fn patch_metadata_as(
+    ns: &TestNamespace,
+    pod: &str,
+    metadata: Value,
+    user: Option<&str>,
+    params: &PatchParams,
+) -> Result<Result<(), kube::core::Status>> {
     let mut config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(workloadspread_testkit::cluster()?.kubeconfig())?,
         &kube::config::KubeConfigOptions::default(),
@@ -224,7 +235,7 @@ pub async fn patch_metadata(
     let pods: Api<Pod> = Api::namespaced(kube::Client::try_from(config)?, ns.name());
     let patch = json!({"metadata": metadata});
     match pods
-        .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(pod, params, &Patch::Merge(&patch))
         .await
     {
         Ok(_) => Ok(Ok(())),
