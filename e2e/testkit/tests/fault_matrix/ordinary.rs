@@ -234,10 +234,7 @@ pub async fn patch_metadata_as(
     }
     let pods: Api<Pod> = Api::namespaced(kube::Client::try_from(config)?, ns.name());
     let patch = json!({"metadata": metadata});
-    match pods
-        .patch(pod, params, &Patch::Merge(&patch))
-        .await
-    {
+    match pods.patch(pod, params, &Patch::Merge(&patch)).await {
         Ok(_) => Ok(Ok(())),
         Err(kube::Error::Api(e)) => Ok(Err(*e)),
         Err(e) => Err(e.into()),
