@@ -18,8 +18,12 @@ POLICY_WASM := policy/policy.wasm
 PHASE = @bash scripts/phase.sh
 ## The workspace's binaries as the integration tests build them. Every step that needs a
 ## dev binary builds them this one way: a build of only some packages unifies other
-## features for the shared crates and compiles them (and the host) again.
-BINS = $(CARGO) build --workspace --locked --bins
+## features for the shared crates and compiles them (and the host) again. `make test` builds
+## them as its tests do (`cargo test --no-run`, which links the same binaries into
+## target/debug): `cargo build --bins` leaves out the dev-dependencies' features (tokio's
+## test-util, k8s-openapi's schemars through core's `crd`), so it compiled k8s-openapi, kube,
+## the tokio tree, the host and the controller a second time (issue #59).
+BINS ?= $(CARGO) build --workspace --locked --bins
 
 ## Build profiles. What users run is built with `release` (host and controller, thin LTO) and
 ## `wasm` (the module: LTO, one codegen unit): `make images`, `make release`, `make policy`,
@@ -216,6 +220,7 @@ test: prebuild fmt-check lint supply-chain unit image-test integration prebuild-
 test: export WASM_PROFILE := wasm-test
 test: export PLAYGROUND_PROFILE := wasm-test
 test: export IMAGE_PROFILE := dev
+test: export BINS := $(CARGO) test --workspace --locked --no-run --test '*'
 
 ## The compile-heavy work that later steps need (the control plane's Go builds, the real
 ## node's kubelet, the fuzz targets, wasm-bindgen) runs in the background at the lowest
