@@ -339,7 +339,8 @@ fn claim_with(
 /// ([`room`]; a refused eviction, a refused or forged DELETE frees nothing). Recorded
 /// for a pod whose own claim is still in `creatingPods` too (its departure then cancels
 /// that claim). Unlimited subsets record nothing (#1066). Returns whether the status
-/// changed.
+/// changed. A version the status holds no statuses for counts no pod: nothing is
+/// recorded there, and none is created (a forged version would grow the status).
 pub fn release(
     status: &mut WorkloadSpreadStatus,
     ws: &WorkloadSpread,
@@ -348,7 +349,13 @@ pub fn release(
     scale: Scale,
     now: Timestamp,
 ) -> bool {
-    let statuses = versioned_statuses(status, ws, pod.version, scale.replicas);
+    let Some(statuses) = status
+        .versioned_subset_statuses
+        .get_mut(pod.version)
+        .filter(|s| !s.is_empty())
+    else {
+        return false;
+    };
     if pod.name.is_empty() || deletion_recorded(statuses, pod.name) {
         return false;
     }

@@ -170,6 +170,11 @@ pub struct ReleaseRequest {
     /// was admitted under when it had no name yet; absent: its name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generated_uid: Option<String>,
+    /// The uid of the pod's controller the guest checked against the spread's workload:
+    /// the host records the release only when the stored pod has that controller
+    /// ([`stored::contradiction`]). Absent from guests before it: not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller_uid: Option<String>,
 }
 
 /// `v1/unclaim` request: the claim answered for `pod` into `subset` is void.
@@ -323,6 +328,7 @@ fn rename_claim(
 }
 
 pub mod batch;
+pub mod stored;
 
 #[cfg(test)]
 mod tests {

@@ -56,6 +56,12 @@ pub fn pod_version(
     if !kinds.enabled("Pod", owner_kind) {
         return VERSION_IGNORED.to_string();
     }
+    labelled_version(labels)
+}
+
+/// The version a pod's labels give when its kind is versioned: pod-template-hash, else
+/// short controller-revision-hash, else `versionIgnored`.
+pub fn labelled_version(labels: Option<&BTreeMap<String, String>>) -> String {
     let label = |k: &str| labels.and_then(|l| l.get(k)).filter(|v| !v.is_empty());
     if let Some(h) = label(POD_TEMPLATE_HASH_LABEL) {
         return h.clone();

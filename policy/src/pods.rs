@@ -480,6 +480,7 @@ pub fn release(ctx: &Ctx<'_>, pod: &Value) -> Outcome {
                 matched: &annotation,
                 replicas,
                 reservation,
+                controller_uid: controller_uid(&pod),
             };
             exact_release(ctx, &ws, released)
         }
@@ -514,6 +515,18 @@ struct Released<'a> {
     replicas: i32,
     /// The placeholder it took (its annotation and label agreeing).
     reservation: Option<String>,
+    /// Its controller's uid, which the host compares with the stored pod's.
+    controller_uid: Option<String>,
+}
+
+/// The uid of the pod's controller owner reference.
+fn controller_uid(pod: &Pod) -> Option<String> {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.clone())
 }
 
 fn exact_release(ctx: &Ctx<'_>, ws: &WorkloadSpread, pod: Released<'_>) -> Outcome {
@@ -528,6 +541,7 @@ fn exact_release(ctx: &Ctx<'_>, ws: &WorkloadSpread, pod: Released<'_>) -> Outco
         rules: ctx.settings.rules,
         reservation: pod.reservation,
         generated_uid: pod.matched.uid.clone(),
+        controller_uid: pod.controller_uid,
     };
     let answer = ctx
         .host

@@ -33,6 +33,8 @@ struct FakeCluster {
     /// The counter protocol `v1/hello` answers.
     protocol: u32,
     calls: RefCell<Vec<String>>,
+    /// The release requests the guest sent, as the host received them.
+    releases: RefCell<Vec<ReleaseRequest>>,
     /// Answer whole objects to masked reads (a host may ignore a mask).
     ignore_masks: bool,
 }
@@ -48,6 +50,7 @@ impl FakeCluster {
             counter,
             protocol: counter::PROTOCOL_VERSION,
             calls: RefCell::new(vec![]),
+            releases: RefCell::new(vec![]),
             ignore_masks: false,
         }
     }
@@ -188,6 +191,7 @@ impl Host for FakeCluster {
                 let mut ws =
                     self.workloadspread(&req.workload_spread.namespace, &req.workload_spread.name);
                 let (status, answer) = counter::apply_release(&ws, &req, now());
+                self.releases.borrow_mut().push(req);
                 ws.status = Some(status);
                 self.store(&ws);
                 Ok(json!(answer))
@@ -468,6 +472,18 @@ fn with_the_counter_the_spread_is_read_without_its_status() {
             );
         }
     }
+}
+
+/// The release names the owner the guest checked, which the host compares with the
+/// stored pod's (protocol review F1: the review's `oldObject` is the caller's word).
+#[test]
+fn a_release_names_the_controller_the_guest_checked() {
+    let cluster = FakeCluster::load(true);
+    let outcome = run("pod-delete.json", &Settings::default(), &cluster);
+    assert!(matches!(outcome, Outcome::Accept { .. }), "{outcome:?}");
+    let sent = cluster.releases.borrow();
+    let owners: Vec<Option<&str>> = sent.iter().map(|r| r.controller_uid.as_deref()).collect();
+    assert_eq!(owners, [Some("rs-uid")]);
 }
 
 /// A pod of another workload carrying the matched annotation (set by hand, or copied)

@@ -794,3 +794,31 @@ fn spread_fields_keep_what_each_admission_reads() {
         }
     }
 }
+
+/// Protocol review F1: a release naming a version the status holds no statuses for
+/// (a forged review's labels) records nothing and creates no version: with the
+/// controller down nothing would prune it, and each forgery would grow the status.
+#[test]
+fn a_release_in_an_unknown_version_records_nothing_and_grows_nothing() {
+    let ws = ws_with(
+        json!([{"name": "a", "maxReplicas": 3}, {"name": "b"}]),
+        json!([{"name": "a", "replicas": 3, "missingReplicas": 0},
+               {"name": "b", "replicas": 1, "missingReplicas": -1}]),
+    );
+    let mut status = ws.status.clone().unwrap();
+    let forged = PodKey {
+        name: "a-1",
+        version: "made-up",
+    };
+    assert!(!release(&mut status, &ws, forged, "a", reference(4), now()));
+    assert_eq!(status, ws.status.clone().unwrap(), "nothing written");
+    assert!(release(
+        &mut status,
+        &ws,
+        key("a-1"),
+        "a",
+        reference(4),
+        now()
+    ));
+    assert_eq!(versioned(&status)[0].deleting_pods.len(), 1);
+}

@@ -6,6 +6,8 @@
 //! scaled out in bursts. Each scenario prints its report (the highest occupancy seen).
 
 mod common;
+#[path = "fault_matrix/forged.rs"]
+mod forged;
 #[path = "fault_matrix/ordinary.rs"]
 mod ordinary;
 #[path = "fault_matrix/ordinary_scenarios.rs"]

@@ -10,6 +10,10 @@
 //! terminating before that, so the later read sees it too; if the recount lands after,
 //! the write conflicts and the next attempt reads again. A read that fails counts as
 //! gone: the slot is then freed by the recount — later, never twice.
+//!
+//! The same read judges the release itself (protocol review F1): one whose WorkloadSpread,
+//! subset, version or owner the stored pod contradicts is a forged review, answered "not
+//! released" and recorded nowhere (`workloadspread_core::counter::stored`).
 
 use super::{Answer, Committer, Op, Pending, Work};
 use futures::future::join_all;
@@ -18,6 +22,7 @@ use kube::Api;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use workloadspread_core::admission::reserve::stale::named_by;
+use workloadspread_core::counter::stored::contradiction;
 use workloadspread_core::counter::ReleaseResponse;
 use workloadspread_core::pods::matched;
 
@@ -46,12 +51,26 @@ impl Committer {
         let running: HashMap<String, Pod> = join_all(reads).await.into_iter().flatten().collect();
         let mut rest = Vec::with_capacity(batch.len());
         for mut p in batch {
-            let stored = release_of(&p).and_then(|name| running.get(name));
+            let mut stored = release_of(&p).and_then(|name| running.get(name));
             if let (Some(pod), Work::Op(Op::Release(r))) = (stored, &mut p.work) {
-                // What the API server stored names the pod's claim key and placeholder,
-                // not the request (anyone can POST a review).
-                r.generated_uid = matched(pod).and_then(|m| m.uid);
-                r.reservation = named_by(pod).map(str::to_string);
+                // What the API server stored decides where the slot is, not the request
+                // (anyone can POST a review): a release the stored pod contradicts
+                // records nothing; the rest take its claim key and placeholder.
+                if let Some(field) = contradiction(r, pod) {
+                    tracing::warn!(
+                        namespace,
+                        pod = %r.pod.name,
+                        subset = %r.subset,
+                        version = %r.pod.version,
+                        contradicts = field.as_str(),
+                        "release contradicted by the stored pod (a forged review?): nothing recorded"
+                    );
+                    self.metrics.contradicted_releases.inc();
+                    stored = None;
+                } else {
+                    r.generated_uid = matched(pod).and_then(|m| m.uid);
+                    r.reservation = named_by(pod).map(str::to_string);
+                }
             }
             if stored.is_some() || release_of(&p).is_none() {
                 rest.push(p);
@@ -59,10 +78,7 @@ impl Committer {
             }
             let answer = Answer::Release(ReleaseResponse { released: false });
             if let Work::Op(op) = &p.work {
-                tracing::debug!(
-                    ?op,
-                    "release of a pod no longer running: left to the recount"
-                );
+                tracing::debug!(?op, "release not recorded: left to the recount");
                 self.record(op, Some(&answer));
             }
             if let Some(reply) = p.reply {

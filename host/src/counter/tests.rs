@@ -550,6 +550,7 @@ fn nothing_to_release_writes_nothing() {
         rules: Default::default(),
         reservation: None,
         generated_uid: None,
+        controller_uid: None,
     });
     let (updated, answers) = apply_batch(
         &object("u"),

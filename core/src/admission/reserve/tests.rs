@@ -558,6 +558,7 @@ mod shared_status {
                 rules: scale().rules,
                 reservation: pod.placeholder.clone(),
                 generated_uid: None,
+                controller_uid: None,
             };
             let clock = self.clock(h);
             let (status, _) = crate::counter::apply_release(&self.ws, &request, clock);
