@@ -187,6 +187,8 @@ pub struct Metrics {
     pub conflicts: Counter,
     /// Reads of pods whose deletion the status records, before claims are decided.
     pub departures: Family<DepartureLabels, Counter>,
+    /// Releases the stored pod contradicted (subset, version, owner): recorded nowhere.
+    pub contradicted_releases: Counter,
     /// Entries the controller left past the expiry, resolved by the host.
     pub expired: Family<ExpiredLabels, Counter>,
     /// Status writes not answered within the call timeout (they may have landed: the
@@ -257,6 +259,7 @@ impl Metrics {
         let unanswered_writes = Counter::default();
         let kind_not_served = Family::<KindLabels, Gauge>::default();
         let abandoned = Counter::default();
+        let contradicted_releases = Counter::default();
         let unrelated = Counter::default();
         let cached_objects = Family::<CacheLabels, Gauge>::default();
         let live_reads = Family::<KindLabels, Counter>::default();
@@ -423,6 +426,11 @@ impl Metrics {
             departures.clone(),
         );
         registry.register(
+            "counter_contradicted_releases",
+            "Releases whose subset, version or owner the stored pod contradicts (forged reviews): nothing recorded",
+            contradicted_releases.clone(),
+        );
+        registry.register(
             "counter_entries_expired",
             "Claims and deletions the controller left past --counter-expiry-seconds, resolved from the pods (it is down)",
             expired.clone(),
@@ -457,6 +465,7 @@ impl Metrics {
             status_writes,
             conflicts,
             departures,
+            contradicted_releases,
             expired,
             unanswered_writes,
             kind_not_served,
@@ -504,11 +513,25 @@ pub struct NamespaceLabels {
     pub namespace: String,
 }
 
+/// A listener of the host.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Listener {
+    Webhook,
+    Health,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    pub listener: Listener,
+}
+
 /// Counters of the limits (registered with the host's metrics).
 #[derive(Clone, Default)]
 pub struct LimitMetrics {
     pub refused: Family<RefusalLabels, Counter>,
     pub claims_limited: Family<NamespaceLabels, Counter>,
+    /// Connections shed at a listener's cap (`webhook::shed`).
+    pub shed: Family<ListenerLabels, Counter>,
 }
 
 impl LimitMetrics {
@@ -523,6 +546,16 @@ impl LimitMetrics {
             "refused_requests",
             "Requests refused before evaluation: claim rate, all slots busy, body too slow",
             self.refused.clone(),
+        );
+        for listener in [Listener::Webhook, Listener::Health] {
+            self.shed
+                .get_or_create(&ListenerLabels { listener })
+                .inc_by(0);
+        }
+        registry.register(
+            "connections_shed",
+            "Connections closed at the listener's --max-connections while waiting on their clients: the heaviest peer's longest-waiting (a connection with a request in flight is never shed)",
+            self.shed.clone(),
         );
         registry.register(
             "claims_rate_limited",

@@ -27,6 +27,8 @@ mod security_support;
 use security_support::*;
 #[path = "security/ca_rotation.rs"]
 mod ca_rotation;
+#[path = "security/shedding.rs"]
+mod shedding;
 #[path = "security/starvation.rs"]
 mod starvation;
 

@@ -1,6 +1,7 @@
 //! The listeners: connections accepted under a global and a per-peer limit, served over
 //! TLS or plain HTTP under their deadlines (`guard.rs`), drained at shutdown.
 
+use super::shed::{Connections, Parked};
 use super::{guard, PeerCertificate};
 use anyhow::{Context, Result};
 use axum::Router;
@@ -9,7 +10,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 /// Connection limits of a listener.
@@ -24,10 +25,14 @@ pub struct ServeOptions {
     /// A new connection must begin its first request (its TLS handshake included)
     /// within this.
     pub first_request_timeout: Duration,
-    /// Open connections of one peer address at most (more are closed at once).
+    /// Open connections of one peer address at most (more are closed at once; 0: no
+    /// limit, the default: one API server's burst opens hundreds).
     pub max_connections_per_peer: usize,
-    /// Open connections; past it, new ones wait in the kernel's backlog.
+    /// Open connections; at the cap the heaviest peer's longest-waiting connection is
+    /// shed, new ones waiting accepted meanwhile ([`Parked`], `shed.rs`).
     pub max_connections: usize,
+    /// A connection waiting on its client may be shed at the cap only after this.
+    pub shed_after: Duration,
     /// After shutdown, in-flight requests may finish for this long.
     pub drain: Duration,
 }
@@ -57,22 +62,52 @@ pub async fn serve(
     router: Router,
     shutdown: impl std::future::Future<Output = ()>,
     options: ServeOptions,
+    shed_metric: prometheus_client::metrics::counter::Counter,
 ) -> Result<()> {
-    let acceptor = tls.map(TlsAcceptor::from);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let connections = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    let server = Server {
+        connections: Connections::new(options.max_connections, options.shed_after),
+        acceptor: tls.map(TlsAcceptor::from),
+        router,
+        graceful: hyper_util::server::graceful::GracefulShutdown::new(),
+        options,
+    };
+    let connections = server.connections.clone();
     let peers = Peers::new(options.max_connections_per_peer);
+    // Waiting connections: a few per allowed one (each only a socket), for the header
+    // timeout at most (the API server's webhook timeout is about that).
+    let mut parked = Parked::new(
+        options.max_connections.saturating_mul(4),
+        options.header_timeout,
+    );
     tokio::pin!(shutdown);
     loop {
-        // A connection slot first: at the cap, connections queue in the backlog instead
-        // of each holding a task, a TLS state and buffers.
-        let slot = tokio::select! {
-            slot = connections.clone().acquire_owned() => match slot {
-                Ok(s) => s,
-                Err(_) => break,
-            },
-            () = &mut shutdown => break,
-        };
+        // Serve waiting connections while there is room, the least-connected peer first.
+        let mut wait = Duration::ZERO;
+        while !parked.is_empty() {
+            if !connections.has_room() {
+                // At the cap: shed one connection waiting on its client (`shed.rs`).
+                let (shed, after) = connections.shed_one();
+                if shed {
+                    shed_metric.inc();
+                }
+                wait = after;
+                break;
+            }
+            let (next, expired) = parked.next(Instant::now(), |p| connections.open_of(p));
+            if expired > 0 {
+                shed_metric.inc_by(expired as u64);
+                tracing::debug!(
+                    expired,
+                    "connections closed: waited past the header timeout for room"
+                );
+            }
+            let Some((_, (tcp, peer, peer_slot))) = next else {
+                break;
+            };
+            server.spawn(tcp, peer, peer_slot);
+        }
+        // Accepting never stops: a flood of one peer's connections must not queue the
+        // others behind it in the kernel's first-come backlog.
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -82,22 +117,55 @@ pub async fn serve(
                     continue;
                 }
             },
+            () = connections.closed(), if !parked.is_empty() => continue,
+            () = tokio::time::sleep(wait), if !parked.is_empty() => continue,
             () = &mut shutdown => break,
         };
-        // One peer cannot hold the connection limit: past its own, it is closed at once.
+        // Past a peer's own limit (when set), its connection is closed at once.
         let Some(peer_slot) = peers.take(peer.ip()) else {
             tracing::debug!(%peer, "connection closed: the peer's connection limit is reached");
             continue;
         };
-        let acceptor = acceptor.clone();
-        let router = router.clone();
-        let watcher = graceful.watcher();
+        let dropped = parked.push(peer.ip(), (tcp, peer, peer_slot), Instant::now(), |p| {
+            connections.open_of(p)
+        });
+        if dropped > 0 {
+            shed_metric.inc_by(dropped as u64);
+        }
+    }
+    tracing::info!("shutting down: draining in-flight requests");
+    if tokio::time::timeout(options.drain, server.graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after {:?}; closing", options.drain);
+    }
+    Ok(())
+}
+
+/// What every connection of a listener is served with.
+struct Server {
+    connections: Arc<Connections>,
+    acceptor: Option<TlsAcceptor>,
+    router: Router,
+    graceful: hyper_util::server::graceful::GracefulShutdown,
+    options: ServeOptions,
+}
+
+impl Server {
+    /// Serves one accepted connection in a task of its own, counted in `connections`.
+    fn spawn(&self, tcp: tokio::net::TcpStream, peer: SocketAddr, peer_slot: PeerSlot) {
+        let options = self.options;
+        let state = guard::ConnState::new();
+        let slot = self.connections.register(peer.ip(), state.clone());
+        let acceptor = self.acceptor.clone();
+        let router = self.router.clone();
+        let watcher = self.graceful.watcher();
         let handshake_timeout = options.header_timeout.min(options.first_request_timeout);
         tokio::spawn(async move {
             let _slot = slot;
             let _peer_slot = peer_slot;
             let http = hyper::server::conn::http1::Builder::new();
-            let state = guard::ConnState::new();
             let with_peer = |presented: Option<Vec<String>>| {
                 let state = state.clone();
                 let tagged = tower::ServiceExt::map_request(
@@ -119,12 +187,21 @@ pub async fn serve(
                 }
                 return;
             };
+            // A handshake whose client has sent nothing may be shed; one under way is
+            // bounded by its timeout.
+            let tcp = guard::Spoken::new(tcp, state.clone());
             let handshake = tokio::time::timeout(handshake_timeout, acceptor.accept(tcp));
-            let stream = match handshake.await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => return tracing::debug!(%peer, "TLS handshake: {e}"),
-                Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+            let stream = tokio::select! {
+                done = handshake => match done {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => return tracing::debug!(%peer, "TLS handshake: {e}"),
+                    Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+                },
+                () = state.shed_requested() => {
+                    return tracing::debug!(%peer, "shed before its TLS handshake began");
+                }
             };
+            state.handshake_done();
             // rustls verified the certificate against the client CA when one was sent.
             let presented = stream.get_ref().1.peer_certificates().map(|chain| {
                 chain
@@ -139,14 +216,6 @@ pub async fn serve(
             }
         });
     }
-    tracing::info!("shutting down: draining in-flight requests");
-    if tokio::time::timeout(options.drain, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("connections still open after {:?}; closing", options.drain);
-    }
-    Ok(())
 }
 
 /// Binds `addr`, reporting a clear error.

@@ -16,6 +16,7 @@ pub mod limits;
 pub mod listener;
 pub mod registration;
 pub mod reinvoke;
+pub mod shed;
 pub mod startup;
 
 use crate::capabilities::AllowList;

@@ -1,7 +1,7 @@
 //! Issue #41 (3): slow and idle clients cannot starve admissions. A body is read before
 //! its request may take an evaluation slot (a slow sender holds none, and is cut at the
 //! body deadline); a connection that asks nothing is closed at the first-request
-//! timeout; one peer holds at most its share of the connection limit.
+//! timeout, or shed at the connection limit once it waited a second (`shedding.rs`).
 
 use super::security_support::*;
 use anyhow::{ensure, Result};
@@ -123,7 +123,6 @@ async fn slow_bodies_and_idle_connections_leave_admissions_answered() -> Result<
             "--max-concurrency=16".into(),
             "--max-memory-mib=32".into(),
             "--max-connections=512".into(),
-            "--max-connections-per-peer=256".into(),
             format!("--body-timeout-seconds={}", body_timeout.as_secs()),
             format!(
                 "--first-request-timeout-seconds={}",
@@ -204,10 +203,9 @@ async fn slow_bodies_and_idle_connections_leave_admissions_answered() -> Result<
         slowest < body_timeout + Duration::from_secs(3),
         "a slow body held its connection {slowest:?}"
     );
-    ensure!(
-        beyond_a_second <= 256,
-        "{beyond_a_second} idle connections of one peer held past a second (cap 256)"
-    );
+    // At the cap (512, the slow bodies' 48 included) the idle peer is the heaviest: its
+    // connections are shed once they waited a second, oldest first, and none outlives
+    // the first-request timeout (below); how many passed a second is only printed.
     ensure!(
         longest < first_request + Duration::from_secs(3),
         "an idle connection was held {longest:?} (first-request timeout {first_request:?})"

@@ -2,7 +2,6 @@
 //! counted. The chart's defaults let any pod reach the webhook (no client certificate).
 
 use super::ordinary::*;
-use crate::common::*;
 use anyhow::{ensure, Context, Result};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::DeleteParams;

@@ -70,14 +70,22 @@ pub struct ServeArgs {
     /// (a connection we close as the client reuses it fails that admission with EOF).
     #[arg(long, default_value_t = 120)]
     pub idle_timeout_seconds: u64,
-    /// Open connections at most (more wait in the listen backlog).
-    #[arg(long, default_value_t = 1024)]
+    /// Open connections at most. At the cap, the connection that has waited longest on its
+    /// client (idle, or silent) among those of the peer holding the most is closed; one with
+    /// a request in flight never is. New ones wait accepted meanwhile, the least-connected
+    /// peer's served first.
+    #[arg(long, default_value_t = 512)]
     pub max_connections: usize,
     /// Open connections of one peer address at most (more are closed at once; 0: no
-    /// limit). Keep it above what one API server opens at its busiest — one per admission
-    /// in flight, at most its --max-mutating-requests-inflight (200 by default).
-    #[arg(long, default_value_t = 256)]
+    /// limit, the default). One API server opens one per admission in flight — hundreds in
+    /// a scale-in burst — so a limit below its --max-requests-inflight plus
+    /// --max-mutating-requests-inflight (600 by default) refuses its admissions.
+    #[arg(long, default_value_t = 0)]
     pub max_connections_per_peer: usize,
+    /// Open connections of the health port (--health-listen) at most: probes and
+    /// scrapes need a few; the same shedding applies, with short idle timeouts.
+    #[arg(long, default_value_t = 64)]
+    pub health_max_connections: usize,
     /// Pod creations that may claim a slot, per namespace and second (0: no limit). Above
     /// what a ReplicaSet or Job controller creates (kube-controller-manager's client QPS),
     /// so that only a flood is refused, not a workload's scale-out.
@@ -237,6 +245,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     runtime.block_on(serve_main(args))
 }
 
+/// A connection waiting on its client may be shed at a listener's cap after this: a
+/// client reuses its newest idle connection, and an honest one speaks at once on a new one.
+const SHED_AFTER: Duration = Duration::from_secs(1);
+
 async fn serve_main(args: ServeArgs) -> Result<()> {
     let worst = crate::webhook::limits::worst_case_mib(
         args.max_concurrency,
@@ -275,7 +287,26 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         first_request_timeout: Duration::from_secs(args.first_request_timeout_seconds.max(1)),
         max_connections: args.max_connections,
         max_connections_per_peer: args.max_connections_per_peer,
+        shed_after: SHED_AFTER,
         drain: Duration::from_secs(15),
+    };
+    // Probes open a connection each; scrapes keep one. Nothing there waits long.
+    let health_options = crate::webhook::ServeOptions {
+        header_timeout: Duration::from_secs(5),
+        idle_timeout: Duration::from_secs(30),
+        first_request_timeout: Duration::from_secs(2),
+        max_connections: args.health_max_connections,
+        max_connections_per_peer: 0,
+        // The kubelet's probe gives up after 1 s (its default timeout).
+        shed_after: Duration::from_millis(250),
+        ..options
+    };
+    let limits = metrics.limits.clone();
+    let shed = move |listener| {
+        limits
+            .shed
+            .get_or_create(&crate::metrics::ListenerLabels { listener })
+            .clone()
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     // The health port first: the liveness probe passes while the rest starts.
@@ -289,7 +320,8 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
             async move {
                 let _ = stopped.wait_for(|s| *s).await;
             },
-            options,
+            health_options,
+            shed(crate::metrics::Listener::Health),
         ));
         tracing::info!(listen = %addr, "health and metrics over HTTP");
     }
@@ -433,6 +465,7 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         crate::webhook::router(app),
         workloadspread_kube::signal::shutdown("host"),
         options,
+        shed(crate::metrics::Listener::Webhook),
     )
     .await?;
     let _ = stop.send(true);
