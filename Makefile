@@ -214,7 +214,7 @@ fuzz:
 
 ## The background builds start first: the Go builds of the control plane (and everything
 ## else prebuild.sh lists) take the cores the steps in front leave idle.
-test: prebuild fmt-check lint supply-chain unit image-test integration prebuild-wait chart-e2e playground-test fuzz
+test: prebuild fmt-check lint supply-chain unit image-test integration chart-e2e playground-test fuzz prebuild-wait
 	@bash scripts/phase.sh report
 	@echo "make test: all checks passed"
 test: export WASM_PROFILE := wasm-test

@@ -17,6 +17,11 @@ version="$(awk '$0 == "name = \"wasm-bindgen\"" {getline; gsub(/version = |"/, "
 [ -n "$version" ] || { log "error: wasm-bindgen not found in Cargo.lock"; exit 1; }
 tools="$cache/tools/wasm-bindgen-$version"
 bindgen="$tools/bin/wasm-bindgen"
+# One install at a time: `make test` builds it in the background (scripts/prebuild.sh);
+# a foreground run waits for that one instead of building it a second time beside it.
+mkdir -p "$cache/build"
+exec {lock}>"$cache/build/wasm-bindgen.lock"
+flock "$lock"
 if ! [ -x "$bindgen" ] || [ "$("$bindgen" --version)" != "wasm-bindgen $version" ]; then
   log "installing wasm-bindgen-cli $version into $tools (once; about 3 minutes)"
   # --locked first; a crates.io mirror that lags behind the CLI's lockfile needs the fallback.
@@ -24,6 +29,7 @@ if ! [ -x "$bindgen" ] || [ "$("$bindgen" --version)" != "wasm-bindgen $version"
     { log "locked install failed; resolving the CLI's dependencies afresh"
       cargo install --quiet wasm-bindgen-cli --version "=$version" --root "$tools"; }
 fi
+exec {lock}>&-
 
 if $tools_only; then exit 0; fi
 wasm="$target_dir/playground/playground.wasm"

@@ -7,8 +7,10 @@
 #     kubectl (`e2e/cluster/cluster.sh install`, Go; the integration tests' `cluster.sh up`
 #     waits for it on the install lock instead of building them a second time);
 #   * the real node's kubelet and kube-proxy (`cluster.sh install-node`, for the chart e2e);
-#   * the fuzz targets' sanitizer build (`scripts/fuzz.sh --build-only`);
-#   * the playground's wasm-bindgen CLI (`scripts/build-playground.sh --tools-only`).
+#   * the playground's wasm-bindgen CLI (`scripts/build-playground.sh --tools-only`);
+#   * the fuzz targets (`scripts/fuzz.sh --build-only`).
+# The steps that need the last two take the same locks as their builds here: one that comes
+# first waits for the build under way instead of starting a second one beside it.
 # The images of `make test` are made of the binaries its tests built (Makefile,
 # IMAGE_PROFILE), so no release build of wasmtime is needed here.
 # The later steps run exactly as they would without it and find the work done. A failure
@@ -45,8 +47,8 @@ work() {
   started=$(date +%s)
   part "control plane: etcd, KWOK, Kubernetes (Go)" bash "$root/e2e/cluster/cluster.sh" install
   part "the real node's kubelet and kube-proxy (Go)" bash "$root/e2e/cluster/cluster.sh" install-node
-  part "fuzz targets (sanitizer build)" bash "$root/scripts/fuzz.sh" --build-only
   part "wasm-bindgen CLI" bash "$root/scripts/build-playground.sh" --tools-only
+  part "fuzz targets" bash "$root/scripts/fuzz.sh" --build-only
   echo "$status $(( $(date +%s) - started ))" > "$state/done"
   rm -f "$state/pid"
 }
