@@ -213,16 +213,19 @@ pub async fn patch_metadata(
     metadata: Value,
     user: Option<&str>,
 ) -> Result<Result<(), kube::core::Status>> {
-    patch_metadata_as(ns, pod, metadata, user, &PatchParams::default()).await
+    patch_metadata_as(ns, pod, metadata, user, &PatchParams::default(), false).await
 }
 
-/// [`patch_metadata`] with `params` (a dry run goes through admission and stores nothing).
+/// [`patch_metadata`] with `params` (a dry run goes through admission and stores nothing),
+/// through the `status` subresource when `status` (the API server keeps metadata changes
+/// made there too).
 pub async fn patch_metadata_as(
     ns: &TestNamespace,
     pod: &str,
     metadata: Value,
     user: Option<&str>,
     params: &PatchParams,
+    status: bool,
 ) -> Result<Result<(), kube::core::Status>> {
     let mut config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(workloadspread_testkit::cluster()?.kubeconfig())?,
@@ -234,7 +237,11 @@ pub async fn patch_metadata_as(
     }
     let pods: Api<Pod> = Api::namespaced(kube::Client::try_from(config)?, ns.name());
     let patch = json!({"metadata": metadata});
-    match pods.patch(pod, params, &Patch::Merge(&patch)).await {
+    let patched = match status {
+        false => pods.patch(pod, params, &Patch::Merge(&patch)).await,
+        true => pods.patch_status(pod, params, &Patch::Merge(&patch)).await,
+    };
+    match patched {
         Ok(_) => Ok(Ok(())),
         Err(kube::Error::Api(e)) => Ok(Err(*e)),
         Err(e) => Err(e.into()),
@@ -257,7 +264,7 @@ pub async fn pod_metadata_policy(ns: &TestNamespace, writer: &str) -> Result<()>
         "metadata": {"name": name},
         "spec": {"failurePolicy": "Fail",
             "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                "resources": ["pods"], "operations": ["UPDATE"]}]},
+                "resources": ["pods", "pods/status"], "operations": ["UPDATE"]}]},
             "matchConditions": [{"name": "not-the-workloadspread-controller",
                 "expression": format!("!(request.userInfo.username in [{writer:?}])")}],
             "validations": [{"expression": expression, "reason": "Forbidden",

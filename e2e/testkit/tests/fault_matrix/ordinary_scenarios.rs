@@ -230,7 +230,7 @@ async fn forged_pod_metadata_updates_are_refused() -> Result<()> {
         ..Default::default()
     };
     wait_for("the pod metadata policy enforced", SETTLE, || async {
-        match patch_metadata_as(&s.ns, &name, moved.clone(), None, &dry_run).await? {
+        match patch_metadata_as(&s.ns, &name, moved.clone(), None, &dry_run, false).await? {
             Err(e) if e.code == 403 || e.code == 422 => Ok(Some(())),
             Err(e) => anyhow::bail!("unexpected refusal: {e:?}"),
             Ok(()) => Ok(None),
@@ -246,6 +246,24 @@ async fn forged_pod_metadata_updates_are_refused() -> Result<()> {
             ),
             Ok(()) => anyhow::bail!("{metadata} was accepted"),
         }
+    }
+    // Security review R11: the status subresource stores metadata changes too.
+    let through_status = patch_metadata_as(
+        &s.ns,
+        &name,
+        moved.clone(),
+        None,
+        &PatchParams::default(),
+        true,
+    )
+    .await?;
+    match through_status {
+        Err(e) => ensure!(
+            e.message
+                .contains("written by the WorkloadSpread controller"),
+            "pods/status: {e:?}"
+        ),
+        Ok(()) => anyhow::bail!("the matched annotation was changed through pods/status"),
     }
     // Other metadata may still change, and the controller's account may write these.
     let other = json!({"labels": {"team": "x"}});
