@@ -248,15 +248,21 @@ def check_host_secrets():
         kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objs + policy))
         as_host = [f"--as=system:serviceaccount:{ns}:ws-host", "-n", ns]
 
-        def create(secret):
-            return kubectl("create", "secret", "generic", secret, "--dry-run=server", *as_host, check=False)
+        def create(secret, kind="kubernetes.io/tls"):
+            return kubectl("create", "secret", "generic", secret, f"--type={kind}",
+                           "--from-literal=tls.crt=c", "--from-literal=tls.key=k",
+                           "--dry-run=server", *as_host, check=False)
         wait_until("the Secret policy to be enforced", lambda: (
             lambda p: ("may create only its own Secret" in p.stderr, p.stderr.strip() or "created"))(
             create("other")))
         own = create("ws-host-tls")
         if own.returncode != 0:
             fail(f"the host cannot create its own Secret: {own.stderr}")
-        print("host Secrets: another Secret refused to the host, its own allowed")
+        # Security review R10: its own name, another type (a token Secret would be minted).
+        opaque = create("ws-host-tls", kind="Opaque")
+        if "may create only its own Secret" not in opaque.stderr:
+            fail(f"the host created its Secret's name with another type: {opaque.stderr or 'created'}")
+        print("host Secrets: another Secret, and its own name of another type, refused to the host; its own allowed")
     finally:
         for kind, obj in created:
             kubectl("delete", kind.lower(), obj, "--ignore-not-found", check=False)
