@@ -262,6 +262,12 @@ mod tests {
         assert!(annotation_rule.contains("object.metadata.annotations[k]"));
         assert!(label_rule.contains("object.metadata.labels[k]"));
         assert!(!label_rule.contains("annotations"));
+        // A Binding's annotations reach the pod too: the same keys, none of the labels.
+        let binding = include_str!("../../charts/workloadspread/files/pod-binding.cel");
+        for key in SYSTEM_ANNOTATIONS {
+            assert!(binding.contains(&format!("'{key}'")), "binding: {key}");
+        }
+        assert_eq!(binding.matches('\'').count() / 2, SYSTEM_ANNOTATIONS.len());
     }
 
     #[test]

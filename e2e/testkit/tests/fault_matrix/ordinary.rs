@@ -295,8 +295,53 @@ pub async fn pod_metadata_policy(ns: &TestNamespace, writer: &str) -> Result<()>
     Api::<ValidatingAdmissionPolicy>::all(client.clone())
         .create(&PostParams::default(), &policy)
         .await?;
+    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await?;
+    // The chart's second policy: a Binding's annotations reach its pod (pods/binding).
+    let path =
+        workloadspread_testkit::repo_root().join("charts/workloadspread/files/pod-binding.cel");
+    let expression = std::fs::read_to_string(&path)?;
+    let name = format!("{}-pod-binding.workloadspread.io", ns.name());
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "resources": ["pods/binding"], "operations": ["CREATE"]}]},
+            "matchConditions": [{"name": "not-the-workloadspread-controller",
+                "expression": format!("!(request.userInfo.username in [{writer:?}])")}],
+            "validations": [{"expression": expression, "reason": "Forbidden",
+                "message": "a Binding may not carry the WorkloadSpread annotations of a pod"}]}}))?;
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name()}}}}}))?;
+    Api::<ValidatingAdmissionPolicy>::all(client.clone())
+        .create(&PostParams::default(), &policy)
+        .await?;
     Api::<ValidatingAdmissionPolicyBinding>::all(client)
         .create(&PostParams::default(), &binding)
         .await?;
     Ok(())
+}
+
+/// POSTs a Binding of pod `pod` to node `node` carrying `annotations`.
+pub async fn bind(
+    ns: &TestNamespace,
+    pod: &str,
+    node: &str,
+    annotations: Value,
+) -> Result<Result<(), kube::core::Status>> {
+    let body = json!({"apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": pod, "annotations": annotations},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
+    let pods = ns.api::<Pod>();
+    match pods
+        .create_subresource::<Value, Value>("binding", pod, &PostParams::default(), &body)
+        .await
+    {
+        Ok(_) => Ok(Ok(())),
+        Err(kube::Error::Api(e)) => Ok(Err(*e)),
+        Err(e) => Err(e.into()),
+    }
 }

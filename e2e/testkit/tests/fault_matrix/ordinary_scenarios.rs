@@ -265,6 +265,25 @@ async fn forged_pod_metadata_updates_are_refused() -> Result<()> {
         ),
         Ok(()) => anyhow::bail!("the matched annotation was changed through pods/status"),
     }
+    // And a Binding's annotations, which the API server copies onto the pod: an unowned
+    // pod that no scheduler binds, bound by hand into zone-b on paper — refused; bound
+    // without them — accepted.
+    let unbound: Pod = serde_json::from_value(json!({"metadata": {"name": "unbound",
+        "labels": {"app": "other"}}, "spec": {"schedulerName": "nobody",
+        "containers": [{"name": "c", "image": "nginx:1"}]}}))?;
+    s.ns.api::<Pod>()
+        .create(&PostParams::default(), &unbound)
+        .await?;
+    match bind(&s.ns, "unbound", "node-b-1", moved["annotations"].clone()).await? {
+        Err(e) => ensure!(
+            e.message
+                .contains("may not carry the WorkloadSpread annotations"),
+            "pods/binding: {e:?}"
+        ),
+        Ok(()) => anyhow::bail!("a Binding carried the matched annotation onto a pod"),
+    }
+    let plain = bind(&s.ns, "unbound", "node-b-1", json!({"team": "x"})).await?;
+    ensure!(plain.is_ok(), "a plain Binding: {plain:?}");
     // Other metadata may still change, and the controller's account may write these.
     let other = json!({"labels": {"team": "x"}});
     ensure!(patch_metadata(&s.ns, &name, other, None).await?.is_ok());
