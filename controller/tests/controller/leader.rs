@@ -92,7 +92,11 @@ async fn a_paused_leader_is_replaced_and_never_writes_again() -> Result<()> {
     .await
     .with_context(|| b.log_text())?;
 
-    let written_before = a.log_text().matches("status written").count();
+    // Writes a *sent*: kube's "requesting" line comes before the request leaves, so one
+    // sent before the pause is counted here even if its answer (and "status written") is
+    // logged only after the resume (seen in CI: a PUT sent 7 s before the pause, its
+    // "status written" logged after it).
+    let written_before = writes_sent(&a.log_text());
     signal("-CONT", a.pid())?;
     let resumed = std::time::Instant::now();
     wait_for("a steps down and exits", Duration::from_secs(20), || {
@@ -108,7 +112,7 @@ async fn a_paused_leader_is_replaced_and_never_writes_again() -> Result<()> {
         resumed.elapsed().as_secs_f64()
     );
     ensure!(
-        log.matches("status written").count() == written_before,
+        writes_sent(&log) == written_before,
         "a wrote after it resumed:\n{log}"
     );
     ensure!(
@@ -202,4 +206,46 @@ async fn a_partitioned_leader_stops_before_the_standby_leads() -> Result<()> {
         a.log_text()
     );
     Ok(())
+}
+
+/// Write requests (POST, PUT, PATCH, DELETE) a controller's debug log shows it sending,
+/// Lease renewals aside (a renewal is fenced by the Lease's resourceVersion).
+fn writes_sent(log: &str) -> usize {
+    log.lines()
+        .map(strip_ansi)
+        .filter(|l| l.contains("kube_client::client::builder: requesting"))
+        .filter(|l| !l.contains("coordination.k8s.io"))
+        .filter(|l| {
+            ["POST", "PUT", "PATCH", "DELETE"]
+                .iter()
+                .any(|m| l.contains(&format!("http.method={m} ")))
+        })
+        .count()
+}
+
+/// `line` without its terminal colour sequences (ESC [ … m).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[test]
+fn writes_are_counted_when_sent_not_when_answered() {
+    let log = "\u{1b}[2mt\u{1b}[0m DEBUG HTTP{\u{1b}[3mhttp.method\u{1b}[0m=PUT http.url=https://x/apis/apps.kruise.io/v1beta1/namespaces/n/workloadspreads/web/status}: kube_client::client::builder: requesting
+t DEBUG HTTP{http.method=PUT http.url=https://x/apis/coordination.k8s.io/v1/namespaces/n/leases/l}: kube_client::client::builder: requesting
+t DEBUG HTTP{http.method=GET http.url=https://x/api/v1/pods}: kube_client::client::builder: requesting
+t DEBUG reconciler: status written";
+    assert_eq!(writes_sent(log), 1);
 }
