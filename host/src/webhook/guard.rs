@@ -46,7 +46,7 @@ pub struct ConnState {
 }
 
 /// What a connection is doing, as its listener judges whether to shed it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Waiting {
     /// Waiting on its client — idle, before its first request, or in unfinished headers —
     /// for this long.

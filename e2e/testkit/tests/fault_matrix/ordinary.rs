@@ -253,27 +253,6 @@ pub async fn patch_metadata_as(
 /// the same file), bound to `ns`; `writer` is the user it exempts (the controller's
 /// service account in the chart).
 pub async fn pod_metadata_policy(ns: &TestNamespace, writer: &str) -> Result<()> {
-    use k8s_openapi::api::admissionregistration::v1::{
-        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-    };
-    let path =
-        workloadspread_testkit::repo_root().join("charts/workloadspread/files/pod-metadata.cel");
-    let expression = std::fs::read_to_string(&path)?;
-    let name = format!("{}-pod-metadata.workloadspread.io", ns.name());
-    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {"failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                "resources": ["pods", "pods/status"], "operations": ["UPDATE"]}]},
-            "matchConditions": [{"name": "not-the-workloadspread-controller",
-                "expression": format!("!(request.userInfo.username in [{writer:?}])")}],
-            "validations": [{"expression": expression, "reason": "Forbidden",
-                "message": "the WorkloadSpread metadata of a pod is written by the WorkloadSpread controller only"}]}}))?;
-    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {"policyName": name, "validationActions": ["Deny"],
-            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name()}}}}}))?;
-    let client = ns.client();
     // The exempt account may patch pods (the controller's RBAC in the chart).
     let role: k8s_openapi::api::rbac::v1::Role = serde_json::from_value(json!({
         "metadata": {"name": "pod-writer"},
@@ -292,30 +271,62 @@ pub async fn pod_metadata_policy(ns: &TestNamespace, writer: &str) -> Result<()>
     ns.api::<k8s_openapi::api::rbac::v1::RoleBinding>()
         .create(&PostParams::default(), &role_binding)
         .await?;
-    Api::<ValidatingAdmissionPolicy>::all(client.clone())
-        .create(&PostParams::default(), &policy)
-        .await?;
-    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
-        .create(&PostParams::default(), &binding)
-        .await?;
+    let metadata = PolicyRule {
+        file: "pod-metadata.cel",
+        resources: &["pods", "pods/status"],
+        operation: "UPDATE",
+        message:
+            "the WorkloadSpread metadata of a pod is written by the WorkloadSpread controller only",
+    };
+    chart_policy(ns, writer, "pod-metadata", metadata).await?;
     // The chart's second policy: a Binding's annotations reach its pod (pods/binding).
-    let path =
-        workloadspread_testkit::repo_root().join("charts/workloadspread/files/pod-binding.cel");
+    let binding = PolicyRule {
+        file: "pod-binding.cel",
+        resources: &["pods/binding"],
+        operation: "CREATE",
+        message: "a Binding may not carry the WorkloadSpread annotations of a pod",
+    };
+    chart_policy(ns, writer, "pod-binding", binding).await
+}
+
+/// What one of the chart's pod policies judges (its expression in `files/<file>`).
+struct PolicyRule {
+    file: &'static str,
+    resources: &'static [&'static str],
+    operation: &'static str,
+    message: &'static str,
+}
+
+/// The chart's ValidatingAdmissionPolicy `<ns>-<name>.workloadspread.io` of `rule` and its
+/// binding to `ns`, exempting `writer`.
+async fn chart_policy(
+    ns: &TestNamespace,
+    writer: &str,
+    name: &str,
+    rule: PolicyRule,
+) -> Result<()> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let path = workloadspread_testkit::repo_root()
+        .join("charts/workloadspread/files")
+        .join(rule.file);
     let expression = std::fs::read_to_string(&path)?;
-    let name = format!("{}-pod-binding.workloadspread.io", ns.name());
+    let name = format!("{}-{name}.workloadspread.io", ns.name());
     let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
         "metadata": {"name": name},
         "spec": {"failurePolicy": "Fail",
             "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                "resources": ["pods/binding"], "operations": ["CREATE"]}]},
+                "resources": rule.resources, "operations": [rule.operation]}]},
             "matchConditions": [{"name": "not-the-workloadspread-controller",
                 "expression": format!("!(request.userInfo.username in [{writer:?}])")}],
             "validations": [{"expression": expression, "reason": "Forbidden",
-                "message": "a Binding may not carry the WorkloadSpread annotations of a pod"}]}}))?;
+                "message": rule.message}]}}))?;
     let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
         "metadata": {"name": name},
         "spec": {"policyName": name, "validationActions": ["Deny"],
             "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name()}}}}}))?;
+    let client = ns.client();
     Api::<ValidatingAdmissionPolicy>::all(client.clone())
         .create(&PostParams::default(), &policy)
         .await?;
