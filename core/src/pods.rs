@@ -30,6 +30,16 @@ pub fn controller_of(pod: &Pod) -> Option<ObjectRef> {
         })
 }
 
+/// The uid of the pod's controller owner reference.
+pub fn controller_uid(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.as_str())
+}
+
 /// The pod's matched-workloadspread annotation, if present and valid.
 pub fn matched(pod: &Pod) -> Option<MatchedWorkloadSpread> {
     MatchedWorkloadSpread::from_annotations(pod.metadata.annotations.as_ref())?.ok()

@@ -26,7 +26,9 @@ use workloadspread_core::counter::{
 };
 use workloadspread_core::inject::inject;
 use workloadspread_core::masks::PENDING_POD_FIELDS;
-use workloadspread_core::pods::{controller_of, is_active, matched, strip_system_metadata};
+use workloadspread_core::pods::{
+    controller_of, controller_uid, is_active, matched, strip_system_metadata,
+};
 use workloadspread_core::version::pod_version;
 use workloadspread_core::workload::{owned_by_target, ObjectRef, OwnerLookupError};
 use workloadspread_core::Timestamp;
@@ -480,7 +482,7 @@ pub fn release(ctx: &Ctx<'_>, pod: &Value) -> Outcome {
                 matched: &annotation,
                 replicas,
                 reservation,
-                controller_uid: controller_uid(&pod),
+                controller_uid: controller_uid(&pod).map(str::to_string),
             };
             exact_release(ctx, &ws, released)
         }
@@ -517,16 +519,6 @@ struct Released<'a> {
     reservation: Option<String>,
     /// Its controller's uid, which the host compares with the stored pod's.
     controller_uid: Option<String>,
-}
-
-/// The uid of the pod's controller owner reference.
-fn controller_uid(pod: &Pod) -> Option<String> {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true))
-        .map(|r| r.uid.clone())
 }
 
 fn exact_release(ctx: &Ctx<'_>, ws: &WorkloadSpread, pod: Released<'_>) -> Outcome {

@@ -11,7 +11,7 @@
 
 use super::ReleaseRequest;
 use crate::api::VERSION_IGNORED;
-use crate::pods::matched;
+use crate::pods::{controller_uid, matched};
 use crate::version::labelled_version;
 use k8s_openapi::api::core::v1::Pod;
 
@@ -56,18 +56,12 @@ pub fn contradiction(request: &ReleaseRequest, stored: &Pod) -> Option<Contradic
     if annotation.subset != request.subset {
         return Some(Contradiction::Subset);
     }
-    let owner = stored
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true));
     let labelled = labelled_version(stored.metadata.labels.as_ref());
     if request.pod.version != labelled && request.pod.version != VERSION_IGNORED {
         return Some(Contradiction::Version);
     }
-    match (&request.controller_uid, owner) {
-        (Some(uid), Some(o)) if *uid == o.uid => None,
+    match (&request.controller_uid, controller_uid(stored)) {
+        (Some(uid), Some(o)) if uid == o => None,
         (None, _) => None,
         _ => Some(Contradiction::Owner),
     }
