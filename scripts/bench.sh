@@ -6,7 +6,8 @@
 #      p50/p99 without a webhook, with reserved slots (default), group commit alone and
 #      one write per pod
 #      and OpenKruise v1.9.0's own kruise-manager in the same series, then the scale
-#      sequence 0 -> 10 -> 4 -> 12 -> 20 -> 7 -> 15 for both
+#      sequence 0 -> 10 -> 4 -> 12 -> 20 -> 7 -> 15 for both, and the scale-ins
+#      600 -> 60 and 3 000 -> 300 under the invariant monitor (issue #65)
 #   4. footprint: host and controller memory and CPU as unrelated pods grow to 10 000,
 #      then with 1 000 WorkloadSpreads of 10 pods each in one namespace
 # Every figure and every goal verdict in the document comes from this run.
@@ -210,7 +211,7 @@ skews them.
   best-effort ${spread_best_list}×.
 $(grep -E '^\* (Matched pod|Concurrency 64|Status writes|Host \+ controller|Writes per admitted pod|CPU per admitted pod)' <<<"$admission" | sed 's/(goal \([^:]*\): \([a-z ]*\))/(goal \1: **\2**)/')
 $(grep '^\* Unrelated' <<<"$admission" | sed 's/(goal ≤ +1 ms: \(.*\));/(goal ≤ +1 ms: **\1**);/')
-$(grep -E '^\* (OpenKruise|Scale sequence)' <<<"$admission")
+$(grep -E '^\* (OpenKruise|Scale sequence|Scale-in)' <<<"$admission")
 $(grep '^\* Concurrency 1, median' <<<"$admission")
 $(grep '^\* ' <<<"$footprint")
 

@@ -193,6 +193,11 @@ pub struct RunArgs {
     /// Address for /metrics, /healthz and /readyz (plain HTTP).
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub(crate) metrics_listen: std::net::SocketAddr,
+    /// Open connections of that port at most: probes and scrapes need a few. At the cap
+    /// the heaviest peer's longest-waiting connection is shed (never one with a request in
+    /// flight), so a pod holding connections open cannot stop the kubelet's probes.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) max_connections: usize,
     /// Reconcile only while holding the Lease (run several replicas for availability).
     #[arg(long)]
     pub(crate) leader_elect: bool,

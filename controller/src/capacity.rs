@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use workloadspread_core::api::v1beta1::WorkloadSpread;
 use workloadspread_core::controller::capacity::{
-    add, amounts, classify, is_pending_unschedulable, newest, pod_requests, subset_room,
-    wait_bound, Capacity, Cause, NodeCapacity, Resources, Signal, SignalRule,
+    add, amounts, believed_time, classify, is_pending_unschedulable, newest, pod_requests,
+    subset_room, wait_bound, Capacity, Cause, NodeCapacity, Resources, Signal, SignalRule,
 };
 use workloadspread_core::controller::ReconcileOutput;
 use workloadspread_core::pods::{is_active, matched, name};
@@ -93,7 +93,23 @@ pub struct Reader {
     nodes: Mutex<HashMap<String, (Instant, Resources)>>,
     /// Pods waiting for coming capacity, per WorkloadSpread (namespace, name).
     waits: Mutex<HashMap<(String, String), Vec<String>>>,
+    /// When each signal Event version (uid, resourceVersion) was first read.
+    seen: Mutex<HashMap<(String, String), Timestamp>>,
 }
+
+/// Makes room in a full first-seen record: the older half goes (an Event seen again after
+/// that counts as seen then — a forgery's date refreshed at most once per half a record's
+/// worth of newer Events, never all at once).
+fn forget_oldest(seen: &mut HashMap<(String, String), Timestamp>) {
+    let mut times: Vec<Timestamp> = seen.values().copied().collect();
+    times.sort_unstable();
+    if let Some(&median) = times.get(times.len() / 2) {
+        seen.retain(|_, at| *at > median);
+    }
+}
+
+/// Signal Event versions remembered at most ([`Reader::first_seen`]).
+const MAX_SEEN_EVENTS: usize = 10_000;
 
 /// Tracked WorkloadSpreads with waiting pods at most; past it the record starts over
 /// (some outcomes go uncounted, memory stays bounded).
@@ -105,6 +121,7 @@ impl Reader {
             settings,
             nodes: Mutex::new(HashMap::new()),
             waits: Mutex::new(HashMap::new()),
+            seen: Mutex::new(HashMap::new()),
         }
     }
 
@@ -285,6 +302,27 @@ impl Reader {
     }
 
     fn signal(&self, e: &CoreEvent) -> Option<Signal> {
+        let signal = self.claimed_signal(e)?;
+        let at = believed_time(signal.at, self.first_seen(e));
+        Some(Signal { at, ..signal })
+    }
+
+    /// When this controller first saw this version of `e` (its own clock): a signal is
+    /// not believed said later than that (`believed_time`).
+    fn first_seen(&self, e: &CoreEvent) -> Timestamp {
+        let now = Timestamp::now();
+        let key = (
+            e.metadata.uid.clone().unwrap_or_default(),
+            e.metadata.resource_version.clone().unwrap_or_default(),
+        );
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.len() >= MAX_SEEN_EVENTS && !seen.contains_key(&key) {
+            forget_oldest(&mut seen);
+        }
+        *seen.entry(key).or_insert(now)
+    }
+
+    fn claimed_signal(&self, e: &CoreEvent) -> Option<Signal> {
         let reason = e.reason.as_deref()?;
         let source = e
             .reporting_component
@@ -387,6 +425,52 @@ pub fn node_capacity(n: &Node) -> NodeCapacity {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Security review R4: a future-dated signal Event counts as said when this reader first
+    /// saw its version — and stays so when read again; a new version is seen anew.
+    #[test]
+    fn a_future_dated_event_counts_as_said_when_first_read() {
+        let reader = Reader::new(Settings {
+            enabled: true,
+            rules: workloadspread_core::controller::capacity::default_rules(),
+            ..Settings::default()
+        });
+        let event = |rv: &str| -> CoreEvent {
+            serde_json::from_value(json!({
+                "metadata": {"name": "e", "namespace": "ns", "uid": "e-uid", "resourceVersion": rv},
+                "involvedObject": {"kind": "Pod", "name": "p", "uid": "p-uid"},
+                "reason": "TriggeredScaleUp", "source": {"component": "cluster-autoscaler"},
+                "lastTimestamp": "2099-01-01T00:00:00Z"}))
+            .unwrap()
+        };
+        let before = Timestamp::now();
+        let first = reader.signal(&event("1")).expect("a signal");
+        assert!(
+            first.at >= before && first.at <= Timestamp::now(),
+            "{:?}",
+            first.at
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let again = reader.signal(&event("1")).expect("a signal");
+        assert_eq!(again.at, first.at, "the same version: the first sight");
+        let updated = reader.signal(&event("2")).expect("a signal");
+        assert!(updated.at > first.at, "a new version is seen anew");
+    }
+
+    #[test]
+    fn a_full_first_seen_record_forgets_its_older_half() {
+        let at = |s: i64| Timestamp::from_second(1_700_000_000 + s).unwrap();
+        let mut seen: HashMap<(String, String), Timestamp> = (0..10)
+            .map(|i| ((format!("u{i}"), "1".to_string()), at(i)))
+            .collect();
+        forget_oldest(&mut seen);
+        let mut kept: Vec<i64> = seen
+            .values()
+            .map(|t| t.as_second() - 1_700_000_000)
+            .collect();
+        kept.sort_unstable();
+        assert_eq!(kept, vec![6, 7, 8, 9]);
+    }
 
     #[test]
     fn ended_waits_are_counted_by_how_they_ended() {

@@ -55,6 +55,8 @@ pub struct Metrics {
     rebalance: Family<ResultLabels, Counter>,
     /// creatingPods entries dropped early: no pod carries them (`--creating-drop-seconds`).
     pub creating_dropped: Counter,
+    /// Connections shed at the metrics port's cap (`workloadspread_kube::serve`).
+    pub connections_shed: Counter,
     /// Reconciles deferred to the end of the status interval (the `pacing` module).
     pub reconciles_deferred: Counter,
     /// Stuck pods rescheduled, by cause (`timer`, `no_capacity`, `wait_expired`; #42).
@@ -111,6 +113,12 @@ impl Metrics {
             "Pods evicted to rebalance a spread (result=evicted), or whose eviction a \
              PodDisruptionBudget refused (result=refused)",
             rebalance.clone(),
+        );
+        let connections_shed = Counter::default();
+        registry.register(
+            "connections_shed",
+            "Connections of the metrics and probe port closed at its --max-connections while waiting on their clients: the heaviest peer's longest-waiting (security review R9)",
+            connections_shed.clone(),
         );
         let creating_dropped = Counter::default();
         registry.register(
@@ -274,6 +282,7 @@ impl Metrics {
             pending_oldest,
             rebalance,
             creating_dropped,
+            connections_shed,
             reconciles_deferred,
             pod_cache_namespaces,
             reconcile_duration,

@@ -48,6 +48,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let standing = Arc::new(crate::contest::Standing::default());
     tokio::spawn(serve_metrics(
         args.metrics_listen,
+        args.max_connections,
         metrics.clone(),
         Readiness {
             leading: leading.clone(),
@@ -504,7 +505,16 @@ impl Readiness {
     }
 }
 
-async fn serve_metrics(addr: std::net::SocketAddr, metrics: Arc<Metrics>, readiness: Readiness) {
+/// /healthz, /readyz and /metrics under the probe port's limits (security review R9: a plain
+/// `axum::serve` had no connection cap, header or idle deadline: a pod holding connections
+/// open starved the kubelet's probes).
+async fn serve_metrics(
+    addr: std::net::SocketAddr,
+    max_connections: usize,
+    metrics: Arc<Metrics>,
+    readiness: Readiness,
+) {
+    let shed = metrics.connections_shed.clone();
     let app = axum::Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route(
@@ -521,12 +531,15 @@ async fn serve_metrics(addr: std::net::SocketAddr, metrics: Arc<Metrics>, readin
                 async move { metrics.encode() }
             }),
         );
-    match tokio::net::TcpListener::bind(addr).await {
+    use workloadspread_kube::serve;
+    match serve::bind(addr).await {
         Ok(listener) => {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!("metrics server: {e}");
+            let options = serve::ServeOptions::probes(max_connections);
+            let forever = std::future::pending::<()>();
+            if let Err(e) = serve::serve(listener, None, app, forever, options, shed).await {
+                tracing::error!("metrics server: {e:#}");
             }
         }
-        Err(e) => tracing::error!("metrics server cannot listen on {addr}: {e}"),
+        Err(e) => tracing::error!("metrics server: {e:#}"),
     }
 }

@@ -57,7 +57,8 @@ pub fn reservation(pod: &Pod) -> Option<&str> {
 /// Pod metadata only this system writes: the subset a pod is counted in
 /// ([`crate::api::MATCHED_WORKLOADSPREAD_ANNOTATION`]), the placeholder it was admitted
 /// into ([`crate::api::RESERVATION_ANNOTATION`]), the controller's counted
-/// stamp and the best-effort pending label ([`crate::api::PENDING_LABEL`]). A pod created
+/// stamp, the best-effort pending label ([`crate::api::PENDING_LABEL`]) and the host's
+/// admission id ([`crate::api::ADMISSION_LABEL`]). A pod created
 /// with its own copy would be counted in another pod's slot or another subset, or counted
 /// by admissions as placed when it was not; the chart's ValidatingAdmissionPolicy
 /// (`charts/workloadspread/files/pod-metadata.cel`) refuses changes to them after creation
@@ -67,7 +68,11 @@ pub const SYSTEM_ANNOTATIONS: &[&str] = &[
     crate::api::RESERVATION_ANNOTATION,
     crate::api::COUNTED_ANNOTATION,
 ];
-pub const SYSTEM_LABELS: &[&str] = &[crate::api::PENDING_LABEL, crate::api::RESERVATION_LABEL];
+pub const SYSTEM_LABELS: &[&str] = &[
+    crate::api::PENDING_LABEL,
+    crate::api::RESERVATION_LABEL,
+    crate::api::ADMISSION_LABEL,
+];
 
 /// Removes [`SYSTEM_ANNOTATIONS`] and [`SYSTEM_LABELS`] from an incoming pod (admission
 /// does so before it decides; it sets them itself where they belong). Returns the keys

@@ -39,6 +39,9 @@ VARIANTS = {
     # Issue #42: OpenKruise's timers alone, a wait bound, an extra signal.
     "capacity-timers": {"mode": "bundled", "controller": {"capacity": {
         "signals": False, "waitSeconds": 600, "extraSignals": ["QuotaExceeded@my-provisioner=no-capacity"]}}},
+    # Security review R4: more signals, each judged by the Event policy too.
+    "capacity-extra-signals": {"mode": "bundled", "controller": {"capacity": {
+        "extraSignals": ["QuotaExceeded@my-provisioner=no-capacity", "Preempted=capacity-coming"]}}},
     # Issue #30: least privilege, opt-in namespaces, client certificates, digests.
     "custom-workloads-subresources": {
         "mode": "bundled",
@@ -403,8 +406,9 @@ def check_security(name, docs, values):
     # The host refuses to start unless its evaluations fit the limit (host/src/webhook/limits.rs).
     concurrency, guest = int(args["--max-concurrency"]), int(args["--max-memory-mib"])
     request = int(args["--max-request-bytes"]) / (1 << 20)
+    connections = int(args.get("--max-connections", 512)) + int(args.get("--health-max-connections", 64))
     need = concurrency * (guest + 3 * min(request, 1)) + min(concurrency, 2) * 3 * max(request - 1, 0) \
-        + max(32, 2 * request) + 192
+        + max(32, 2 * request) + 2 * request + connections * 192 / 1024 + 192
     limit = parse_mib(c["resources"]["limits"]["memory"])
     if need > limit:
         fail(f"{name}: concurrency x memory needs {need} MiB > the {limit} MiB limit")
@@ -474,6 +478,7 @@ def lint():
         check_webhooks(name, docs, values)
         check_security(name, docs, values)
         check_pod_metadata_policy(name, docs, values)
+        check_capacity_event_policy(name, docs, values)
         check_placement(name, docs, values)
         kinds = sorted({d["kind"] for d in docs})
         print(f"render {name}: {len(docs)} objects ({', '.join(kinds)})")
@@ -523,6 +528,117 @@ def lint():
     if any("resource" in w or any("resource" in k for k in w.get("subResources", []))
            for w in settings["customWorkloads"]):
         fail(f"the chart-only `resource` names leak into the policy settings: {settings}")
+
+
+def capacity_event_policies(docs):
+    ours = lambda d: "-capacity-events-" in d["metadata"]["name"]  # noqa: E731
+    return ([d for d in by_kind(docs, "ValidatingAdmissionPolicy") if ours(d)],
+            [d for d in by_kind(docs, "ValidatingAdmissionPolicyBinding") if ours(d)])
+
+
+def check_capacity_event_policy(name, docs, values):
+    """Security review R4: with capacity signals on (the default), one policy per Event API
+    judges the (reason, reporter) pairs the controller reads — its defaults and the extra
+    signals — and lets only the configured posters create them; with signals off, none."""
+    policies, bindings = capacity_event_policies(docs)
+    capacity = values.get("controller", {}).get("capacity", {})
+    if not capacity.get("signals", True):
+        if policies or bindings:
+            fail(f"{name}: capacity signals off still render the Event policy")
+        return
+    if len(policies) != 2 or len(bindings) != 2:
+        fail(f"{name}: want two capacity Event policies and bindings, got {len(policies)}, {len(bindings)}")
+    groups = sorted(p["spec"]["matchConstraints"]["resourceRules"][0]["apiGroups"][0] for p in policies)
+    if groups != ["", "events.k8s.io"]:
+        fail(f"{name}: the Event policies must cover both Event APIs: {groups}")
+    wanted = [["NotTriggerScaleUp", "cluster-autoscaler"], ["Nominated", "karpenter"]]
+    for extra in capacity.get("extraSignals", []):
+        left = extra.split("=", 1)[0]
+        reason, _, source = left.partition("@")
+        wanted.append([reason, source])
+    for p in policies:
+        signal = next(v["expression"] for v in p["spec"]["variables"] if v["name"] == "signal")
+        for pair in wanted:
+            if json.dumps(pair, separators=(",", ":")) not in signal:
+                fail(f"{name}: the Event policy does not judge {pair}: {signal}")
+        posters = p["spec"]["validations"][0]["expression"]
+        if "system:serviceaccount:kube-system:cluster-autoscaler" not in posters:
+            fail(f"{name}: cluster-autoscaler is not among the default posters: {posters}")
+    for b in bindings:
+        if b["spec"]["validationActions"] != ["Deny"]:
+            fail(f"{name}: the Event policy binding does not deny")
+
+
+def check_capacity_event_policy_applied():
+    """Security review R4 on the API server: a capacity signal posted by someone else is
+    refused, the same Event from cluster-autoscaler's service account is accepted, and
+    other Events (another reason, the scheduler's FailedScheduling, none) pass."""
+    ns = f"ws-events-{os.getpid()}"
+    kubectl("create", "namespace", ns)
+    created = []
+    try:
+        policies, bindings = capacity_event_policies(render({"mode": "bundled"}))
+        for d in policies + bindings:
+            d["metadata"]["name"] += f"-{ns}"
+            if d["kind"] == "ValidatingAdmissionPolicyBinding":
+                d["spec"]["policyName"] += f"-{ns}"
+                # This namespace only: other tests' Events are not this test's to judge.
+                d["spec"]["matchResources"] = {"namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": ns}}}
+            created.append((d["kind"], d["metadata"]["name"]))
+        kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(policies + bindings))
+        autoscaler = "system:serviceaccount:kube-system:cluster-autoscaler"
+        intruder = f"system:serviceaccount:{ns}:intruder"
+        kubectl("create", "role", "post-events", "-n", ns, "--verb=create",
+                "--resource=events,events.events.k8s.io")
+        kubectl("create", "rolebinding", "post-events", "-n", ns, "--role=post-events",
+                "--serviceaccount=kube-system:cluster-autoscaler", f"--serviceaccount={ns}:intruder")
+
+        def post(user, reason, reporter=None, api="v1"):
+            if api == "v1":
+                event = {"apiVersion": "v1", "kind": "Event",
+                         "metadata": {"generateName": "signal-", "namespace": ns},
+                         "involvedObject": {"kind": "Pod", "name": "p", "namespace": ns, "uid": "u-1"},
+                         "message": "forged?", "type": "Normal"}
+                if reporter:
+                    event["source"] = {"component": reporter}
+            else:
+                event = {"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                         "metadata": {"generateName": "signal-", "namespace": ns},
+                         "regarding": {"kind": "Pod", "name": "p", "namespace": ns, "uid": "u-1"},
+                         "eventTime": "2026-01-01T00:00:00.000000Z", "action": "Scheduling",
+                         "reportingController": reporter or "someone", "reportingInstance": "i",
+                         "type": "Normal", "note": "forged?"}
+            if reason:
+                event["reason"] = reason
+            return kubectl("create", "-f", "-", "--dry-run=server", f"--as={user}",
+                           stdin=json.dumps(event), check=False)
+        refusal = "is a capacity signal"
+        wait_until("the capacity Event policy to be enforced", lambda: (
+            lambda p: (refusal in p.stderr, p.stderr.strip() or "created"))(
+            post(intruder, "NotTriggerScaleUp", "cluster-autoscaler")))
+        cases = [
+            (intruder, "NotTriggerScaleUp", "cluster-autoscaler", "v1", False),
+            (intruder, "Nominated", "karpenter", "events.k8s.io/v1", False),
+            (autoscaler, "NotTriggerScaleUp", "cluster-autoscaler", "v1", True),
+            (autoscaler, "TriggeredScaleUp", "cluster-autoscaler", "events.k8s.io/v1", True),
+            (intruder, "Started", "kubelet", "v1", True),
+            (intruder, "FailedScheduling", "default-scheduler", "v1", True),
+            (intruder, None, None, "v1", True),
+        ]
+        for user, reason, reporter, api, allowed in cases:
+            p = post(user, reason, reporter, api)
+            if (p.returncode == 0) != allowed:
+                fail(f"{api} Event {reason}@{reporter} by {user}: "
+                     f"{'refused' if p.returncode else 'accepted'}, want {'accepted' if allowed else 'refused'}: "
+                     f"{p.stderr.strip()}")
+            if not allowed and refusal not in p.stderr:
+                fail(f"{api} Event {reason}@{reporter} refused for another reason: {p.stderr.strip()}")
+        print(f"capacity Events: {len(cases)} cases (signals from others refused, the provisioner's and other Events accepted)")
+    finally:
+        for kind, obj in created:
+            kubectl("delete", kind.lower(), obj, "--ignore-not-found", check=False)
+        kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 def check_pod_metadata_policy(name, docs, values):
@@ -926,6 +1042,7 @@ def apply():
         check_match_conditions()
         check_placement_policy()
         check_host_secrets()
+        check_capacity_event_policy_applied()
     finally:
         kubectl("delete", "namespace", ns, "--wait=false", check=False)
         for kind, name in cluster_scoped:

@@ -54,6 +54,8 @@ mod kruise;
 mod noop;
 #[path = "admission/profile.rs"]
 mod profile;
+#[path = "admission/scale_in.rs"]
+mod scale_in;
 #[path = "admission/scale_out.rs"]
 mod scale_out;
 #[path = "admission/sequence.rs"]
@@ -703,6 +705,9 @@ async fn main() -> Result<()> {
     if scope == Scope::Sequence {
         return sequence::run(&policy, focus.kruise).await;
     }
+    if scope == Scope::ScaleIn {
+        return scale_in::run(&policy).await;
+    }
     // A fresh API server and etcd are slower for their first few hundred writes: a
     // series nobody records, so the first row (no webhook) is not the slowest by accident.
     for &concurrency in focus.concurrency() {
@@ -743,6 +748,9 @@ async fn main() -> Result<()> {
     }
     if focus.scope != Scope::OpenKruise {
         scale_out::run(&policy).await?;
+    }
+    if focus.scope == Scope::All {
+        scale_in::run(&policy).await?;
     }
     Ok(())
 }

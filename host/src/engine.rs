@@ -11,7 +11,7 @@
 use crate::capabilities::{Capabilities, HostCallError};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use thiserror::Error;
 use wasmtime::{
     Caller, Config, Engine, InstanceAllocationStrategy, InstancePre, Linker, Module,
@@ -22,6 +22,8 @@ use wasmtime_wasi::WasiCtxBuilder;
 
 /// Epoch tick; deadlines are whole ticks.
 const TICK: Duration = Duration::from_millis(50);
+/// Ticks a guest still gets after a host call that returned past the total deadline.
+const GRACE_TICKS: u64 = 4;
 /// A kept instance whose linear memory grew past this is dropped after its evaluation
 /// (a large request once should not hold its memory for good).
 pub const REUSE_MEMORY_BYTES: usize = 32 << 20;
@@ -31,8 +33,15 @@ pub const REUSE_CALLS: u32 = 10_000;
 /// Engine settings.
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
-    /// Evaluation deadline (Kubewarden's default policy timeout is 2 s).
+    /// Evaluation deadline of the guest's own execution (Kubewarden's default policy
+    /// timeout is 2 s); time blocked in host calls, which have their own timeouts, does not
+    /// count against it.
     pub timeout: Duration,
+    /// Wall-clock bound of one evaluation, host calls included: no host call starts past
+    /// it, and the guest is interrupted at its first tick after it (security review R13:
+    /// re-arming `timeout` at every host call left an evaluation no total bound). Below
+    /// the webhook's `timeoutSeconds`, after which nobody waits for the answer.
+    pub total: Duration,
     /// Linear memory cap per instance.
     pub max_memory_bytes: usize,
     /// Pooling allocator slots (concurrent instances); 0 = on-demand allocation.
@@ -47,6 +56,7 @@ impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
             timeout: Duration::from_secs(2),
+            total: Duration::from_secs(8),
             max_memory_bytes: 256 << 20,
             pool_instances: 0,
             cache_dir: None,
@@ -60,6 +70,8 @@ impl Default for EngineOptions {
 pub enum EvalError {
     #[error("policy evaluation exceeded its {0:?} deadline")]
     Timeout(Duration),
+    #[error("policy evaluation, its host calls included, exceeded its {0:?} total deadline")]
+    TotalDeadline(Duration),
     #[error("policy trapped: {0}")]
     Trap(String),
     #[error("policy returned an error: {0}")]
@@ -82,7 +94,14 @@ pub struct State {
     host_response: Option<Vec<u8>>,
     host_error: Option<String>,
     deadline_ticks: u64,
+    /// When the running evaluation must be over ([`EngineOptions::total`]).
+    ends: Instant,
 }
+
+/// The trap a host call raises past [`EngineOptions::total`].
+#[derive(Debug, Error)]
+#[error("the evaluation's total deadline has passed")]
+pub(crate) struct PastTotalDeadline;
 
 /// An instance between evaluations: its store, the guest's entry point, and how many
 /// evaluations it served.
@@ -180,13 +199,13 @@ impl PolicyEngine {
         data.guest_error = None;
         data.host_response = None;
         data.host_error = None;
+        data.ends = Instant::now() + self.total();
         warm.store.set_epoch_deadline(self.deadline_ticks());
         let lens = (len_i32(operation.len()), len_i32(payload.len()));
         // A trap or a timeout leaves the instance in no known state: it is not kept.
-        let ok = warm
-            .guest_call
-            .call(&mut warm.store, lens)
-            .map_err(|e| self.classify(e))?;
+        let called = warm.guest_call.call(&mut warm.store, lens);
+        let past_total = warm.store.data().past_total_deadline(Instant::now());
+        let ok = called.map_err(|e| self.classify(e, past_total))?;
         let data = warm.store.data_mut();
         let answer = match ok {
             1 => Ok(data.guest_response.take().unwrap_or_default()),
@@ -200,11 +219,22 @@ impl PolicyEngine {
         answer
     }
 
-    fn classify(&self, e: wasmtime::Error) -> EvalError {
+    /// What a failed call was; `past_total`: it ended after the total deadline (an
+    /// interrupt then is the total's, whose remainder had cut the guest's budget).
+    fn classify(&self, e: wasmtime::Error, past_total: bool) -> EvalError {
+        if e.downcast_ref::<PastTotalDeadline>().is_some() {
+            return EvalError::TotalDeadline(self.total());
+        }
         match e.downcast_ref::<wasmtime::Trap>() {
+            Some(wasmtime::Trap::Interrupt) if past_total => EvalError::TotalDeadline(self.total()),
             Some(wasmtime::Trap::Interrupt) => EvalError::Timeout(self.options.timeout),
             _ => EvalError::Trap(format!("{e:#}")),
         }
+    }
+
+    /// The total bound, never below the guest's own.
+    fn total(&self) -> Duration {
+        self.options.total.max(self.options.timeout)
     }
 
     /// A new instance, initialised (`_start`, `wapc_init`).
@@ -223,6 +253,7 @@ impl PolicyEngine {
             host_response: None,
             host_error: None,
             deadline_ticks: self.deadline_ticks(),
+            ends: Instant::now() + self.total(),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
@@ -239,7 +270,7 @@ impl PolicyEngine {
                         .downcast_ref::<wasmtime_wasi::I32Exit>()
                         .is_some_and(|c| c.0 == 0);
                     if !exited_ok {
-                        return Err(self.classify(e));
+                        return Err(self.classify(e, false));
                     }
                 }
             }
@@ -357,9 +388,18 @@ fn spawn_epoch_ticker(engine: &Engine) {
 
 /// Store-state accessors for the waPC imports.
 impl State {
-    /// Epoch ticks a guest may run between host calls.
-    pub fn deadline_ticks(&self) -> u64 {
-        self.deadline_ticks
+    /// Epoch ticks the guest may run after a host call returned `now`: its own budget,
+    /// cut to what is left of the total, and at least [`GRACE_TICKS`] (to act on the answer).
+    pub(crate) fn ticks_after_host_call(&self, now: Instant) -> u64 {
+        let left = self.ends.saturating_duration_since(now);
+        let left_ticks =
+            u64::try_from(left.as_millis().div_ceil(TICK.as_millis())).unwrap_or(u64::MAX);
+        self.deadline_ticks.min(left_ticks.max(GRACE_TICKS))
+    }
+
+    /// Whether the total deadline has passed at `now`.
+    pub(crate) fn past_total_deadline(&self, now: Instant) -> bool {
+        now >= self.ends
     }
 
     pub(crate) fn invocation(&self) -> (&str, &[u8]) {

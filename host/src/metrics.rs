@@ -7,6 +7,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+mod limits;
+pub use limits::*;
+
 /// Which webhook path served an evaluation.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum Endpoint {
@@ -489,83 +492,6 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// Why the host refused a request before evaluating it.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum Refusal {
-    /// The namespace's pod creations exceeded `--claim-rate`/`--claim-burst`.
-    ClaimRate,
-    /// Every evaluation slot stayed busy for the whole wait.
-    Busy,
-    /// The body did not arrive within `--request-read-timeout-seconds`.
-    BodyTimeout,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RefusalLabels {
-    pub reason: Refusal,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NamespaceLabels {
-    pub namespace: String,
-}
-
-/// A listener of the host.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum Listener {
-    Webhook,
-    Health,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ListenerLabels {
-    pub listener: Listener,
-}
-
-/// Counters of the limits (registered with the host's metrics).
-#[derive(Clone, Default)]
-pub struct LimitMetrics {
-    pub refused: Family<RefusalLabels, Counter>,
-    pub claims_limited: Family<NamespaceLabels, Counter>,
-    /// Connections shed at a listener's cap (`webhook::shed`).
-    pub shed: Family<ListenerLabels, Counter>,
-}
-
-impl LimitMetrics {
-    pub fn register(&self, registry: &mut Registry) {
-        // Every reason exported from the start (0): rate() and alerts see the series.
-        for reason in [Refusal::ClaimRate, Refusal::Busy, Refusal::BodyTimeout] {
-            self.refused
-                .get_or_create(&RefusalLabels { reason })
-                .inc_by(0);
-        }
-        registry.register(
-            "refused_requests",
-            "Requests refused before evaluation: claim rate, all slots busy, body too slow",
-            self.refused.clone(),
-        );
-        for listener in [Listener::Webhook, Listener::Health] {
-            self.shed
-                .get_or_create(&ListenerLabels { listener })
-                .inc_by(0);
-        }
-        registry.register(
-            "connections_shed",
-            "Connections closed at the listener's --max-connections while waiting on their clients: the heaviest peer's longest-waiting (a connection with a request in flight is never shed)",
-            self.shed.clone(),
-        );
-        registry.register(
-            "claims_rate_limited",
-            "Pod creations refused per namespace by the claim rate limit (--claim-rate)",
-            self.claims_limited.clone(),
-        );
-    }
-
-    pub fn refuse(&self, reason: Refusal) {
-        self.refused.get_or_create(&RefusalLabels { reason }).inc();
     }
 }
 

@@ -29,6 +29,8 @@ use security_support::*;
 mod ca_rotation;
 #[path = "security/shedding.rs"]
 mod shedding;
+#[path = "security/slots.rs"]
+mod slots;
 #[path = "security/starvation.rs"]
 mod starvation;
 

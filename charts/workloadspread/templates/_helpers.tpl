@@ -181,3 +181,16 @@ namespaceSelector:
 {{- define "ws.podWriteVerbs" -}}
 patch{{ if .Values.controller.podWrite.rescheduling }}, delete{{ end }}
 {{- end -}}
+{{- /* The pod Event (reason, reporter) pairs the controller reads as capacity signals, as
+     JSON [[reason, reporter], ...] ("" reporter: any): its default rules (the same list as
+     core::controller::capacity::default_rules, checked by a test there) and
+     controller.capacity.extraSignals ("REASON[@SOURCE]=meaning"). */ -}}
+{{- define "ws.capacitySignalRules" -}}
+{{- $rules := list (list "NotTriggerScaleUp" "cluster-autoscaler") (list "FailedScaleUp" "cluster-autoscaler") (list "TriggeredScaleUp" "cluster-autoscaler") (list "FailedScheduling" "karpenter") (list "Nominated" "karpenter") -}}
+{{- range .Values.controller.capacity.extraSignals -}}
+{{- $left := index (regexSplit "=" . 2) 0 -}}
+{{- $parts := regexSplit "@" $left 2 -}}
+{{- $rules = append $rules (list (index $parts 0) (ternary (last $parts) "" (gt (len $parts) 1))) -}}
+{{- end -}}
+{{- toJson $rules -}}
+{{- end -}}

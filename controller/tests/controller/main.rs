@@ -7,6 +7,7 @@ mod capacity;
 mod counting;
 mod leader;
 mod percentages;
+mod probes;
 mod refused_costs;
 mod reschedule;
 mod support;

@@ -50,6 +50,10 @@ pub const RESERVATION_ANNOTATION: &str = "workloadspread.io/reservation";
 /// whoever finds placeholders stale lists the pods by it and settles the ones a pod names
 /// instead of dropping them.
 pub const RESERVATION_LABEL: &str = "workloadspread.io/reservation";
+/// Pod label binding the bundled host's re-invocation token to its pod: a random id, new in
+/// every first answer (`host/src/webhook/reinvoke.rs`; security review R12). A copy on an
+/// incoming pod is stripped; changing it afterwards is refused (`files/pod-metadata.cel`).
+pub const ADMISSION_LABEL: &str = "workloadspread.io/admission";
 /// Subset name the controller uses for pods that belong to no spec subset.
 pub const FAKE_SUBSET_NAME: &str = "kruise.io/workloadspread-fake-subset-name";
 /// WorkloadSpread annotation: do not patch subset metadata into adopted existing pods.

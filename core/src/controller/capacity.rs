@@ -127,6 +127,17 @@ pub fn newest(signals: impl IntoIterator<Item = Signal>) -> Option<Signal> {
         .max_by(|a, b| a.at.cmp(&b.at).then_with(|| a.kind.cmp(&b.kind)))
 }
 
+/// When a signal counts as said: its poster's word (`claimed`, the Event's own times), but
+/// never later than when this controller first saw that version of the Event (`first_seen`,
+/// its own clock). Security review R4: a future-dated Event outranked every real signal for
+/// as long as its date was ahead; taken as said when it appeared, it loses to any real
+/// signal posted after it. No two machines' clocks are compared: `first_seen` and the
+/// times it is ranked against at the controller all come from the Events' posters except
+/// this bound, which only ever moves a time earlier.
+pub fn believed_time(claimed: Timestamp, first_seen: Timestamp) -> Timestamp {
+    claimed.min(first_seen)
+}
+
 /// Why a stuck pod is rescheduled.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Cause {

@@ -329,6 +329,7 @@ pub mod kruise;
 pub mod measure;
 pub mod monitor;
 pub mod pods;
+pub mod probes;
 pub mod specs;
 pub mod stack;
 pub mod webhook;

@@ -556,6 +556,11 @@ impl ControllerProcess {
         self.child.id()
     }
 
+    /// The metrics and probe port (on 127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// Whether the process has exited (reaping it if so).
     pub fn exited(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(Some(_)))

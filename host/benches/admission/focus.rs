@@ -9,7 +9,8 @@ use anyhow::Result;
 /// at concurrency 1 and 64, then the scale-out's writes), to measure a change to the
 /// per-pod cost without the other rows' 20 minutes, or host + controller against
 /// OpenKruise (`openkruise`: no webhook, both floors, host + controller and the two
-/// OpenKruise rows at every concurrency), or the scale sequence alone (`sequence`).
+/// OpenKruise rows at every concurrency), the scale sequence alone (`sequence`), or the
+/// large scale-ins of issue #65 alone (`scale-in`).
 /// OpenKruise rows need its build
 /// ([`kruise::read_build`]); without it `all` leaves them out and says so.
 #[derive(Clone, Copy, PartialEq)]
@@ -25,6 +26,8 @@ pub(super) enum Scope {
     OpenKruise,
     /// The scale sequence alone (`sequence`).
     Sequence,
+    /// The 600 → 60 and 3 000 → 300 scale-ins alone (`scale-in`).
+    ScaleIn,
 }
 
 impl Scope {
@@ -34,8 +37,9 @@ impl Scope {
             Ok("whole-system") => Ok(Scope::WholeSystem),
             Ok("openkruise") => Ok(Scope::OpenKruise),
             Ok("sequence") => Ok(Scope::Sequence),
+            Ok("scale-in") => Ok(Scope::ScaleIn),
             Ok(other) => anyhow::bail!(
-                "WS_BENCH_FOCUS={other}: expected `all` (default), `whole-system`, `openkruise` or `sequence`"
+                "WS_BENCH_FOCUS={other}: expected `all` (default), `whole-system`, `openkruise`, `sequence` or `scale-in`"
             ),
         }
     }
@@ -45,7 +49,7 @@ impl Focus {
     /// The concurrencies of the table (the goals compare 1 and 64).
     pub(super) fn concurrency(self) -> &'static [usize] {
         match self.scope {
-            Scope::All | Scope::OpenKruise | Scope::Sequence => &CONCURRENCY,
+            Scope::All | Scope::OpenKruise | Scope::Sequence | Scope::ScaleIn => &CONCURRENCY,
             Scope::WholeSystem => &[1, 64],
         }
     }
@@ -59,7 +63,7 @@ impl Focus {
             (_, Webhook::Kruise { .. }) => self.kruise && self.scope != Scope::WholeSystem,
             (Scope::All, _) => true,
             (Scope::WholeSystem | Scope::OpenKruise, _) => base,
-            (Scope::Sequence, _) => false,
+            (Scope::Sequence | Scope::ScaleIn, _) => false,
         }
     }
 }

@@ -35,7 +35,7 @@ fn spreads() -> [(&'static str, Value, Value); 2] {
 }
 
 /// The v1beta1 spec (ours; the planner's input) of a spread.
-fn spec(a: &Value, b: &Value) -> Value {
+pub(super) fn spec(a: &Value, b: &Value) -> Value {
     let zone = |name: &str, max: &Value| {
         let mut s = json!({"name": name, "requiredNodeSelector": {"matchExpressions": [
             {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [format!("zone-{name}")]}]}});
@@ -153,7 +153,7 @@ async fn run_system(policy: &Path, system: super::Webhook) -> Result<Outcome> {
                     &Patch::Merge(json!({"spec": {"replicas": replicas}})),
                 )
                 .await?;
-            let settled = settled(&ns, &spreads, replicas as usize).await;
+            let settled = settled(&ns, &spreads, replicas as usize, SETTLE).await;
             outcome.steps += 1;
             let want: BTreeMap<String, usize> = step
                 .subsets
@@ -211,7 +211,7 @@ fn conflicts(metrics: &str) -> f64 {
     workloadspread_testkit::api_writes::answered(metrics, "PUT", "workloadspreads", "status", "409")
 }
 
-async fn create_spread(ns: &TestNamespace, version: &str, spec: Value) -> Result<()> {
+pub(super) async fn create_spread(ns: &TestNamespace, version: &str, spec: Value) -> Result<()> {
     let spread: DynamicObject = serde_json::from_value(json!({
         "apiVersion": format!("apps.kruise.io/{version}"), "kind": "WorkloadSpread",
         "metadata": {"name": "web"}, "spec": spec}))?;
@@ -227,7 +227,7 @@ async fn create_spread(ns: &TestNamespace, version: &str, spec: Value) -> Result
     Ok(())
 }
 
-async fn create_deployment(ns: &TestNamespace) -> Result<()> {
+pub(super) async fn create_deployment(ns: &TestNamespace) -> Result<()> {
     let d: Deployment = serde_json::from_value(json!({"metadata": {"name": "web"},
         "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
             "template": {"metadata": {"labels": {"app": "web"}},
@@ -243,15 +243,16 @@ async fn create_deployment(ns: &TestNamespace) -> Result<()> {
 /// WorkloadSpread's status counts them exactly with nothing in flight: the system has
 /// caught up, as the scenario suite waits before its next step (a scale right after
 /// pods vanished would otherwise meet counters that have not yet seen it).
-async fn settled(
+pub(super) async fn settled(
     ns: &TestNamespace,
     spreads: &Api<DynamicObject>,
     total: usize,
+    within: Duration,
 ) -> Result<Vec<Pod>> {
     let pods: Api<Pod> = ns.api();
     wait_for(
         &format!("{total} running pods with deletion costs, counted by the status"),
-        SETTLE,
+        within,
         || {
             let pods = pods.clone();
             let spreads = spreads.clone();

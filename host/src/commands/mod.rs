@@ -28,9 +28,15 @@ pub struct PolicyArgs {
     /// Settings file (YAML or JSON).
     #[arg(short = 's', long)]
     pub settings_path: Option<PathBuf>,
-    /// Evaluation deadline in seconds.
+    /// Evaluation deadline in seconds: the guest's own execution (time blocked in host
+    /// calls, which have their own timeouts, does not count).
     #[arg(long, default_value_t = 2.0)]
     pub timeout: f64,
+    /// Wall-clock bound of one evaluation in seconds, its host calls included; keep it
+    /// below the webhook's timeoutSeconds (past that the API server no longer waits; the
+    /// chart passes timeoutSeconds - 2).
+    #[arg(long, default_value_t = 8.0)]
+    pub evaluation_deadline: f64,
     /// Linear memory cap per policy instance, in MiB.
     #[arg(long, default_value_t = 256)]
     pub max_memory_mib: usize,
@@ -93,9 +99,13 @@ pub fn engine_options(args: &PolicyArgs, instances: Instances) -> Result<EngineO
     if !(args.timeout.is_finite() && args.timeout > 0.0) {
         anyhow::bail!("--timeout must be a positive number of seconds");
     }
+    if !(args.evaluation_deadline.is_finite() && args.evaluation_deadline > 0.0) {
+        anyhow::bail!("--evaluation-deadline must be a positive number of seconds");
+    }
     let cache_dir = (args.cache_dir.as_os_str() != "none").then(|| args.cache_dir.clone());
     Ok(EngineOptions {
         timeout: Duration::from_secs_f64(args.timeout),
+        total: Duration::from_secs_f64(args.evaluation_deadline),
         max_memory_bytes: args.max_memory_mib << 20,
         pool_instances: instances.pool,
         cache_dir,

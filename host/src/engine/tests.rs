@@ -287,3 +287,105 @@ fn the_compilation_cache_never_recompresses_an_entry() {
         "the entry was recompressed: {text}"
     );
 }
+
+/// Calls the host in a loop for ever: each call is quick guest work and a slow host call.
+const HOST_CALLS_FOR_EVER: &str = r#"
+  (func (export "__guest_call") (param $op_len i32) (param $len i32) (result i32)
+    (loop
+      (drop (call $host_call (i32.const 0) (i32.const 1) (i32.const 1) (i32.const 1)
+          (i32.const 2) (i32.const 2) (i32.const 1024) (i32.const 0)))
+      (br 0))
+    (i32.const 1))
+"#;
+
+/// Security review R13: the guest's budget is re-armed after every host call, so a guest
+/// that keeps calling a slow host ran for ever. The total deadline ends it: no host call
+/// starts after it, and the evaluation ends within a call and a grace of it.
+#[test]
+fn host_calls_cannot_stretch_an_evaluation_past_its_total_deadline() {
+    struct Slow(Mutex<Vec<std::time::Instant>>);
+    impl Capabilities for Slow {
+        fn call(&self, _: &str, _: &str, _: &str, _: &[u8]) -> Result<Vec<u8>, HostCallError> {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(std::time::Instant::now());
+            std::thread::sleep(Duration::from_millis(100));
+            Ok(Vec::new())
+        }
+    }
+    let wat = format!("(module {IMPORTS} {HOST_CALLS_FOR_EVER})");
+    let wasm = wat::parse_str(&wat).expect("test module");
+    let total = Duration::from_millis(600);
+    let options = EngineOptions {
+        timeout: Duration::from_millis(300),
+        total,
+        max_memory_bytes: 16 << 20,
+        ..EngineOptions::default()
+    };
+    let e = PolicyEngine::new(&wasm, options).expect("compiles");
+    for _ in 0..2 {
+        let slow = Arc::new(Slow(Mutex::new(vec![])));
+        let started = std::time::Instant::now();
+        let got = e.call("validate", b"", slow.clone());
+        let took = started.elapsed();
+        assert!(
+            matches!(got, Err(EvalError::TotalDeadline(d)) if d == total),
+            "{got:?}"
+        );
+        let calls = slow.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        assert!(calls.len() >= 2, "{} host calls", calls.len());
+        let late: Vec<_> = calls
+            .iter()
+            .map(|c| c.duration_since(started))
+            .filter(|at| *at > total)
+            .collect();
+        assert!(
+            late.is_empty(),
+            "host calls started past the deadline at {late:?}"
+        );
+        // At most one call under way at the deadline, then the grace (and a loaded machine).
+        let bound = total
+            + Duration::from_millis(100)
+            + TICK * (GRACE_TICKS as u32)
+            + Duration::from_secs(1);
+        assert!(took < bound, "took {took:?}, bound {bound:?}");
+    }
+}
+
+/// What is left of the total cuts the guest's budget after a host call, down to a grace.
+#[test]
+fn the_ticks_after_a_host_call_are_what_is_left_of_the_total() {
+    let now = Instant::now();
+    let state = |left: Duration| State {
+        wasi: WasiCtxBuilder::new().build_p1(),
+        limits: StoreLimitsBuilder::new().build(),
+        capabilities: Arc::new(Reverse),
+        operation: String::new(),
+        payload: Vec::new(),
+        guest_response: None,
+        guest_error: None,
+        host_response: None,
+        host_error: None,
+        deadline_ticks: 40,
+        ends: now + left,
+    };
+    assert_eq!(
+        state(Duration::from_secs(10)).ticks_after_host_call(now),
+        40
+    );
+    assert_eq!(
+        state(Duration::from_millis(320)).ticks_after_host_call(now),
+        7
+    );
+    assert_eq!(
+        state(Duration::from_millis(1)).ticks_after_host_call(now),
+        GRACE_TICKS
+    );
+    assert_eq!(
+        state(Duration::ZERO).ticks_after_host_call(now),
+        GRACE_TICKS
+    );
+    assert!(state(Duration::ZERO).past_total_deadline(now));
+    assert!(!state(Duration::from_millis(1)).past_total_deadline(now));
+}

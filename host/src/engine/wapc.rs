@@ -1,7 +1,8 @@
 //! The nine `wapc.*` imports (waPC protocol as implemented by `wapc-guest` 1.x).
 //! Every guest pointer is bounds-checked by wasmtime; a bad one traps the instance.
 
-use super::{memory, State};
+use super::{memory, PastTotalDeadline, State};
+use std::time::Instant;
 use wasmtime::{Caller, Linker};
 
 use wasmtime::{bail, format_err, Result};
@@ -82,12 +83,18 @@ pub fn add_to_linker(linker: &mut Linker<State>) -> Result<()> {
             let namespace = read_str(&mut c, ns, ns_len)?;
             let operation = read_str(&mut c, op, op_len)?;
             let payload = read(&mut c, ptr, len)?;
+            // Past the total deadline no API call starts: nobody waits for the answer.
+            if c.data().past_total_deadline(Instant::now()) {
+                return Err(wasmtime::Error::new(PastTotalDeadline));
+            }
             let ok = c
                 .data_mut()
                 .host_call(&binding, &namespace, &operation, &payload);
-            // The deadline bounds guest execution; time blocked in a host call (which
-            // has its own timeouts) does not count against it.
-            let ticks = c.data().deadline_ticks();
+            // The guest's own budget again (time blocked in a host call, which has its
+            // own timeouts, does not count against it), within what is left of the total —
+            // but never less than a grace to act on the answer: a call that returned (a
+            // claim written, say) is not thrown away; the next one would not start.
+            let ticks = c.data().ticks_after_host_call(Instant::now());
             wasmtime::AsContextMut::as_context_mut(&mut c).set_epoch_deadline(ticks);
             Ok(i32::from(ok))
         },

@@ -213,6 +213,35 @@ impl KubeCapabilities {
         }
     }
 
+    /// Whether a stored pod in `namespace` matches `selector`, read consistently (no watch
+    /// cache may lag behind a pod stored a moment ago); `None` when the read failed. One
+    /// read per re-invocation (`webhook::reinvoke`: a token whose pod is stored is a copy).
+    pub fn any_stored_pod(&self, namespace: &str, selector: &str) -> Option<bool> {
+        let pods: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(self.client.clone(), namespace);
+        // No limit: a consistent LIST without one is answered from the watch cache once it
+        // has caught up (Kubernetes ≥ 1.31), a limited one scans etcd.
+        let params = kube::api::ListParams::default().labels(selector);
+        let listed = self
+            .handle
+            .block_on(tokio::time::timeout(LIVE_READ, pods.list_metadata(&params)));
+        match listed {
+            Ok(Ok(list)) => Some(!list.items.is_empty()),
+            Ok(Err(e)) => {
+                tracing::warn!(namespace, selector, "listing pods: {e}");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(
+                    namespace,
+                    selector,
+                    "listing pods: no answer in {LIVE_READ:?}"
+                );
+                None
+            }
+        }
+    }
+
     /// A list of a kind that is readable but not reflected (custom workloads: few
     /// objects, read when a WorkloadSpread targeting one is validated).
     fn live_list(

@@ -8,7 +8,9 @@ use super::{bad_request, body, reinvoke, App, PeerCertificate};
 use crate::capabilities::Capabilities;
 use crate::engine::evaluate::{self, AdmissionResponse};
 use crate::index::ShowingContested;
-use crate::metrics::{Endpoint, EndpointLabels, EvalLabels, NamespaceLabels, Outcome, Refusal};
+use crate::metrics::{
+    Endpoint, EndpointLabels, EvalLabels, NamespaceLabels, Outcome, Refusal, Running,
+};
 use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -26,17 +28,18 @@ pub(super) async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -
         let presented = request
             .extensions()
             .get::<PeerCertificate>()
-            .and_then(|p| p.0.clone());
+            .and_then(|p| p.0.as_deref())
+            .map(crate::tls::client_auth::names_of);
         if let Err(why) = client_allowed(&app, presented.as_deref()) {
             return (StatusCode::FORBIDDEN, why.to_string()).into_response();
         }
     }
     // The body first, then a slot: a slow sender holds no evaluation slot.
-    let body = match body::read(&app, request).await {
+    let body = match body::read(&app, request, body::Budget::Admissions).await {
         Ok(b) => b,
         Err(response) => return response,
     };
-    let _permit = match body::slot(&app, &app.slots, || {
+    let permit = match body::slot(&app, &app.slots, || {
         format!(
             "all {} evaluation slots stayed busy for {:?}; retry (raise --max-concurrency with \
              the memory limit, or add replicas)",
@@ -46,7 +49,7 @@ pub(super) async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -
     })
     .await
     {
-        Ok(p) => p,
+        Ok(p) => Arc::new(p),
         Err(response) => return response,
     };
     let parsed = serde_json::from_slice::<Value>(&body.bytes);
@@ -82,7 +85,7 @@ pub(super) async fn admit(app: Arc<App>, endpoint: Endpoint, request: Request) -
             if deleting { " (terminating)" } else { "" }
         )
     });
-    let response = evaluate(&app, request).await;
+    let response = evaluate(&app, request, permit).await;
     let outcome = outcome_of(&response);
     tracing::debug!(
         uid = %response.uid,
@@ -145,9 +148,14 @@ fn client_allowed(app: &App, names: Option<&[String]>) -> Result<(), ClientRefus
     })
 }
 
-async fn evaluate(app: &Arc<App>, request: Value) -> AdmissionResponse {
+/// The evaluation slot an admission holds: shared with the blocking work it starts, so the
+/// slot is given back when the last of them ends, not when a client that went away drops
+/// the handler.
+type Slot = Arc<tokio::sync::OwnedSemaphorePermit>;
+
+async fn evaluate(app: &Arc<App>, request: Value, slot: Slot) -> AdmissionResponse {
     let created = workloadspread_created(&request).map(str::to_string);
-    let response = decide(app, request).await;
+    let response = decide(app, request, slot).await;
     // A WorkloadSpread this host lets through is stored next: the namespace's remembered
     // list no longer holds. One it refuses, or a dry run, is never stored: forgetting
     // there would only make the namespace's next pods list again (`index::lookup`).
@@ -157,7 +165,7 @@ async fn evaluate(app: &Arc<App>, request: Value) -> AdmissionResponse {
     response
 }
 
-async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
+async fn decide(app: &Arc<App>, request: Value, slot: Slot) -> AdmissionResponse {
     let uid = request["uid"].as_str().unwrap_or_default().to_string();
     // An empty WorkloadSpread cache would admit pods unspread: wait for the first list.
     if tokio::time::timeout(CACHE_WAIT, app.capabilities.wait_until_ready())
@@ -176,10 +184,20 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
     }
     // A re-invocation (a later webhook changed the pod): the first answer again, no claim.
     if request["object"]["metadata"]["annotations"][reinvoke::TOKEN_ANNOTATION].is_string() {
-        let (worker, asked) = (app.clone(), request.clone());
+        let (worker, asked, held) = (app.clone(), request.clone(), slot.clone());
         let again = tokio::task::spawn_blocking(move || {
+            // The gauge falls before the slot is given back (a tuple drops in order).
+            let _held = (Running::start(&worker.metrics.limits), held);
             let caps: &dyn Capabilities = worker.capabilities.as_ref();
-            reinvoke::answer(&asked, &worker.tokens, caps, crate::clock::unix_now())
+            let stored =
+                |ns: &str, selector: &str| worker.capabilities.any_stored_pod(ns, selector);
+            reinvoke::answer(
+                &asked,
+                &worker.tokens,
+                caps,
+                &stored,
+                crate::clock::unix_now(),
+            )
         });
         if let Ok(Some(answer)) = again.await {
             app.metrics.reinvocations.inc();
@@ -208,6 +226,7 @@ async fn decide(app: &Arc<App>, request: Value) -> AdmissionResponse {
     let kept = spread_by_another(app, &request).await;
     let worker = app.clone();
     let evaluation = tokio::task::spawn_blocking(move || {
+        let _held = (Running::start(&worker.metrics.limits), slot);
         let caps: Arc<dyn Capabilities> = match about_workloadspread(&request) {
             true => Arc::new(ShowingContested(worker.capabilities.clone())),
             false => worker.capabilities.clone(),

@@ -90,37 +90,58 @@ impl ClaimLimiter {
     }
 }
 
-/// Worst-case memory of `concurrency` evaluations plus the reserve, in MiB: every slot
-/// with a guest at its cap and the copies of a body of up to `super::LARGE_BODY`, the few
-/// large-body slots (`super::LARGE_SLOTS`) with those of bodies of up to
-/// `max_request_bytes`, and the read budget (`super::body::read_budget`), which holds the
-/// bodies themselves (read before a slot is taken, issue #41).
-pub fn worst_case_mib(concurrency: usize, max_memory_mib: usize, max_request_bytes: usize) -> u64 {
+/// What the memory worst case depends on.
+#[derive(Clone, Copy, Debug)]
+pub struct Sizing {
+    /// `--max-concurrency`.
+    pub concurrency: usize,
+    /// `--max-memory-mib`.
+    pub max_memory_mib: usize,
+    /// `--max-request-bytes`.
+    pub max_request_bytes: usize,
+    /// Connections open at most, every listener's (`--max-connections` and
+    /// `--health-max-connections`).
+    pub connections: usize,
+}
+
+/// Worst-case memory in MiB: every slot with a guest at its cap and the copies of a body of
+/// up to `super::LARGE_BODY`, the few large-body slots (`super::LARGE_SLOTS`) with those of
+/// bodies of up to `max_request_bytes`, the read budgets (`super::body::read_budget`, and
+/// `/convert`'s, `super::body::convert_budget`), which hold the bodies themselves (read
+/// before a slot is taken, issue #41), every open connection's buffers
+/// (`workloadspread_kube::serve::CONNECTION_BYTES`; security review item "connection
+/// buffers in the memory-fit check"), and the reserve.
+pub fn worst_case_mib(sizing: Sizing) -> u64 {
     let mib = |bytes: usize| (bytes as u64).div_ceil(1 << 20);
-    let small = mib(max_request_bytes.min(super::LARGE_BODY));
-    let large = mib(max_request_bytes.saturating_sub(super::LARGE_BODY));
-    let large_slots = concurrency.min(super::LARGE_SLOTS) as u64;
+    let small = mib(sizing.max_request_bytes.min(super::LARGE_BODY));
+    let large = mib(sizing.max_request_bytes.saturating_sub(super::LARGE_BODY));
+    let large_slots = sizing.concurrency.min(super::LARGE_SLOTS) as u64;
     let copies = BODY_COPIES - 1;
-    (concurrency as u64).saturating_mul(max_memory_mib as u64 + copies * small)
+    let connections = sizing
+        .connections
+        .saturating_mul(workloadspread_kube::serve::CONNECTION_BYTES);
+    (sizing.concurrency as u64).saturating_mul(sizing.max_memory_mib as u64 + copies * small)
         + large_slots * copies * large
-        + mib(super::body::read_budget(max_request_bytes))
+        + mib(super::body::read_budget(sizing.max_request_bytes))
+        + mib(super::body::convert_budget(sizing.max_request_bytes))
+        + mib(connections)
         + RESERVE_MIB
 }
 
 /// A configuration whose worst case exceeds the container's memory limit.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "--max-concurrency {concurrency} evaluations with --max-memory-mib {max_memory_mib} and \
-     --max-request-bytes {max_request_bytes} need {need} MiB at their worst (guests at \
-     their cap, bodies decoded {BODY_COPIES} times, {RESERVE_MIB} MiB for the rest), over \
-     the memory limit of {limit_mib} MiB: lower --max-concurrency (at most {fits} fit), \
-     --max-memory-mib or --max-request-bytes, or raise the container's memory limit"
+    "--max-concurrency {} evaluations with --max-memory-mib {}, --max-request-bytes {} and \
+     {} connections need {need} MiB at their worst (guests at their cap, bodies decoded \
+     {BODY_COPIES} times, connection buffers, {RESERVE_MIB} MiB for the rest), over the \
+     memory limit of {limit_mib} MiB: lower --max-concurrency (at most {fits} fit), \
+     --max-memory-mib, --max-request-bytes or --max-connections, or raise the container's \
+     memory limit",
+    sizing.concurrency, sizing.max_memory_mib, sizing.max_request_bytes, sizing.connections
 )]
 pub struct MemoryMisfit {
     limit_mib: u64,
-    concurrency: usize,
-    max_memory_mib: usize,
-    max_request_bytes: usize,
+    sizing: Sizing,
     need: u64,
     /// The most evaluations that would fit.
     fits: usize,
@@ -128,25 +149,23 @@ pub struct MemoryMisfit {
 
 /// Refuses a configuration whose worst case exceeds the container's memory limit: the
 /// kernel would kill the host under load (and with `failurePolicy: Fail`, pods with it).
-pub fn check_memory_fit(
-    limit_mib: u64,
-    concurrency: usize,
-    max_memory_mib: usize,
-    max_request_bytes: usize,
-) -> Result<(), MemoryMisfit> {
-    let need = worst_case_mib(concurrency, max_memory_mib, max_request_bytes);
+pub fn check_memory_fit(limit_mib: u64, sizing: Sizing) -> Result<(), MemoryMisfit> {
+    let need = worst_case_mib(sizing);
     if need <= limit_mib {
         return Ok(());
     }
-    let fits = (1..=concurrency)
+    let fits = (1..=sizing.concurrency)
         .rev()
-        .find(|&c| worst_case_mib(c, max_memory_mib, max_request_bytes) <= limit_mib)
+        .find(|&c| {
+            worst_case_mib(Sizing {
+                concurrency: c,
+                ..sizing
+            }) <= limit_mib
+        })
         .unwrap_or(0);
     Err(MemoryMisfit {
         limit_mib,
-        concurrency,
-        max_memory_mib,
-        max_request_bytes,
+        sizing,
         need,
         fits,
     })
@@ -186,19 +205,32 @@ mod tests {
 
     #[test]
     fn memory_fit_is_checked_with_what_to_change() {
+        let sizing = |concurrency, max_memory_mib| Sizing {
+            concurrency,
+            max_memory_mib,
+            max_request_bytes: 8 << 20,
+            connections: 512 + 64,
+        };
         // The old defaults: 256 evaluations of up to 256 MiB under a 1 GiB limit.
-        let err = check_memory_fit(1024, 256, 256, 8 << 20)
+        let err = check_memory_fit(1024, sizing(256, 256))
             .unwrap_err()
             .to_string();
         assert!(
             err.contains("at most 2 fit") && err.contains("--max-concurrency"),
             "{err}"
         );
-        // The chart's defaults fit: 16 × (32 + 3 × 1) + 2 × 3 × 7 + 32 (read budget) + 192.
+        // The chart's defaults fit: 16 × (32 + 3 × 1) + 2 × 3 × 7 + 32 (read budget) + 16
+        // (/convert's) + 576 connections × 192 KiB (108) + 192.
         assert_eq!(
-            worst_case_mib(16, 32, 8 << 20),
-            16 * 35 + 2 * 3 * 7 + 32 + 192
+            worst_case_mib(sizing(16, 32)),
+            16 * 35 + 2 * 3 * 7 + 32 + 16 + 108 + 192
         );
-        check_memory_fit(1024, 16, 32, 8 << 20).unwrap();
+        check_memory_fit(1024, sizing(16, 32)).unwrap();
+        // Connections count: 10 000 of them do not fit beside the rest.
+        let crowded = Sizing {
+            connections: 10_000,
+            ..sizing(16, 32)
+        };
+        assert!(check_memory_fit(1024, crowded).is_err());
     }
 }

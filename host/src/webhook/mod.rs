@@ -2,7 +2,7 @@
 //! capabilities (`index/`) and exact counters (`counter/`). This file: the routes and what
 //! a handler holds ([`App`]); `/mutate` and `/validate` go admit → evaluate → decide.
 //! Beside it: the request's body and slots (`body.rs`), the caller's limits (`limits.rs`),
-//! the listener and its connections' deadlines (`listener.rs`, `guard.rs`), `/convert`
+//! the listener and its connections' deadlines (`workloadspread_kube::serve`), `/convert`
 //! (`convert.rs`), re-invocation tokens (`reinvoke.rs`), the health port
 //! (`startup.rs`) and the webhooks written into their configurations (`registration.rs`).
 //! Certificates are the `tls/` wing's; the webhook only uses them.
@@ -11,12 +11,9 @@ mod admit;
 pub mod body;
 mod classify;
 pub mod convert;
-pub mod guard;
 pub mod limits;
-pub mod listener;
 pub mod registration;
 pub mod reinvoke;
-pub mod shed;
 pub mod startup;
 
 use crate::capabilities::AllowList;
@@ -42,18 +39,25 @@ pub struct App {
     pub capabilities: Arc<KubeCapabilities>,
     pub metrics: Arc<Metrics>,
     /// Bounds concurrent evaluations (each holds a blocking thread and up to the guest's
-    /// memory cap): a permit is taken once the body is read (`body.rs`).
-    pub slots: Semaphore,
+    /// memory cap): a permit is taken once the body is read (`body.rs`) and held by the
+    /// evaluation itself, which may outlive its request.
+    pub slots: Arc<Semaphore>,
     /// Requests with bodies over [`LARGE_BODY`] (or of unknown length) take one of these
     /// before their body is read: a few of them at a time, so large bodies cannot hold the
     /// read budget while ordinary admissions (a few KiB) wait.
-    pub large_slots: Semaphore,
+    pub large_slots: Arc<Semaphore>,
     /// Bytes of bodies read or being read, at most ([`body::read_budget`]): taken as they
     /// arrive, given back when the request is answered.
     pub read_budget: Semaphore,
+    /// The bytes of `read_budget` each peer address holds (at most half: `body::peer_share`).
+    pub peer_reads: body::PeerReads,
+    /// `/convert`'s bodies on a budget of their own (`body::convert_budget`), shared per
+    /// peer the same way.
+    pub convert_budget: Semaphore,
+    pub convert_peer_reads: body::PeerReads,
     /// `/convert` (which needs no client certificate) on a budget of its own: conversions
     /// never take an evaluation slot.
-    pub convert_slots: Semaphore,
+    pub convert_slots: Arc<Semaphore>,
     /// Largest AdmissionReview body accepted.
     pub max_request_bytes: usize,
     /// Answer pod requests of namespaces without a WorkloadSpread without the guest.
@@ -75,13 +79,9 @@ pub struct App {
     pub tokens: Arc<reinvoke::TokenKeys>,
 }
 
-/// The connection's peer's verified client certificate, if it presented one: the names
-/// it goes by (`client_auth::names_of`).
-#[derive(Clone, Debug)]
-pub struct PeerCertificate(pub Option<Vec<String>>);
-
 pub use body::{LARGE_BODY, LARGE_SLOTS};
-pub use listener::{bind, serve, ServeOptions};
+/// The listeners (connection limits, shedding, deadlines) are shared with the controller.
+pub use workloadspread_kube::serve::{bind, serve, PeerCertificate, ServeOptions};
 /// Conversions answered at once (`/convert`).
 pub const CONVERT_SLOTS: usize = 2;
 
@@ -103,7 +103,7 @@ pub fn router(app: Arc<App>) -> Router {
 }
 
 async fn convert_handler(State(app): State<Arc<App>>, request: Request) -> Response {
-    let body = match body::read(&app, request).await {
+    let body = match body::read(&app, request, body::Budget::Conversions).await {
         Ok(b) => b,
         Err(response) => return response,
     };

@@ -10,6 +10,14 @@
 //! removed comes back, what it left is not added twice), the same metadata — and no
 //! claim. A token that does not verify (forged, copied onto another user's pod, older
 //! than [`MAX_AGE_SECONDS`]) is ignored: the pod is evaluated as any other.
+//!
+//! A token is also bound to its pod (protocol review F7, security R12): nothing names a pod
+//! at mutating admission (no name for `generateName` pods, no uid), so the first answer
+//! labels the pod with a random id ([`ADMISSION_LABEL`]) the token carries, and a
+//! re-invocation is honoured only while no *stored* pod carries that id — a genuine
+//! re-invocation always comes before its pod is stored, while a copy of a stored pod's
+//! metadata (a token replayed onto another pod of the same owner and user) finds the
+//! original, read consistently, and is evaluated afresh: it claims its own slot.
 
 use super::classify::pod_create;
 use crate::capabilities::Capabilities;
@@ -23,6 +31,7 @@ use std::sync::RwLock;
 use workloadspread_core::admission::reserve::{RESERVATION_ANNOTATION, RESERVATION_LABEL};
 use workloadspread_core::annotation::MatchedWorkloadSpread;
 use workloadspread_core::api::v1beta1::{WorkloadSpread, API_VERSION};
+pub use workloadspread_core::api::ADMISSION_LABEL;
 use workloadspread_core::api::{
     KIND, MATCHED_WORKLOADSPREAD_ANNOTATION, PENDING_LABEL, POD_DELETION_COST_ANNOTATION,
 };
@@ -97,6 +106,9 @@ struct Claim {
     uid: Option<String>,
     /// Seconds since the epoch when the first answer was given.
     at: i64,
+    /// The random id of [`ADMISSION_LABEL`] (tokens without one are not honoured).
+    #[serde(default)]
+    nonce: String,
     annotations: BTreeMap<String, String>,
     labels: BTreeMap<String, String>,
 }
@@ -137,20 +149,33 @@ fn verified(request: &Value, keys: &TokenKeys, now: i64) -> Option<Claim> {
     let bound = claim.namespace == request["namespace"].as_str().unwrap_or_default()
         && claim.user == request["userInfo"]["username"].as_str().unwrap_or_default()
         && Some(claim.owner.as_str()) == controller_uid(object)
+        && !claim.nonce.is_empty()
+        && object["metadata"]["labels"][ADMISSION_LABEL].as_str() == Some(claim.nonce.as_str())
         && (now - claim.at).abs() <= MAX_AGE_SECONDS;
     bound.then_some(claim)
 }
 
+/// Whether a stored pod of a namespace matches a label selector, read consistently
+/// (`None`: the read failed).
+pub type StoredPods<'a> = &'a dyn Fn(&str, &str) -> Option<bool>;
+
 /// The answer to a re-invocation: `None` unless `request` is a pod CREATE carrying a valid
-/// token of this host's (then the guest is not asked: no claim). `caps` reads the
-/// WorkloadSpread (from the cache).
+/// token of this host's whose pod is not stored yet (then the guest is not asked: no
+/// claim). `caps` reads the WorkloadSpread (from the cache); `stored` finds a stored pod
+/// carrying the token's id (a copy; a failed read counts as one: evaluated afresh, the pod
+/// claims its own slot).
 pub fn answer(
     request: &Value,
     keys: &TokenKeys,
     caps: &dyn Capabilities,
+    stored: StoredPods<'_>,
     now: i64,
 ) -> Option<AdmissionResponse> {
     let claim = verified(request, keys, now)?;
+    let selector = format!("{ADMISSION_LABEL}={}", claim.nonce);
+    if stored(&claim.namespace, &selector) != Some(false) {
+        return None;
+    }
     let uid = request["uid"].as_str().unwrap_or_default().to_string();
     let object = &request["object"];
     let mut pod = object.clone();
@@ -297,6 +322,9 @@ pub fn sign(request: &Value, response: &mut AdmissionResponse, keys: &TokenKeys,
     let Some(owner) = controller_uid(&pod) else {
         return;
     };
+    let Some(nonce) = random_id() else {
+        return;
+    };
     let pick = |section: &str, keys: &[&str]| -> BTreeMap<String, String> {
         keys.iter()
             .filter_map(|k| {
@@ -319,24 +347,41 @@ pub fn sign(request: &Value, response: &mut AdmissionResponse, keys: &TokenKeys,
         subset: matched.subset.clone(),
         uid: matched.uid.clone(),
         at: now,
+        nonce: nonce.clone(),
         annotations: pick("annotations", &ANNOTATIONS),
         labels: pick("labels", &LABELS),
     };
     let Some(token) = encode(&claim, keys) else {
         return;
     };
-    let op: json_patch::PatchOperation = match serde_json::from_value(json!({
-        "op": "add",
-        "path": format!("/metadata/annotations/{}", TOKEN_ANNOTATION.replace('~', "~0").replace('/', "~1")),
-        "value": token,
-    })) {
-        Ok(op) => op,
-        Err(_) => return,
+    let escape = |key: &str| key.replace('~', "~0").replace('/', "~1");
+    let label = match pod["metadata"]["labels"].is_object() {
+        true => {
+            json!({"op": "add", "path": format!("/metadata/labels/{}", escape(ADMISSION_LABEL)),
+            "value": nonce})
+        }
+        false => {
+            json!({"op": "add", "path": "/metadata/labels", "value": {ADMISSION_LABEL: nonce}})
+        }
     };
-    ops.0.push(op);
+    let token = json!({"op": "add",
+        "path": format!("/metadata/annotations/{}", escape(TOKEN_ANNOTATION)), "value": token});
+    for op in [label, token] {
+        match serde_json::from_value::<json_patch::PatchOperation>(op) {
+            Ok(op) => ops.0.push(op),
+            Err(_) => return,
+        }
+    }
     if let Ok(bytes) = serde_json::to_vec(&ops) {
         response.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
     }
+}
+
+/// 128 random bits as 32 hex digits (a label value).
+fn random_id() -> Option<String> {
+    let mut bytes = [0u8; 16];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).ok()?;
+    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 #[cfg(test)]

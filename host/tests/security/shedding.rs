@@ -6,67 +6,14 @@
 //! per-peer cap of 256 closed the rest at once, each a failed admission).
 
 use super::security_support::*;
-use anyhow::{ensure, Context, Result};
-use std::net::{Ipv4Addr, SocketAddr};
+use anyhow::{ensure, Result};
+use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use workloadspread_testkit::measure::Percentiles;
+use workloadspread_testkit::probes::{ask_once_then_idle, probe, response_code};
 use workloadspread_testkit::webhook::{free_port, policy_wasm, HostProcess, WebhookConfigs};
 use workloadspread_testkit::{cluster, unique_name};
-
-async fn tcp_from(from: Ipv4Addr, port: u16) -> Result<TcpStream> {
-    let socket = tokio::net::TcpSocket::new_v4()?;
-    socket.bind(SocketAddr::from((from, 0)))?;
-    Ok(socket
-        .connect(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
-        .await?)
-}
-
-/// Reads one HTTP response's head (to its blank line); its status code.
-async fn response_code<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> Result<u16> {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = stream.read(&mut buf).await?;
-        ensure!(n > 0, "closed before a response");
-        got.extend_from_slice(&buf[..n]);
-    }
-    let text = String::from_utf8_lossy(&got);
-    text.split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .with_context(|| format!("no status in {text:?}"))
-}
-
-/// A connection from `from` that asks `/healthz` once (keep-alive) and then stays silent,
-/// holding its connection as long as the host lets it (up to `cap`).
-async fn ask_once_then_idle(from: Ipv4Addr, port: u16, cap: Duration) -> Result<()> {
-    let mut tcp = tcp_from(from, port).await?;
-    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: h\r\n\r\n")
-        .await?;
-    response_code(&mut tcp).await?;
-    let mut buf = [0u8; 64];
-    let _ = tokio::time::timeout(cap, tcp.read(&mut buf)).await;
-    Ok(())
-}
-
-/// A kubelet's probe: a fresh connection from 127.0.0.1, `Connection: close`; how long it
-/// took to be answered 200, or `None` past 1 s (the probe's default timeout).
-async fn probe(port: u16) -> Result<Option<Duration>> {
-    let started = Instant::now();
-    let asked = async {
-        let mut tcp = tcp_from(Ipv4Addr::LOCALHOST, port).await?;
-        tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
-            .await?;
-        response_code(&mut tcp).await
-    };
-    match tokio::time::timeout(Duration::from_secs(1), asked).await {
-        Ok(Ok(200)) => Ok(Some(started.elapsed())),
-        Ok(Ok(code)) => anyhow::bail!("the probe was answered {code}"),
-        Ok(Err(_)) | Err(_) => Ok(None),
-    }
-}
 
 async fn host_with(args: &[String]) -> Result<Option<(HostProcess, WebhookConfigs, String)>> {
     let Some(policy) = policy_wasm()? else {

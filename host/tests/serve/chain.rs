@@ -213,6 +213,38 @@ async fn the_placement_survives_a_later_webhook_without_a_second_claim() -> Resu
             pod.spec.as_ref().and_then(|s| s.affinity.clone())
         );
     }
+    // Security review R12: a pod made from a stored pod's metadata — its token and id label,
+    // the same owner and user, well within the token's 60 s — claims a slot of its own.
+    let (token, id) = (
+        "workloadspread.io/admission-token",
+        "workloadspread.io/admission",
+    );
+    let original = &created[0].metadata;
+    let carried = |map: &Option<std::collections::BTreeMap<String, String>>, key: &str| {
+        map.as_ref().and_then(|m| m.get(key)).cloned()
+    };
+    let (Some(stored_token), Some(stored_id)) = (
+        carried(&original.annotations, token),
+        carried(&original.labels, id),
+    ) else {
+        anyhow::bail!("the first pod carries no token and id: {original:?}");
+    };
+    let mut copy = unnamed();
+    copy.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(token.into(), stored_token);
+    copy.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(id.into(), stored_id.clone());
+    let copied = pods.create(&PostParams::default(), &copy).await?;
+    ensure!(
+        carried(&copied.metadata.labels, id).is_some_and(|i| i != stored_id),
+        "the copy kept the stored pod's id: {:?}",
+        copied.metadata.labels
+    );
+    created.push(copied);
     let claims = s.creating(0).await?.len() + s.creating(1).await?.len();
     let reinvoked = s
         .host
@@ -221,11 +253,13 @@ async fn the_placement_survives_a_later_webhook_without_a_second_claim() -> Resu
     let rewrites = rewriter.calls.load(Ordering::Relaxed);
     eprintln!(
         "3 pods placed {placed:?} through a later webhook ({rewrites} rewrites): node \
-         affinity kept, {claims} claims, {reinvoked} re-invocations answered without one"
+         affinity kept; with a copy of a stored pod's token, {claims} claims, {reinvoked} \
+         re-invocations answered without one"
     );
     ensure!(
-        claims == 3,
-        "{claims} claims for 3 pods: a re-invocation claimed again"
+        claims == 4,
+        "{claims} claims for 3 pods and a copy of one (4 wanted): a re-invocation claimed \
+         again (more), or the copy's replayed token was honoured (fewer)"
     );
     ensure!(reinvoked >= 3.0, "re-invocations answered: {reinvoked}");
     rewriter.stop().await?;

@@ -172,6 +172,73 @@ fn the_newest_signal_wins() {
     assert_eq!(tie.map(|s| s.kind), Some(CapacityComing));
 }
 
+/// Security review R4: a signal dated in the future counts as said when the controller
+/// first saw it — a real signal said after that wins (the review's case: a forged
+/// future-dated "capacity coming" and a real "no capacity" posted later: the pod moves).
+#[test]
+fn a_signal_from_the_future_counts_as_said_when_it_appeared() {
+    use SignalKind::*;
+    assert_eq!(
+        believed_time(at(10_000), at(40)),
+        at(40),
+        "the future: when seen"
+    );
+    assert_eq!(
+        believed_time(at(30), at(40)),
+        at(30),
+        "the past: as claimed"
+    );
+    let mut forged = signal(CapacityComing, "TriggeredScaleUp", 10_000);
+    forged.at = believed_time(forged.at, at(40));
+    let real = signal(NoCapacity, "NotTriggerScaleUp", 45);
+    let won = newest([forged.clone(), real]).expect("signals");
+    assert_eq!(won.kind, NoCapacity);
+    let got = decide_unschedulable(
+        at(0),
+        at(46),
+        SignedDuration::from_secs(300),
+        Some(&won),
+        false,
+        Some(SignedDuration::from_secs(3600)),
+    );
+    assert!(
+        matches!(got, Stuck::Move(Cause::NoCapacity { .. })),
+        "{got:?}"
+    );
+    // Unclamped, the forgery would have held the pod for the wait bound.
+    let held = newest([
+        signal(CapacityComing, "TriggeredScaleUp", 10_000),
+        signal(NoCapacity, "NotTriggerScaleUp", 45),
+    ])
+    .expect("signals");
+    assert_eq!(held.kind, CapacityComing);
+}
+
+/// The chart's Event policy (templates/capacity-events-policy.yaml) judges the same
+/// (reason, reporter) pairs the controller reads by default: `ws.capacitySignalRules`.
+#[test]
+fn the_charts_signal_rules_are_the_default_rules() {
+    let helpers = include_str!("../../../../charts/workloadspread/templates/_helpers.tpl");
+    let define = helpers
+        .split("{{- define \"ws.capacitySignalRules\" -}}")
+        .nth(1)
+        .and_then(|rest| rest.lines().nth(1))
+        .expect("the chart defines ws.capacitySignalRules");
+    let charted: Vec<(String, String)> = define
+        .split("(list \"")
+        .skip(1)
+        .filter_map(|pair| {
+            let mut quoted = pair.split('"').step_by(2);
+            Some((quoted.next()?.to_string(), quoted.next()?.to_string()))
+        })
+        .collect();
+    let rules: Vec<(String, String)> = default_rules()
+        .into_iter()
+        .map(|r| (r.reason, r.source.unwrap_or_default()))
+        .collect();
+    assert_eq!(charted, rules);
+}
+
 #[test]
 fn the_wait_bound_is_the_annotation_else_the_default() {
     let mut ws: WorkloadSpread =

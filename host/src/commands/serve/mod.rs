@@ -250,18 +250,20 @@ pub fn serve(args: ServeArgs) -> Result<()> {
 const SHED_AFTER: Duration = Duration::from_secs(1);
 
 async fn serve_main(args: ServeArgs) -> Result<()> {
-    let worst = crate::webhook::limits::worst_case_mib(
-        args.max_concurrency,
-        args.policy_args.max_memory_mib,
-        args.max_request_bytes,
-    );
+    let sizing = crate::webhook::limits::Sizing {
+        concurrency: args.max_concurrency,
+        max_memory_mib: args.policy_args.max_memory_mib,
+        max_request_bytes: args.max_request_bytes,
+        connections: args
+            .max_connections
+            .saturating_add(match args.health_listen {
+                Some(_) => args.health_max_connections,
+                None => 0,
+            }),
+    };
+    let worst = crate::webhook::limits::worst_case_mib(sizing);
     match args.memory_limit_mib {
-        Some(limit) => crate::webhook::limits::check_memory_fit(
-            limit,
-            args.max_concurrency,
-            args.policy_args.max_memory_mib,
-            args.max_request_bytes,
-        )?,
+        Some(limit) => crate::webhook::limits::check_memory_fit(limit, sizing)?,
         None => tracing::info!(
             "no --memory-limit-mib: evaluations may use up to {worst} MiB at their worst"
         ),
@@ -290,16 +292,9 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         shed_after: SHED_AFTER,
         drain: Duration::from_secs(15),
     };
-    // Probes open a connection each; scrapes keep one. Nothing there waits long.
     let health_options = crate::webhook::ServeOptions {
-        header_timeout: Duration::from_secs(5),
-        idle_timeout: Duration::from_secs(30),
-        first_request_timeout: Duration::from_secs(2),
-        max_connections: args.health_max_connections,
-        max_connections_per_peer: 0,
-        // The kubelet's probe gives up after 1 s (its default timeout).
-        shed_after: Duration::from_millis(250),
-        ..options
+        drain: options.drain,
+        ..crate::webhook::ServeOptions::probes(args.health_max_connections)
     };
     let limits = metrics.limits.clone();
     let shed = move |listener| {
@@ -429,12 +424,17 @@ async fn serve_main(args: ServeArgs) -> Result<()> {
         settings,
         capabilities: caps.clone(),
         metrics,
-        slots: tokio::sync::Semaphore::new(args.max_concurrency.max(1)),
-        large_slots: tokio::sync::Semaphore::new(crate::webhook::LARGE_SLOTS),
+        slots: Arc::new(tokio::sync::Semaphore::new(args.max_concurrency.max(1))),
+        large_slots: Arc::new(tokio::sync::Semaphore::new(crate::webhook::LARGE_SLOTS)),
         read_budget: tokio::sync::Semaphore::new(crate::webhook::body::read_budget(
             args.max_request_bytes,
         )),
-        convert_slots: tokio::sync::Semaphore::new(crate::webhook::CONVERT_SLOTS),
+        convert_slots: Arc::new(tokio::sync::Semaphore::new(crate::webhook::CONVERT_SLOTS)),
+        peer_reads: Default::default(),
+        convert_budget: tokio::sync::Semaphore::new(crate::webhook::body::convert_budget(
+            args.max_request_bytes,
+        )),
+        convert_peer_reads: Default::default(),
         max_request_bytes: args.max_request_bytes,
         skip_unrelated: !args.evaluate_unrelated,
         claims: crate::webhook::limits::ClaimLimiter::new(args.claim_rate, args.claim_burst),

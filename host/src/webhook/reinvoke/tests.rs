@@ -44,6 +44,9 @@ fn request(object: &Value, user: &str) -> Value {
         "userInfo": {"username": user}, "object": object})
 }
 
+/// No stored pod carries the token's id (a genuine re-invocation).
+const NOT_STORED: fn(&str, &str) -> Option<bool> = |_, _| Some(false);
+
 fn keys(secret: &str) -> TokenKeys {
     let keys = TokenKeys::default();
     keys.observe(secret);
@@ -94,7 +97,14 @@ fn a_reinvocation_of_an_unchanged_pod_changes_nothing_and_claims_nothing() {
     let first = admitted(&keys, 1000);
     assert!(first["metadata"]["annotations"][TOKEN_ANNOTATION].is_string());
     let cache = Cache(workloadspread());
-    let again = answer(&request(&first, "rs-controller"), &keys, &cache, 1010).unwrap();
+    let again = answer(
+        &request(&first, "rs-controller"),
+        &keys,
+        &cache,
+        &NOT_STORED,
+        1010,
+    )
+    .unwrap();
     let ops = again.patch.as_ref().map(|p| {
         String::from_utf8(base64::engine::general_purpose::STANDARD.decode(p).unwrap()).unwrap()
     });
@@ -119,6 +129,7 @@ fn what_a_later_webhook_removed_comes_back_once() {
         &request(&rewritten, "rs-controller"),
         &keys,
         &Cache(workloadspread()),
+        &NOT_STORED,
         1010,
     )
     .unwrap();
@@ -136,6 +147,7 @@ fn what_a_later_webhook_removed_comes_back_once() {
         &request(&restored, "rs-controller"),
         &keys,
         &Cache(workloadspread()),
+        &NOT_STORED,
         1020,
     )
     .unwrap();
@@ -148,7 +160,7 @@ fn a_token_binds_its_user_owner_time_and_key() {
     let first = admitted(&keys, 1000);
     let cache = Cache(workloadspread());
     let ask = |pod: &Value, user: &str, keys: &TokenKeys, now: i64| {
-        answer(&request(pod, user), keys, &cache, now).is_some()
+        answer(&request(pod, user), keys, &cache, &NOT_STORED, now).is_some()
     };
     assert!(ask(&first, "rs-controller", &keys, 1000 + MAX_AGE_SECONDS));
     assert!(!ask(&first, "mallory", &keys, 1010), "another user");
@@ -176,6 +188,10 @@ fn a_token_binds_its_user_owner_time_and_key() {
         subset: "b".into(),
         uid: None,
         at: 1000,
+        nonce: first["metadata"]["labels"][ADMISSION_LABEL]
+            .as_str()
+            .unwrap()
+            .to_string(),
         annotations: BTreeMap::new(),
         labels: BTreeMap::new(),
     };
@@ -212,4 +228,85 @@ fn answers_that_place_no_pod_get_no_token() {
     let before = refused.patch.clone();
     sign(&request(&object, "u"), &mut refused, &keys, 0);
     assert_eq!(refused.patch, before);
+}
+
+/// Protocol review F7 / security R12: a token is honoured only on the pod it was given to,
+/// before that pod is stored. A copy of a stored pod's metadata (its token and id label) on
+/// another pod of the same owner and user finds the original stored and is evaluated
+/// afresh; so is a pod whose id label is missing or another; a failed read counts as a copy.
+#[test]
+fn a_token_is_honoured_only_until_its_pod_is_stored() {
+    let keys = keys("serving key");
+    let first = admitted(&keys, 1000);
+    let id = first["metadata"]["labels"][ADMISSION_LABEL]
+        .as_str()
+        .expect("the first answer labels the pod with its token's id")
+        .to_string();
+    assert_eq!(id.len(), 32);
+    let cache = Cache(workloadspread());
+    let asked = std::cell::RefCell::new(vec![]);
+    let stored = |answer: Option<bool>| {
+        let asked = &asked;
+        move |ns: &str, selector: &str| {
+            asked.borrow_mut().push(format!("{ns} {selector}"));
+            answer
+        }
+    };
+    let ask = |pod: &Value, stored: StoredPods<'_>| {
+        answer(&request(pod, "rs-controller"), &keys, &cache, stored, 1010).is_some()
+    };
+    assert!(ask(&first, &stored(Some(false))), "a genuine re-invocation");
+    assert_eq!(
+        asked.borrow().as_slice(),
+        [format!("team {ADMISSION_LABEL}={id}")]
+    );
+    assert!(!ask(&first, &stored(Some(true))), "a copy of a stored pod");
+    assert!(!ask(&first, &stored(None)), "the read failed");
+    let mut unlabelled = first.clone();
+    unlabelled["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove(ADMISSION_LABEL);
+    assert!(!ask(&unlabelled, &stored(Some(false))), "no id label");
+    let mut relabelled = first.clone();
+    relabelled["metadata"]["labels"][ADMISSION_LABEL] = json!("0".repeat(32));
+    assert!(!ask(&relabelled, &stored(Some(false))), "another id");
+    // Each first answer draws its own id.
+    let second = admitted(&keys, 1000);
+    assert_ne!(second["metadata"]["labels"][ADMISSION_LABEL], json!(id));
+}
+
+/// A pod without labels gets the id label with its labels object.
+#[test]
+fn the_id_label_is_added_to_a_pod_without_labels() {
+    let keys = keys("serving key");
+    let mut object = pod();
+    object["metadata"].as_object_mut().unwrap().remove("labels");
+    // An answer that only places the pod (no label of the subset's).
+    let mut placed = object.clone();
+    placed["metadata"]["annotations"] =
+        json!({MATCHED_WORKLOADSPREAD_ANNOTATION: r#"{"name":"web","subset":"a"}"#});
+    let ops = serde_json::to_vec(&json_patch::diff(&object, &placed)).unwrap();
+    let mut response = AdmissionResponse {
+        patch: Some(base64::engine::general_purpose::STANDARD.encode(ops)),
+        patch_type: Some("JSONPatch".into()),
+        ..first_answer(&object)
+    };
+    sign(
+        &request(&object, "rs-controller"),
+        &mut response,
+        &keys,
+        1000,
+    );
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(response.patch.as_ref().unwrap())
+        .unwrap();
+    let patch = String::from_utf8(patch).unwrap();
+    assert!(patch.contains(r#""path":"/metadata/labels""#), "{patch}");
+    let signed = apply(&object, &response);
+    assert!(
+        signed["metadata"]["labels"][ADMISSION_LABEL].is_string(),
+        "{signed}"
+    );
+    assert!(signed["metadata"]["annotations"][TOKEN_ANNOTATION].is_string());
 }

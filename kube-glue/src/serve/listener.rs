@@ -2,7 +2,7 @@
 //! TLS or plain HTTP under their deadlines (`guard.rs`), drained at shutdown.
 
 use super::shed::{Connections, Parked};
-use super::{guard, PeerCertificate};
+use super::{guard, PeerAddr, PeerCertificate, READ_BUFFER_BYTES};
 use anyhow::{Context, Result};
 use axum::Router;
 use std::collections::HashMap;
@@ -35,6 +35,23 @@ pub struct ServeOptions {
     pub shed_after: Duration,
     /// After shutdown, in-flight requests may finish for this long.
     pub drain: Duration,
+}
+
+impl ServeOptions {
+    /// A port for probes and scrapes (the host's health port, the controller's metrics
+    /// port): probes open a connection each, scrapes keep one, nothing there waits long.
+    pub fn probes(max_connections: usize) -> Self {
+        ServeOptions {
+            header_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(30),
+            first_request_timeout: Duration::from_secs(2),
+            max_connections_per_peer: 0,
+            max_connections,
+            // The kubelet's probe gives up after 1 s (its default timeout).
+            shed_after: Duration::from_millis(250),
+            drain: Duration::from_secs(15),
+        }
+    }
 }
 
 /// A connection's IO under its deadlines (`guard.rs`).
@@ -165,8 +182,9 @@ impl Server {
         tokio::spawn(async move {
             let _slot = slot;
             let _peer_slot = peer_slot;
-            let http = hyper::server::conn::http1::Builder::new();
-            let with_peer = |presented: Option<Vec<String>>| {
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.max_buf_size(READ_BUFFER_BYTES);
+            let with_peer = |presented: Option<Vec<u8>>| {
                 let state = state.clone();
                 let tagged = tower::ServiceExt::map_request(
                     router,
@@ -174,6 +192,7 @@ impl Server {
                         state.handled();
                         r.extensions_mut()
                             .insert(PeerCertificate(presented.clone()));
+                        r.extensions_mut().insert(PeerAddr(peer.ip()));
                         r
                     },
                 );
@@ -203,12 +222,12 @@ impl Server {
             };
             state.handshake_done();
             // rustls verified the certificate against the client CA when one was sent.
-            let presented = stream.get_ref().1.peer_certificates().map(|chain| {
-                chain
-                    .first()
-                    .map(|c| crate::tls::client_auth::names_of(c))
-                    .unwrap_or_default()
-            });
+            let presented = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .map(|c| c.as_ref().to_vec());
             let service = with_peer(presented);
             let conn = http.serve_connection(guarded(stream, &state, &options), service);
             if let Err(e) = watcher.watch(conn).await {
