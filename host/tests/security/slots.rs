@@ -60,6 +60,7 @@ async fn an_evaluation_whose_client_left_keeps_its_slot_until_it_ends() -> Resul
             "--ca-bundle-out".into(),
             ca_file.display().to_string(),
             "--max-concurrency=1".into(),
+            "--reuse-instances=1".into(),
             "--late-reserve-answers=1".into(),
         ],
     )
