@@ -21,6 +21,13 @@ async fn host_with(args: &[String]) -> Result<Option<(HostProcess, WebhookConfig
     };
     let cluster = cluster()?;
     let client = cluster.client().await?;
+    // The host is ready only once WorkloadSpreads are served: alone on a fresh cluster no
+    // other test has applied the CRD yet.
+    workloadspread_testkit::webhook::apply_crd(
+        &client,
+        &workloadspread_testkit::stack::workloadspread_crd_json()?,
+    )
+    .await?;
     let port = free_port()?;
     let name = unique_name("ws-shed");
     let configs =
