@@ -12,40 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use workloadspread_testkit::measure::Percentiles;
 use workloadspread_testkit::probes::{ask_once_then_idle, probe, response_code};
-use workloadspread_testkit::webhook::{free_port, policy_wasm, HostProcess, WebhookConfigs};
-use workloadspread_testkit::{cluster, unique_name};
-
-async fn host_with(args: &[String]) -> Result<Option<(HostProcess, WebhookConfigs, String)>> {
-    let Some(policy) = policy_wasm()? else {
-        return Ok(None);
-    };
-    let cluster = cluster()?;
-    let client = cluster.client().await?;
-    // The host is ready only once WorkloadSpreads are served: alone on a fresh cluster no
-    // other test has applied the CRD yet.
-    workloadspread_testkit::webhook::apply_crd(
-        &client,
-        &workloadspread_testkit::stack::workloadspread_crd_json()?,
-    )
-    .await?;
-    let port = free_port()?;
-    let name = unique_name("ws-shed");
-    let configs =
-        WebhookConfigs::create(&client, &name, &format!("https://127.0.0.1:{port}")).await?;
-    let ca_file = std::env::temp_dir().join(format!("{}.pem", unique_name("ca")));
-    let mut all = vec![
-        "--policy".into(),
-        policy.display().to_string(),
-        "--webhook-config".into(),
-        name,
-        "--ca-bundle-out".into(),
-        ca_file.display().to_string(),
-    ];
-    all.extend_from_slice(args);
-    let host = HostProcess::start_on(host_bin(), cluster.kubeconfig(), port, &all).await?;
-    let ca = std::fs::read_to_string(&ca_file)?;
-    Ok(Some((host, configs, ca)))
-}
+use workloadspread_testkit::unique_name;
 
 /// Security review R1: two peers open 300 connections each to the health port (its cap
 /// is 64), ask `/healthz` once on each and then stay silent, reconnecting as they are

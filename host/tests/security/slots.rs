@@ -9,8 +9,7 @@ use serde_json::json;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use workloadspread_testkit::stack::namespace_with_crd;
-use workloadspread_testkit::webhook::{free_port, policy_wasm, HostProcess, WebhookConfigs};
-use workloadspread_testkit::{cluster, unique_name, wait_for};
+use workloadspread_testkit::{unique_name, wait_for};
 
 const RUNNING: &str = "workloadspread_host_evaluations_running";
 
@@ -36,39 +35,21 @@ fn pod_create_review(namespace: &str, rs_uid: &str, name: &str) -> Result<Vec<u8
 #[tokio::test]
 async fn an_evaluation_whose_client_left_keeps_its_slot_until_it_ends() -> Result<()> {
     let _machine = beside_others().await;
-    let Some(policy) = policy_wasm()? else {
+    let ns = namespace_with_crd("slot").await?;
+    let rs_uid = spread_over_replicaset(&ns, 100_000).await?;
+    let args = [
+        "--max-concurrency=1",
+        "--reuse-instances=1",
+        "--late-reserve-answers=3",
+    ];
+    let Some((host, configs, ca)) = host_with(&args.map(String::from)).await? else {
         return Ok(());
     };
-    let cluster = cluster()?;
-    let ns = namespace_with_crd("slot").await?;
-    let client = ns.client();
-    let rs_uid = spread_over_replicaset(&ns, 100_000).await?;
-    let port = free_port()?;
-    let name = unique_name("ws-slot");
-    let configs =
-        WebhookConfigs::create(&client, &name, &format!("https://127.0.0.1:{port}")).await?;
-    let ca_file = std::env::temp_dir().join(format!("{}.pem", unique_name("ca")));
-    let host = HostProcess::start_on(
-        host_bin(),
-        cluster.kubeconfig(),
-        port,
-        &[
-            "--policy".into(),
-            policy.display().to_string(),
-            "--webhook-config".into(),
-            name.clone(),
-            "--ca-bundle-out".into(),
-            ca_file.display().to_string(),
-            "--max-concurrency=1".into(),
-            "--reuse-instances=1".into(),
-            "--late-reserve-answers=3".into(),
-        ],
-    )
-    .await?;
+    let port = host.port;
     configs.enroll(ns.name()).await?;
     host.wait_sees_workloadspread(ns.name(), "web", &target())
         .await?;
-    let tls = tls_client(&std::fs::read_to_string(&ca_file)?)?;
+    let tls = tls_client(&ca)?;
 
     // The first admission, straight to the host; its client leaves once it is seen
     // evaluating. An evaluation that ended before it was seen (its write not the late one)

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use workloadspread_testkit::webhook::{free_port, policy_wasm, HostProcess, WebhookConfigs};
 use workloadspread_testkit::{cluster, unique_name, TestNamespace};
 
 pub const MATCHED: &str = "apps.kruise.io/matched-workloadspread";
@@ -406,4 +407,39 @@ impl HostRbac {
         }
         Ok(())
     }
+}
+
+/// A host on a free port with the policy, its webhook configurations (not enrolled in any
+/// namespace yet), the CRD applied, and `args`; the host, its configurations and the CA
+/// bundle its certificates chain to. `None` without the policy module.
+pub async fn host_with(args: &[String]) -> Result<Option<(HostProcess, WebhookConfigs, String)>> {
+    let Some(policy) = policy_wasm()? else {
+        return Ok(None);
+    };
+    let cluster = cluster()?;
+    let client = cluster.client().await?;
+    // The host is ready only once WorkloadSpreads are served: alone on a fresh cluster no
+    // other test has applied the CRD yet.
+    workloadspread_testkit::webhook::apply_crd(
+        &client,
+        &workloadspread_testkit::stack::workloadspread_crd_json()?,
+    )
+    .await?;
+    let port = free_port()?;
+    let name = unique_name("ws-shed");
+    let configs =
+        WebhookConfigs::create(&client, &name, &format!("https://127.0.0.1:{port}")).await?;
+    let ca_file = std::env::temp_dir().join(format!("{}.pem", unique_name("ca")));
+    let mut all = vec![
+        "--policy".into(),
+        policy.display().to_string(),
+        "--webhook-config".into(),
+        name,
+        "--ca-bundle-out".into(),
+        ca_file.display().to_string(),
+    ];
+    all.extend_from_slice(args);
+    let host = HostProcess::start_on(host_bin(), cluster.kubeconfig(), port, &all).await?;
+    let ca = std::fs::read_to_string(&ca_file)?;
+    Ok(Some((host, configs, ca)))
 }
